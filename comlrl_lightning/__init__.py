@@ -1,0 +1,24 @@
+"""comlrl-lightning: train teams of cooperating LLM agents from preferences, with PyTorch Lightning."""
+
+from .data import PreferenceDataModule
+from .losses import bradley_terry_loss, madpo_loss
+from .modules import MADPOModule, TeamModule
+from .options import OptionError
+from .pairs import PreferencePair
+from .task import Task
+from .team import GenerationSettings, Team
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GenerationSettings",
+    "MADPOModule",
+    "OptionError",
+    "PreferenceDataModule",
+    "PreferencePair",
+    "Task",
+    "Team",
+    "TeamModule",
+    "bradley_terry_loss",
+    "madpo_loss",
+]

@@ -1,0 +1,97 @@
+"""Collection: sample candidates for every item, score joint responses, and build pairs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from .pairs import PreferencePair, select_pairs
+from .rng import RandomStream
+from .task import Task
+from .team import Completion, GenerationSettings, Team
+
+
+@dataclass
+class Candidates:
+    """``K`` candidates per agent for a list of items: ``completions[agent][item][j]``."""
+
+    prompts: List[List[str]]  # [item][agent]
+    prompt_ids: List[List[List[int]]]  # [item][agent]
+    completions: List[List[List[Completion]]]  # [agent][item][j]
+
+    def texts(self, item_index: int) -> List[List[str]]:
+        """``texts[agent][j]`` for one item."""
+        return [[c.text for c in per_agent[item_index]] for per_agent in self.completions]
+
+
+def sample_candidates(
+    team: Team,
+    task: Task,
+    items: Sequence[Dict[str, Any]],
+    num_candidates: int,
+    settings: GenerationSettings,
+    stream: Optional[RandomStream] = None,
+    progress: Optional[Callable[[int], None]] = None,
+) -> Candidates:
+    """Every agent samples ``num_candidates`` completions of its own prompt for every item.
+
+    Items share batched ``generate()`` calls; ``progress(n)`` is called with the number of
+    (agent, item) prompts finished after each agent.
+    """
+    prompts = [task.prompts(item) for item in items]
+    completions = []
+    for agent in range(team.num_agents):
+        agent_prompts = [p[agent] for p in prompts]
+        completions.append(team.generate(agent, agent_prompts, num_candidates, settings, stream))
+        if progress is not None:
+            progress(len(items))
+    prompt_ids = [
+        [team.encode_prompts(agent, [prompts[k][agent]])[0] for agent in range(team.num_agents)]
+        for k in range(len(items))
+    ]
+    return Candidates(prompts=prompts, prompt_ids=prompt_ids, completions=completions)
+
+
+@dataclass
+class CollectionResult:
+    """The pairs of one collection and what it saw (processed candidate scores per item)."""
+
+    pairs: List[PreferencePair] = field(default_factory=list)
+    scores: List[List[float]] = field(default_factory=list)
+
+    @property
+    def reward_mean(self) -> float:
+        values = [v for per_item in self.scores for v in per_item]
+        return sum(values) / len(values) if values else 0.0
+
+
+def build_pairs_within(
+    candidates: Candidates,
+    task: Task,
+    items: Sequence[Dict[str, Any]],
+    pair_selection: str,
+    pairs_per_sample: Optional[int],
+    stream: RandomStream,
+) -> CollectionResult:
+    """Base trainers (SPEC 3.1): pairs between the candidates of one item, ties dropped."""
+    result = CollectionResult()
+    for k, item in enumerate(items):
+        _, scores = task.oracle.score(candidates.texts(k), candidates.prompts[k], item)
+        result.scores.append(scores)
+        mean = sum(scores) / len(scores) if scores else 0.0
+        for winner, loser in select_pairs(scores, pair_selection, pairs_per_sample, stream.python):
+            per_agent = [c[k] for c in candidates.completions]
+            result.pairs.append(
+                PreferencePair(
+                    prompts=list(candidates.prompts[k]),
+                    winner_completions=[c[winner].text for c in per_agent],
+                    loser_completions=[c[loser].text for c in per_agent],
+                    winner_reward=scores[winner],
+                    loser_reward=scores[loser],
+                    candidate_reward_mean=mean,
+                    prompt_ids=[list(ids) for ids in candidates.prompt_ids[k]],
+                    winner_ids=[list(c[winner].ids) for c in per_agent],
+                    loser_ids=[list(c[loser].ids) for c in per_agent],
+                )
+            )
+    return result

@@ -1,0 +1,231 @@
+"""PreferenceDataModule: collects preference pairs with the team being trained and serves them."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+import torch
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch.utils.data import DataLoader, Sampler
+
+from .collection import CollectionResult, build_pairs_within, sample_candidates
+from .defaults import EMBEDDED
+from .oracle import CallableSpec
+from .options import at_least, choice, require
+from .pairs import PAIR_SELECTIONS, PreferencePair
+from .rng import RandomStream
+from .task import FormatterSpec, ItemSource, Task, embedded_formatters, load_items
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A permutation of ``range(size)`` that depends only on ``(seed, epoch)``.
+
+    Lightning calls :meth:`set_epoch` at the start of every epoch, so a resumed run shuffles
+    exactly as the uninterrupted one did (a plain ``shuffle=True`` loader would not).
+    """
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class PreferenceDataModule(LightningDataModule):
+    """Collects preference pairs once with the current team, then serves shuffled pair batches.
+
+    The base (non-iterative) MADPO/MARLHF data flow of the seed: in the first
+    ``train_dataloader()`` call every agent samples ``preference_num_candidates`` completions per
+    task item, the oracle scores the joint responses (same candidate index across agents), and every
+    non-tied pair is ranked by ``pair_selection``; the kept pairs are then served for the trainer's
+    ``max_epochs`` (= ``num_train_epochs`` from the CLI) in batches of ``train_batch_size``, reshuffled
+    every epoch. The pairs and all random state are part of the checkpoint.
+
+    Args:
+        train_dataset: task items: a list of dicts, a ``.json``/``.jsonl`` path, a Hugging Face dataset
+            name or folder, or ``"embedded"`` (the toy task).
+        eval_dataset: evaluation items, same forms (``None``: no evaluation).
+        dataset_split: split for a Hugging Face ``train_dataset``.
+        eval_split: split for a Hugging Face ``eval_dataset``.
+        formatters: per-agent prompt builders: callables, import paths, or templates like
+            ``"Q: {question}"``; ``None`` uses ``item["prompt"]`` for every agent.
+        reward_func: task reward (callable or import path), called per joint response.
+        reward_processor: optional map from raw reward to the pair score (callable or import path).
+        num_agents: team size (linked to the model's ``num_agents`` by the CLI; ``None``: the team's).
+        preference_num_candidates: K, candidates per agent per item (>= 2).
+        preference_pairs_per_sample: pairs kept per item (``None``: all).
+        pair_selection: ``reward_gap`` (largest gap first), ``random`` (seeded), or ``all``.
+        train_batch_size: pairs per optimizer step.
+        num_train_epochs: epochs over the pairs (the CLI sets ``trainer.max_epochs`` from it).
+        eval_num_samples: evaluation items per evaluation (0: no evaluation).
+        eval_batch_size: evaluation items per validation step.
+        num_turns: must be 1 (single-turn, as in the seed).
+        joint_mode: must be ``aligned`` (joint response = same candidate index across agents).
+        seed: seed of the collection stream (sampling, random selection, shuffles).
+    """
+
+    def __init__(
+        self,
+        train_dataset: ItemSource = EMBEDDED,
+        eval_dataset: ItemSource = None,
+        dataset_split: str = "train",
+        eval_split: str = "test",
+        formatters: Union[FormatterSpec, List[FormatterSpec]] = None,
+        reward_func: CallableSpec = None,
+        reward_processor: CallableSpec = None,
+        num_agents: Optional[int] = None,
+        preference_num_candidates: int = 80,
+        preference_pairs_per_sample: Optional[int] = 16,
+        pair_selection: str = "reward_gap",
+        train_batch_size: int = 2,
+        num_train_epochs: int = 20,
+        eval_num_samples: int = 4,
+        eval_batch_size: int = 1,
+        num_turns: int = 1,
+        joint_mode: str = "aligned",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.pair_selection = self._validate(locals())
+        self.train_source, self.eval_source = train_dataset, eval_dataset
+        self.dataset_split, self.eval_split = dataset_split, eval_split
+        self.formatter_specs, self.reward_func, self.reward_processor = formatters, reward_func, reward_processor
+        self.num_agents = num_agents
+        self.preference_num_candidates = preference_num_candidates
+        self.preference_pairs_per_sample = preference_pairs_per_sample
+        self.train_batch_size, self.num_train_epochs = train_batch_size, num_train_epochs
+        self.eval_num_samples, self.eval_batch_size = eval_num_samples, eval_batch_size
+        self.seed = seed
+        self.stream = RandomStream(seed)
+        self.task: Optional[Task] = None
+        self.train_items: List[Dict[str, Any]] = []
+        self.eval_items: List[Dict[str, Any]] = []
+        self.pairs: Optional[List[PreferencePair]] = None
+        self.last_collection: Optional[CollectionResult] = None
+        if formatters is None and train_dataset == EMBEDDED:
+            self.formatter_specs = embedded_formatters()
+        if reward_func is None and train_dataset == EMBEDDED:
+            self.reward_func = "comlrl_lightning.defaults.vowel_length_reward"
+
+    def _validate(self, options: Dict[str, Any]) -> str:
+        """SPEC 1.1 rules for the collection options; returns the normalised ``pair_selection``."""
+        require(options["num_turns"] == 1, "MADPO currently supports num_turns=1 only.")
+        require(
+            str(options["joint_mode"]).strip().lower() in ("aligned", "align"),
+            "joint_mode must be aligned (joint responses pair the same candidate index across agents).",
+        )
+        at_least("num_train_epochs", options["num_train_epochs"], 1)
+        at_least("train_batch_size", options["train_batch_size"], 1)
+        at_least("eval_num_samples", options["eval_num_samples"], 0)
+        at_least("eval_batch_size", options["eval_batch_size"], 1)
+        if options["num_agents"] is not None:
+            at_least("num_agents", options["num_agents"], 1)
+        at_least("preference_num_candidates", options["preference_num_candidates"], 2)
+        if options["preference_pairs_per_sample"] is not None:
+            at_least("preference_pairs_per_sample", options["preference_pairs_per_sample"], 1, allow_none=True)
+        selection = choice("pair_selection", options["pair_selection"] or "reward_gap", self.allowed_pair_selections())
+        require(
+            not (selection == "all" and options["preference_pairs_per_sample"] is not None),
+            "preference_pairs_per_sample must be null when pair_selection='all'.",
+        )
+        return selection
+
+    @classmethod
+    def allowed_pair_selections(cls) -> Sequence[str]:
+        return PAIR_SELECTIONS
+
+    # ------------------------------------------------------------------------------------------
+    # Lightning hooks
+
+    def setup(self, stage: str) -> None:
+        if self.task is not None:
+            return
+        num_agents = self.num_agents
+        if num_agents is None:
+            num_agents = self.trainer.lightning_module.team.num_agents if self.trainer is not None else 2
+        self.task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents)
+        self.train_items = load_items(self.train_source, self.dataset_split, "train")
+        self.eval_items = load_items(self.eval_source, self.eval_split, "eval")
+        require(bool(self.train_items), "train_dataset: training requires at least one task item.")
+
+    def train_dataloader(self) -> DataLoader:
+        module = self.trainer.lightning_module
+        if self.pairs is None:
+            self.last_collection = self.collect(module)
+            self.pairs = self.last_collection.pairs
+            module.log_collection(self.last_collection)
+        if not self.pairs:
+            rank_zero_warn("MADPO: no non-tied preference pairs were generated; training ends without an update.")
+            self.trainer.should_stop = True
+        return self.pair_loader(self.pairs, module)
+
+    def val_dataloader(self) -> Union[DataLoader, List]:
+        items = self.eval_items[: self.eval_num_samples]
+        if not items:
+            return []
+        return DataLoader(items, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
+
+    def pair_loader(self, pairs: List[PreferencePair], module) -> DataLoader:
+        return DataLoader(
+            pairs,
+            batch_size=self.train_batch_size,
+            sampler=EpochShuffleSampler(len(pairs), self.seed),
+            collate_fn=module.collate_pairs,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Collection
+
+    def collect(self, module) -> CollectionResult:
+        """Sample, score and pair candidates for every training item with ``module.team``."""
+        started = time.perf_counter()
+        total = len(self.train_items) * module.team.num_agents
+        done = 0
+
+        def progress(count: int) -> None:
+            nonlocal done
+            done += count
+            rank_zero_info(f"collecting: {done}/{total} agent prompts sampled ({time.perf_counter() - started:.1f}s)")
+
+        with module.generation_context():
+            candidates = sample_candidates(
+                module.team,
+                self.task,
+                self.train_items,
+                self.preference_num_candidates,
+                module.generation_settings,
+                self.stream,
+                progress,
+            )
+        result = build_pairs_within(
+            candidates, self.task, self.train_items, self.pair_selection, self.preference_pairs_per_sample, self.stream
+        )
+        rank_zero_info(
+            f"collected {len(result.pairs)} preference pairs from {len(self.train_items)} items "
+            f"(candidate reward mean {result.reward_mean:.4f}) in {time.perf_counter() - started:.1f}s"
+        )
+        return result
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpointed state
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {
+            "stream": self.stream.state_dict(),
+            "pairs": None if self.pairs is None else [dataclasses.asdict(pair) for pair in self.pairs],
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.stream.load_state_dict(state["stream"])
+        pairs = state.get("pairs")
+        self.pairs = None if pairs is None else [PreferencePair(**pair) for pair in pairs]

@@ -1,0 +1,124 @@
+"""The embedded default: a tiny causal LM, a character tokenizer and a toy cooperative task.
+
+Nothing here downloads anything. The model and tokenizer are built deterministically from a seed,
+written with ``save_pretrained`` into a cache folder and then loaded back through
+``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``, so the default run
+exercises exactly the loading path a real hub id or local checkpoint takes.
+
+The toy task ("vowels and lengths") needs both agents: agent 0 (the *writer*) is rewarded for
+writing vowels, and the team is penalised when agent 1 (the *matcher*) writes a reply of a
+different length. The reward is continuous in ``[-1, 1]`` and rarely tied.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+EMBEDDED = "embedded"
+"""Model id / dataset name that selects the embedded default."""
+
+CHARACTERS = list("abcdefghijklmnopqrstuvwxyz0123456789 .,:;!?'-\n")
+SPECIAL_TOKENS = ["<eos>", "<unk>"]
+VOWELS = set("aeiou")
+_EMBEDDED_VERSION = "v1"
+
+
+def build_char_tokenizer():
+    """A character-level ``PreTrainedTokenizerFast`` (no pad token: the Team sets pad := eos)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", unk_token="<unk>")
+
+
+def build_tiny_model(vocab_size: int, eos_token_id: int, seed: int = 0, n_layer: int = 2, n_embd: int = 64):
+    """A randomly initialised GPT-2 (2 layers, 64 wide, ~0.1M parameters), deterministic in ``seed``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=256,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=4,
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=eos_token_id,
+        resid_pdrop=0.0,  # no dropout: scoring is deterministic, so gradients are reproducible
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return GPT2LMHeadModel(config)
+
+
+def embedded_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Folder holding the embedded model and tokenizer, built (atomically) on first use."""
+    root = Path(cache_dir or os.environ.get("COMLRL_LIGHTNING_CACHE", Path.home() / ".cache" / "comlrl_lightning"))
+    target = root / f"embedded-{_EMBEDDED_VERSION}-seed{seed}"
+    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".embedded-", dir=root))
+    try:
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_model(len(tokenizer), tokenizer.eos_token_id, seed=seed)
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process finished first: its copy is identical
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+# --------------------------------------------------------------------------------------------
+# The toy task
+
+
+def toy_items(num_items: int = 16, seed: int = 0) -> List[Dict[str, str]]:
+    """Task items ``{"prompt": <topic word>}`` drawn deterministically from ``seed``."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return [{"prompt": "".join(rng.choice(letters) for _ in range(rng.randint(3, 6)))} for _ in range(num_items)]
+
+
+TOY_TRAIN_SEED = 0
+TOY_EVAL_SEED = 1
+WRITER_TEMPLATE = "topic: {prompt}\nwriter:"
+MATCHER_TEMPLATE = "topic: {prompt}\nmatcher:"
+
+
+def vowel_fraction(text: str) -> float:
+    """Share of characters in ``text`` that are vowels (0 for empty text)."""
+    return sum(ch in VOWELS for ch in text) / len(text) if text else 0.0
+
+
+def vowel_length_reward(writer: List[str], matcher: List[str]) -> List[float]:
+    """Joint reward of the toy task, one value per joint response.
+
+    ``r = vowel_fraction(writer) - |len(writer) - len(matcher)| / max(len(writer), len(matcher), 1)``,
+    in ``[-1, 1]``: the writer should use vowels, and the matcher should write as much as the writer.
+    """
+    rewards = []
+    for w, m in zip(writer, matcher):
+        length_gap = abs(len(w) - len(m)) / max(len(w), len(m), 1)
+        rewards.append(vowel_fraction(w) - length_gap)
+    return rewards
+
+
+vowel_length_reward.reward_range = (-1.0, 1.0)  # type: ignore[attr-defined]

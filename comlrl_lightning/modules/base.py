@@ -1,0 +1,190 @@
+"""TeamModule: what every team-training LightningModule shares (team, sampling, evaluation)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
+
+from ..defaults import EMBEDDED
+from ..options import at_least, positive, require
+from ..rng import RandomStream
+from ..team import GenerationSettings, Team
+
+
+class TeamModule(LightningModule):
+    """A team of N causal-LM agents with sampling settings and task-reward evaluation.
+
+    Args:
+        agent_model: model for every agent: a hub id, a local path, or ``"embedded"`` (tiny local model).
+        agents: one model per agent (hub ids / paths, or model objects from Python); overrides
+            ``agent_model`` and sets the team size.
+        num_agents: team size when ``agents`` is not given.
+        tokenizers: tokenizer object(s) for model objects (Python API only).
+        dtype: torch dtype name for loaded models (``bfloat16``, ``float32``...); default: as saved.
+        agent_learning_rate: AdamW learning rate, one for all agents or one per agent.
+        weight_decay: AdamW weight decay (torch's default, as the reference).
+        max_new_tokens: tokens sampled per completion (collection and evaluation).
+        temperature: sampling temperature (> 0).
+        top_p: nucleus sampling mass in (0, 1].
+        top_k: top-k sampling (``None``: off).
+        generation_batch_size: sequences per ``generate()`` call; items share calls.
+        num_turns: must be 1.
+        collaboration_mode: ``decentralized`` (one model per agent).
+        seed: seed of the evaluation sampling stream (independent of collection and training).
+    """
+
+    def __init__(
+        self,
+        agent_model: str = EMBEDDED,
+        agents: Optional[List[str]] = None,
+        num_agents: int = 2,
+        tokenizers: Optional[Any] = None,
+        dtype: Optional[str] = None,
+        agent_learning_rate: Union[float, List[float]] = 5e-6,
+        weight_decay: float = 0.01,
+        max_new_tokens: int = 256,
+        temperature: float = 0.6,
+        top_p: float = 0.6,
+        top_k: Optional[int] = 50,
+        generation_batch_size: int = 64,
+        num_turns: int = 1,
+        collaboration_mode: str = "decentralized",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        require(
+            collaboration_mode == "decentralized",
+            "collaboration_mode must be decentralized (centralized collaboration is not available in comlrl-lightning).",
+        )
+        at_least("num_agents", num_agents, 1)
+        at_least("num_turns", num_turns, 1)
+        require(num_turns == 1, "MADPO currently supports num_turns=1 only.")
+        at_least("max_new_tokens", max_new_tokens, 1)
+        positive("temperature", temperature)
+        require(0 < top_p <= 1, "top_p must be in (0, 1].")
+        if top_k is not None:
+            at_least("top_k", top_k, 1, allow_none=True)
+        at_least("generation_batch_size", generation_batch_size, 1)
+        self.agent_sources = list(agents) if agents else [agent_model] * num_agents
+        rates = agent_learning_rate if isinstance(agent_learning_rate, (list, tuple)) else [agent_learning_rate] * len(self.agent_sources)
+        require(
+            len(rates) == len(self.agent_sources),
+            f"agent_learning_rate must be one value or one per agent ({len(self.agent_sources)}).",
+        )
+        for rate in rates:
+            positive("agent_learning_rate", rate)
+        self.learning_rates = [float(rate) for rate in rates]
+        self.tokenizer_objects = tokenizers
+        self.dtype_name = dtype
+        self.generation_settings = GenerationSettings(max_new_tokens, temperature, top_p, top_k, generation_batch_size)
+        self.eval_stream = RandomStream(seed)
+        self._team: Optional[Team] = None
+        self.save_hyperparameters(ignore=["agents", "tokenizers"])
+        if all(isinstance(source, str) for source in self.agent_sources):
+            self.hparams["agents"] = self.agent_sources
+
+    # ------------------------------------------------------------------------------------------
+    # The team (built lazily, so options are validated before any model is loaded)
+
+    @property
+    def team(self) -> Team:
+        if self._team is None:
+            self._team = Team(self.agent_sources, self.tokenizer_objects, self.dtype_name)
+        return self._team
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agent_sources)
+
+    def configure_model(self) -> None:
+        # from_pretrained returns models in eval mode; training runs in train mode like the reference.
+        self.team.train(self.training)
+
+    def configure_optimizers(self):
+        groups = [
+            {"params": [p for p in agent.parameters() if p.requires_grad], "lr": lr, "name": f"agent_{i}"}
+            for i, (agent, lr) in enumerate(zip(self.team.agents, self.learning_rates))
+        ]
+        return torch.optim.AdamW(groups, weight_decay=self.hparams.weight_decay)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip each agent's gradients on its own (``trainer.gradient_clip_val``).
+
+        One global norm over all agents would couple their updates, which separate per-agent
+        optimizers (the reference) never do.
+        """
+        if not gradient_clip_val:
+            return
+        for group in optimizer.param_groups:
+            if gradient_clip_algorithm == "value":
+                torch.nn.utils.clip_grad_value_(group["params"], gradient_clip_val)
+            else:
+                torch.nn.utils.clip_grad_norm_(group["params"], gradient_clip_val)
+
+    @contextlib.contextmanager
+    def generation_context(self) -> Iterator[None]:
+        """Sampling outside the training step: eval mode, no grad, the precision plugin's autocast."""
+        trainer = self._trainer
+        precision = trainer.precision_plugin.forward_context() if trainer is not None else contextlib.nullcontext()
+        with torch.no_grad(), precision:
+            yield
+
+    # ------------------------------------------------------------------------------------------
+    # Evaluation: the current policy's task reward (one sample per agent per eval item)
+
+    def evaluate_items(self, items: Sequence[Dict[str, Any]], task) -> List[float]:
+        """Processed task reward of one joint sample per item, drawn from the evaluation stream."""
+        prompts = [task.prompts(item) for item in items]
+        with self.generation_context():
+            samples = [
+                self.team.generate(agent, [p[agent] for p in prompts], 1, self.generation_settings, self.eval_stream)
+                for agent in range(self.team.num_agents)
+            ]
+        rewards = []
+        for k, item in enumerate(items):
+            _, processed = task.oracle.score([[samples[a][k][0].text] for a in range(len(samples))], prompts[k], item)
+            rewards.append(processed[0])
+        return rewards
+
+    def validation_step(self, batch: List[Dict[str, Any]], batch_idx: int) -> None:
+        rewards = torch.tensor(self.evaluate_items(batch, self.trainer.datamodule.task), dtype=torch.float32)
+        self.log_eval(rewards.mean(), len(batch))
+
+    def log_eval(self, reward_mean: torch.Tensor, batch_size: int) -> None:
+        for key in ("eval/turn_1/reward_mean", "eval/turn_1/expected_return"):
+            self.log(key, reward_mean, batch_size=batch_size, on_step=False, on_epoch=True, sync_dist=True)
+
+    def evaluate_now(self, label: str) -> Optional[float]:
+        """Evaluate outside the validation loop (before the first and after the last update)."""
+        datamodule = self.trainer.datamodule
+        items = datamodule.eval_items[: datamodule.eval_num_samples]
+        if not items or self.trainer.limit_val_batches == 0:
+            return None
+        rewards = []
+        for start in range(0, len(items), datamodule.eval_batch_size):
+            rewards += self.evaluate_items(items[start : start + datamodule.eval_batch_size], datamodule.task)
+        value = sum(rewards) / len(rewards)
+        for logger in self.loggers:
+            logger.log_metrics(
+                {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value}, step=self.global_step
+            )
+        rank_zero_info(f"evaluation ({label}, step {self.global_step}): eval/turn_1/reward_mean = {value:.4f}")
+        return value
+
+    def on_train_start(self) -> None:
+        if self.global_step == 0:
+            self.initial_eval_reward = self.evaluate_now("before training")
+
+    def on_train_end(self) -> None:
+        self.final_eval_reward = self.evaluate_now("after training")
+
+    def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        checkpoint["eval_stream"] = self.eval_stream.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        if "eval_stream" in checkpoint:
+            self.eval_stream.load_state_dict(checkpoint["eval_stream"])

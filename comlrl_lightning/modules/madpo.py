@@ -1,0 +1,103 @@
+"""MADPOModule: reference-free multi-agent DPO on the sum of the agents' log-prob margins."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torchmetrics import MeanMetric, SumMetric
+
+from ..collection import CollectionResult
+from ..losses import madpo_loss
+from ..options import positive
+from ..pairs import PreferencePair
+from ..team import pack_sequences
+from .base import TeamModule
+
+
+class MADPOModule(TeamModule):
+    """Multi-Agent DPO: ``loss = mean_p -log sigmoid(beta * sum_i Delta_i(p))``.
+
+    ``Delta_i(p)`` is agent ``i``'s log-prob margin (winner minus loser completion, summed over
+    tokens, no reference model). Each agent scores its ``[winners; losers]`` in one batched forward
+    with grad, and one backward trains all agents: the gradient w.r.t. agent ``i`` equals the
+    reference's per-agent loss with the other agents' margins detached.
+
+    Args:
+        dpo_beta: beta of the loss (> 0).
+        score_last_token: ``False`` (parity with the reference): cut each completion at the first
+            pad id and leave its last token unscored; ``True``: score every completion token, EOS
+            included.
+        **kwargs: team, optimizer and sampling options of :class:`TeamModule`.
+    """
+
+    def __init__(self, dpo_beta: float = 0.1, score_last_token: bool = False, **kwargs: Any) -> None:
+        positive("dpo_beta", dpo_beta)
+        super().__init__(**kwargs)
+        self.dpo_beta = float(dpo_beta)
+        self.score_last_token = score_last_token
+        self.save_hyperparameters(ignore=["agents", "tokenizers"])
+        self.preference_accuracy = MeanMetric()
+        self.skipped_steps = SumMetric()
+
+    # ------------------------------------------------------------------------------------------
+    # Batches
+
+    def collate_pairs(self, pairs: List[PreferencePair]) -> Dict[str, Any]:
+        """Pack a list of pairs into per-agent ``[winners; losers]`` tensors (see ``pack_sequences``)."""
+        agents = []
+        for i in range(self.team.num_agents):
+            tokenizer = self.team.tokenizers[i]
+            prompts = [pair.prompt_ids[i] for pair in pairs] * 2
+            completions = [pair.winner_ids[i] for pair in pairs] + [pair.loser_ids[i] for pair in pairs]
+            scored = [self.team.scored_length(i, c, self.score_last_token) for c in completions]
+            agents.append(pack_sequences(prompts, completions, scored, tokenizer.pad_token_id))
+        return {
+            "agents": agents,
+            "candidate_reward_mean": torch.tensor([pair.candidate_reward_mean for pair in pairs], dtype=torch.float32),
+        }
+
+    def margins(self, batch: Dict[str, Any]) -> torch.Tensor:
+        """``[B, N]`` per-pair, per-agent log-prob margins (with grad)."""
+        size = batch["candidate_reward_mean"].shape[0]
+        columns = []
+        for i, agent_batch in enumerate(batch["agents"]):
+            logprobs = self.team.sequence_logprobs(i, **agent_batch)
+            columns.append(logprobs[:size] - logprobs[size:])
+        return torch.stack(columns, dim=-1)
+
+    # ------------------------------------------------------------------------------------------
+    # Training
+
+    def training_step(self, batch: Dict[str, Any], batch_idx: int) -> Optional[torch.Tensor]:
+        size = batch["candidate_reward_mean"].shape[0]
+        margins = self.margins(batch)
+        loss = madpo_loss(margins, self.dpo_beta)
+        if not torch.isfinite(loss):
+            self.skipped_steps.update(1.0)
+            self.log("train/skipped_nonfinite_steps", self.skipped_steps, on_step=True, on_epoch=False)
+            rank_zero_warn(f"MADPO: non-finite loss ({loss.item()}) at step {self.global_step}; update skipped.")
+            return None
+        joint = margins.detach().sum(dim=-1)
+        self.preference_accuracy.update((joint > 0).float())
+        reward_mean = batch["candidate_reward_mean"].mean()
+        metrics = {
+            "train/loss": loss.detach(),
+            "train/joint_margin": joint.mean(),
+            "turn_1/reward_mean": reward_mean,
+            "turn_1/expected_return": reward_mean,
+        }
+        metrics.update({f"train/agent_{i}/margin": margins[:, i].detach().mean() for i in range(margins.shape[1])})
+        self.log_dict(metrics, batch_size=size, prog_bar=False)
+        self.log("train/loss_step", loss.detach(), batch_size=size, prog_bar=True, logger=False)
+        self.log("train/preference_accuracy", self.preference_accuracy, on_step=False, on_epoch=True, batch_size=size)
+        return loss
+
+    def log_collection(self, result: CollectionResult) -> None:
+        """Called by the data module after a collection (outside any step)."""
+        for logger in self.loggers:
+            logger.log_metrics(
+                {"collect/preference_pairs": float(len(result.pairs)), "collect/candidate_reward_mean": result.reward_mean},
+                step=self.global_step,
+            )

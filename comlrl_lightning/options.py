@@ -1,0 +1,48 @@
+"""Option validation shared by the modules and data modules.
+
+Every rule raises :class:`OptionError` with a message that names the option and the allowed
+values. The classes call these helpers first thing in ``__init__``, before any model is loaded, so
+a bad config fails while it is being parsed by the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+
+class OptionError(ValueError):
+    """A configuration option has a value that is not allowed."""
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise :class:`OptionError` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise OptionError(message)
+
+
+def at_least(name: str, value: Optional[float], minimum: float, allow_none: bool = False) -> None:
+    """``value >= minimum`` (``None`` only when ``allow_none``)."""
+    if value is None:
+        require(allow_none, f"{name} must be >= {minimum}.")
+        return
+    suffix = " or null" if allow_none else ""
+    require(value >= minimum, f"{name} must be >= {minimum}{suffix}.")
+
+
+def positive(name: str, value: Optional[float], allow_none: bool = False) -> None:
+    """``value > 0`` and finite (``None`` only when ``allow_none``)."""
+    if value is None:
+        require(allow_none, f"{name} must be > 0.")
+        return
+    suffix = " or null" if allow_none else ""
+    require(math.isfinite(value) and value > 0, f"{name} must be > 0{suffix}.")
+
+
+def choice(name: str, value: Optional[str], allowed: Iterable[str], aliases: Optional[dict] = None) -> str:
+    """Normalise ``value`` (strip, lower-case, resolve ``aliases``) and check it is in ``allowed``."""
+    allowed = list(allowed)
+    normalised = str(value).strip().lower() if value is not None else ""
+    normalised = (aliases or {}).get(normalised, normalised)
+    require(normalised in allowed, f"{name} must be one of: {', '.join(allowed)}.")
+    return normalised

@@ -1,0 +1,258 @@
+"""A team of N causal-LM agents: loading, batched sampling and batched sequence scoring."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+from .defaults import EMBEDDED, embedded_model_path
+from .losses import gathered_logprobs
+from .rng import RandomStream
+
+ModelSource = Union[str, nn.Module]
+
+
+@dataclass
+class GenerationSettings:
+    """Sampling settings shared by collection and evaluation (seed names)."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: Optional[int] = 50
+    generation_batch_size: int = 64
+    """Sequences per ``generate()`` call (prompts x samples); prompts of many items share a call."""
+
+
+@dataclass
+class Completion:
+    """One sampled completion: its token ids (up to and including the first EOS) and its text."""
+
+    ids: List[int]
+    text: str
+
+
+def resolve_source(source: str) -> str:
+    """Map the embedded default's id to its local folder; other ids and paths pass through."""
+    return str(embedded_model_path()) if source == EMBEDDED else source
+
+
+def load_model(source: ModelSource, dtype: Optional[str] = None) -> nn.Module:
+    """A causal LM from a hub id, a local path, ``"embedded"``, or a model object (used as is)."""
+    if isinstance(source, nn.Module):
+        return source
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
+    return AutoModelForCausalLM.from_pretrained(resolve_source(source), **kwargs)
+
+
+def load_tokenizer(source: str):
+    """A tokenizer with ``pad := eos`` when it has no pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_source(source))
+    return prepare_tokenizer(tokenizer)
+
+
+def prepare_tokenizer(tokenizer):
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError("Tokenizer must expose pad_token_id (it has neither a pad nor an eos token).")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+class Team(nn.Module):
+    """N agents, each a causal LM with its own tokenizer.
+
+    Args:
+        agents: one model source per agent: a hub id, a local path, ``"embedded"``, or a model object.
+        tokenizers: one tokenizer per agent, or one shared by all; required for model objects,
+            loaded from the model source otherwise.
+        dtype: torch dtype name for models loaded from a source (``"bfloat16"``...), default: as saved.
+    """
+
+    def __init__(self, agents: Sequence[ModelSource], tokenizers=None, dtype: Optional[str] = None) -> None:
+        super().__init__()
+        if not agents:
+            raise ValueError("A team needs at least one agent.")
+        self.agents = nn.ModuleList([load_model(source, dtype) for source in agents])
+        self.tokenizers = self._resolve_tokenizers(agents, tokenizers)
+
+    @staticmethod
+    def _resolve_tokenizers(agents: Sequence[ModelSource], tokenizers) -> list:
+        if tokenizers is None:
+            if not all(isinstance(source, str) for source in agents):
+                raise ValueError("Tokenizer(s) must be provided when agents are model objects.")
+            cache = {}
+            for source in agents:
+                cache.setdefault(source, load_tokenizer(source))
+            return [cache[source] for source in agents]
+        if not isinstance(tokenizers, (list, tuple)):
+            tokenizers = [tokenizers] * len(agents)
+        if len(tokenizers) != len(agents):
+            raise ValueError("tokenizers length must match agents.")
+        return [prepare_tokenizer(tokenizer) for tokenizer in tokenizers]
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    def device_of(self, agent_index: int) -> torch.device:
+        return next(self.agents[agent_index].parameters()).device
+
+    def encode_prompts(self, agent_index: int, prompts: Sequence[str]) -> List[List[int]]:
+        tokenizer = self.tokenizers[agent_index]
+        return [tokenizer(prompt, add_special_tokens=True)["input_ids"] for prompt in prompts]
+
+    # ------------------------------------------------------------------------------------------
+    # Sampling
+
+    @torch.no_grad()
+    def generate(
+        self,
+        agent_index: int,
+        prompts: Sequence[str],
+        num_samples: int,
+        settings: GenerationSettings,
+        stream: Optional[RandomStream] = None,
+    ) -> List[List[Completion]]:
+        """Sample ``num_samples`` completions for every prompt with agent ``agent_index``.
+
+        Prompts of many items share one left-padded ``generate()`` call of at most
+        ``settings.generation_batch_size`` sequences. Sampling draws from ``stream`` when given.
+        Returns ``result[prompt][sample]``.
+        """
+        model = self.agents[agent_index]
+        tokenizer = self.tokenizers[agent_index]
+        device = self.device_of(agent_index)
+        encoded = self.encode_prompts(agent_index, prompts)
+        prompts_per_call = max(1, settings.generation_batch_size // num_samples)
+        sampling = dict(
+            do_sample=True,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_new_tokens=settings.max_new_tokens,
+            num_return_sequences=num_samples,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        if settings.top_k is not None:
+            sampling["top_k"] = settings.top_k
+        results: List[List[Completion]] = []
+        was_training = model.training
+        model.eval()
+        try:
+            with stream.active(device) if stream is not None else contextlib.nullcontext():
+                for start in range(0, len(encoded), prompts_per_call):
+                    input_ids, attention_mask = left_pad(encoded[start : start + prompts_per_call], tokenizer.pad_token_id)
+                    output = model.generate(
+                        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **sampling
+                    )
+                    generated = output[:, input_ids.shape[1] :].tolist()
+                    for offset in range(0, len(generated), num_samples):
+                        results.append(
+                            [self._completion(tokenizer, row) for row in generated[offset : offset + num_samples]]
+                        )
+        finally:
+            model.train(was_training)
+        return results
+
+    @staticmethod
+    def _completion(tokenizer, ids: List[int]) -> Completion:
+        if tokenizer.eos_token_id in ids:
+            ids = ids[: ids.index(tokenizer.eos_token_id) + 1]
+        return Completion(ids=ids, text=tokenizer.decode(ids, skip_special_tokens=True))
+
+    # ------------------------------------------------------------------------------------------
+    # Scoring
+
+    def scored_length(self, agent_index: int, completion: Sequence[int], score_last_token: bool) -> int:
+        """How many leading completion tokens are scored.
+
+        Parity with the reference (``score_last_token=False``): cut at the first pad id (which is
+        the EOS when pad == eos), then leave out the last token. Otherwise every token, EOS included.
+        """
+        if score_last_token:
+            return len(completion)
+        pad = self.tokenizers[agent_index].pad_token_id
+        length = list(completion).index(pad) if pad is not None and pad in completion else len(completion)
+        return max(length - 1, 0)
+
+    def sequence_logprobs(
+        self,
+        agent_index: int,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        score_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Summed log-probabilities of the scored completion tokens, one value per row.
+
+        The batch layout (see :func:`pack_sequences`) puts every completion at the same columns:
+        prompts left-padded to width ``P``, completions right-padded to width ``C``, so only the
+        last ``C + 1`` positions need the LM head. Log-softmax runs in float32 whatever the dtype.
+
+        Args:
+            input_ids, attention_mask: ``[M, P + C]``.
+            score_mask: ``[M, C]``, 1 where a completion token is scored.
+        """
+        width = score_mask.shape[1]
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        output = self.agents[agent_index](
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=width + 1,
+        )
+        logits = output.logits[:, -(width + 1) : -1]
+        targets = input_ids[:, -width:]
+        token_logprobs = gathered_logprobs(logits, targets)
+        return (token_logprobs * score_mask).sum(dim=-1)
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into ``(input_ids, attention_mask)``."""
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if seq:
+            input_ids[row, width - len(seq) :] = torch.as_tensor(seq, dtype=torch.long)
+            attention_mask[row, width - len(seq) :] = 1
+    return input_ids, attention_mask
+
+
+def pack_sequences(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    scored_lengths: Sequence[int],
+    pad_id: int,
+) -> dict:
+    """Lay out prompt/completion pairs for :meth:`Team.sequence_logprobs`.
+
+    Returns ``input_ids`` and ``attention_mask`` of shape ``[M, P + C]`` (prompt left-padded to
+    ``P``, completion right-padded to ``C >= 1``) and ``score_mask`` ``[M, C]``.
+    """
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("Scoring a completion requires a non-empty tokenized prompt.")
+    prompt_ids, prompt_mask = left_pad(prompts, pad_id)
+    width = max(1, max(len(c) for c in completions))
+    completion_ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((len(completions), width), dtype=torch.long)
+    score_mask = torch.zeros((len(completions), width), dtype=torch.float32)
+    for row, (completion, scored) in enumerate(zip(completions, scored_lengths)):
+        if completion:
+            completion_ids[row, : len(completion)] = torch.as_tensor(completion, dtype=torch.long)
+            completion_mask[row, : len(completion)] = 1
+        score_mask[row, :scored] = 1.0
+    return {
+        "input_ids": torch.cat([prompt_ids, completion_ids], dim=1),
+        "attention_mask": torch.cat([prompt_mask, completion_mask], dim=1),
+        "score_mask": score_mask,
+    }
