@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -17,28 +17,51 @@ from .oracle import CallableSpec
 from .options import at_least, choice, require
 from .pairs import PAIR_SELECTIONS, PreferencePair
 from .rng import RandomStream
-from .task import FormatterSpec, ItemSource, Task, embedded_formatters, load_items
+from .task import ItemSource, Task, embedded_formatters, load_items
 
 
 class EpochShuffleSampler(Sampler[int]):
     """A permutation of ``range(size)`` that depends only on ``(seed, epoch)``.
 
     Lightning calls :meth:`set_epoch` at the start of every epoch, so a resumed run shuffles
-    exactly as the uninterrupted one did (a plain ``shuffle=True`` loader would not).
+    exactly as the uninterrupted one did (a plain ``shuffle=True`` loader would not). ``skip``
+    drops the first indices of the next iteration only (mid-epoch resume).
     """
 
     def __init__(self, size: int, seed: int) -> None:
-        self.size, self.seed, self.epoch = size, seed, 0
+        self.size, self.seed, self.epoch, self.skip = size, seed, 0, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        return iter(torch.randperm(self.size, generator=generator).tolist())
+        order = torch.randperm(self.size, generator=generator).tolist()
+        start, self.skip = self.skip, 0
+        return iter(order[start:])
 
     def __len__(self) -> int:
         return self.size
+
+
+class ResumablePairLoader(DataLoader):
+    """Pair batches in an :class:`EpochShuffleSampler` order that resumes mid-epoch exactly.
+
+    Lightning saves ``state_dict()`` of a loader that has one into every checkpoint and hands it
+    back on resume; the state is how many batches of the epoch were trained (``batches_done``,
+    read from the trainer's progress, not from the loader, which prefetches ahead).
+    """
+
+    def __init__(self, pairs: list, batch_size: int, seed: int, collate_fn: Callable, batches_done: Callable[[], int]):
+        self.shuffle_sampler = EpochShuffleSampler(len(pairs), seed)
+        super().__init__(pairs, batch_size=batch_size, sampler=self.shuffle_sampler, collate_fn=collate_fn)
+        self._batches_done = batches_done
+
+    def state_dict(self) -> Dict[str, int]:
+        return {"epoch": self.shuffle_sampler.epoch, "batches_done": int(self._batches_done())}
+
+    def load_state_dict(self, state: Dict[str, int]) -> None:
+        self.shuffle_sampler.skip = state["batches_done"] * self.batch_size
 
 
 class PreferenceDataModule(LightningDataModule):
@@ -80,7 +103,7 @@ class PreferenceDataModule(LightningDataModule):
         eval_dataset: ItemSource = None,
         dataset_split: str = "train",
         eval_split: str = "test",
-        formatters: Union[FormatterSpec, List[FormatterSpec]] = None,
+        formatters: Union[str, List[str], Callable, List[Callable], None] = None,
         reward_func: CallableSpec = None,
         reward_processor: CallableSpec = None,
         num_agents: Optional[int] = None,
@@ -176,12 +199,10 @@ class PreferenceDataModule(LightningDataModule):
         return DataLoader(items, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
 
     def pair_loader(self, pairs: List[PreferencePair], module) -> DataLoader:
-        return DataLoader(
-            pairs,
-            batch_size=self.train_batch_size,
-            sampler=EpochShuffleSampler(len(pairs), self.seed),
-            collate_fn=module.collate_pairs,
-        )
+        def batches_done() -> int:
+            return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+        return ResumablePairLoader(pairs, self.train_batch_size, self.seed, module.collate_pairs, batches_done)
 
     # ------------------------------------------------------------------------------------------
     # Collection

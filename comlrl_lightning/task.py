@@ -25,7 +25,7 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
     if isinstance(source, (list, tuple)):
         items = list(source)
     elif source == EMBEDDED:
-        items = toy_items(16 if role == "train" else 8, TOY_TRAIN_SEED if role == "train" else TOY_EVAL_SEED)
+        items = toy_items(16 if role == "train" else 32, TOY_TRAIN_SEED if role == "train" else TOY_EVAL_SEED)
     elif str(source).endswith(".jsonl"):
         with open(source, encoding="utf-8") as handle:
             items = [json.loads(line) for line in handle if line.strip()]
