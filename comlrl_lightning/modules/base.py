@@ -168,11 +168,11 @@ class TeamModule(LightningModule):
         for start in range(0, len(items), datamodule.eval_batch_size):
             rewards += self.evaluate_items(items[start : start + datamodule.eval_batch_size], datamodule.task)
         value = sum(rewards) / len(rewards)
+        # Lightning logs a step's metrics at the index of its last update (updates - 1)
+        step = max(self.global_step - 1, 0)
         for logger in self.loggers:
-            logger.log_metrics(
-                {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value}, step=self.global_step
-            )
-        rank_zero_info(f"evaluation ({label}, step {self.global_step}): eval/turn_1/reward_mean = {value:.4f}")
+            logger.log_metrics({"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value}, step=step)
+        rank_zero_info(f"evaluation ({label}, {self.global_step} updates): eval/turn_1/reward_mean = {value:.4f}")
         return value
 
     def on_train_start(self) -> None:
