@@ -174,8 +174,13 @@ class PreferenceDataModule(LightningDataModule):
         if self.task is not None:
             return
         num_agents = self.num_agents
-        if num_agents is None:
-            num_agents = self.trainer.lightning_module.team.num_agents if self.trainer is not None else 2
+        if self.trainer is not None:
+            team_size = self.trainer.lightning_module.num_agents
+            require(
+                num_agents is None or num_agents == team_size,
+                f"data num_agents ({num_agents}) must match the team's {team_size} agents.",
+            )
+            num_agents = team_size
         self.task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents)
         self.train_items = load_items(self.train_source, self.dataset_split, "train")
         self.eval_items = load_items(self.eval_source, self.eval_split, "eval")

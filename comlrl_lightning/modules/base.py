@@ -22,7 +22,7 @@ class TeamModule(LightningModule):
         agent_model: model for every agent: a hub id, a local path, or ``"embedded"`` (tiny local model).
         agents: one model per agent (hub ids / paths, or model objects from Python); overrides
             ``agent_model`` and sets the team size.
-        num_agents: team size when ``agents`` is not given.
+        num_agents: team size (default: ``len(agents)``, else 2); must match ``agents`` when both are given.
         tokenizers: tokenizer object(s) for model objects (Python API only).
         dtype: torch dtype name for loaded models (``bfloat16``, ``float32``...); default: as saved.
         agent_learning_rate: AdamW learning rate, one for all agents or one per agent.
@@ -41,7 +41,7 @@ class TeamModule(LightningModule):
         self,
         agent_model: str = EMBEDDED,
         agents: Optional[List[str]] = None,
-        num_agents: int = 2,
+        num_agents: Optional[int] = None,
         tokenizers: Optional[Any] = None,
         dtype: Optional[str] = None,
         agent_learning_rate: Union[float, List[float]] = 5e-6,
@@ -60,7 +60,12 @@ class TeamModule(LightningModule):
             collaboration_mode == "decentralized",
             "collaboration_mode must be decentralized (centralized collaboration is not available in comlrl-lightning).",
         )
-        at_least("num_agents", num_agents, 1)
+        if num_agents is not None:
+            at_least("num_agents", num_agents, 1, allow_none=True)
+        require(
+            not (agents and num_agents is not None and num_agents != len(agents)),
+            f"num_agents ({num_agents}) must match the number of agents ({len(agents or [])}).",
+        )
         at_least("num_turns", num_turns, 1)
         require(num_turns == 1, "MADPO currently supports num_turns=1 only.")
         at_least("max_new_tokens", max_new_tokens, 1)
@@ -69,7 +74,7 @@ class TeamModule(LightningModule):
         if top_k is not None:
             at_least("top_k", top_k, 1, allow_none=True)
         at_least("generation_batch_size", generation_batch_size, 1)
-        self.agent_sources = list(agents) if agents else [agent_model] * num_agents
+        self.agent_sources = list(agents) if agents else [agent_model] * (num_agents or 2)
         rates = agent_learning_rate if isinstance(agent_learning_rate, (list, tuple)) else [agent_learning_rate] * len(self.agent_sources)
         require(
             len(rates) == len(self.agent_sources),
