@@ -13,7 +13,7 @@ how the lists are passed depends on its signature:
 
 ``prompts`` (``[prompt of agent 0]``) and ``batch_items`` (``[item]``) are passed as keywords when the
 function names them or takes ``**kwargs``. A parameter named ``batch_items`` is never counted as
-positional. Only the first returned value is used; ``reward_processor`` maps it to the processed
+positional, nor is ``prompts`` unless it is the first parameter. Only the first returned value is used; ``reward_processor`` maps it to the processed
 score. Anything else (an exception, no value, a non-number, NaN or infinity) is an error naming the
 function and the value: a silently wrong reward would corrupt every pair built from it.
 """
@@ -26,6 +26,7 @@ import math
 from numbers import Real
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 
 CallableSpec = Union[str, Callable, None]
@@ -35,6 +36,8 @@ def resolve_callable(spec: CallableSpec, option: str) -> Optional[Callable]:
     """A callable given directly or by import path ``"package.module.name"``."""
     if spec is None or callable(spec):
         return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"{option} must be a callable or an import path (got {spec!r}).")
     module_name, _, attribute = str(spec).rpartition(".")
     try:
         value = getattr(importlib.import_module(module_name), attribute)
@@ -58,11 +61,9 @@ def _bind(func: Callable, completions: List[List[str]], prompts: List[str], batc
     names = {p.name for p in parameters}
     has_var_kw = any(p.kind is p.VAR_KEYWORD for p in parameters)
     has_var_args = any(p.kind is p.VAR_POSITIONAL for p in parameters)
-    positional = [
-        p.name
-        for p in parameters
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "batch_items"
-    ]
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    # batch_items, and prompts anywhere but first, are keywords: f(a, b, prompts=None) gets completions in a, b
+    positional = [n for i, n in enumerate(positional) if n != "batch_items" and (n != "prompts" or i == 0)]
     prompts_positional = False
     if has_var_args:
         args = tuple(completions)
@@ -86,11 +87,13 @@ def _first_value(func: Callable, value: Any) -> float:
     name = function_name(func)
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().reshape(-1).tolist()
+    elif isinstance(value, np.ndarray):
+        value = value.reshape(-1).tolist()
     if isinstance(value, (list, tuple)):
         if not value:
             raise ValueError(f"reward function {name} returned no value (got {value!r}).")
         value = value[0]
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, (torch.Tensor, np.ndarray)):
             value = value.item()
     if value is None or isinstance(value, bool) or not isinstance(value, Real):
         raise ValueError(f"reward function {name} returned a non-numeric value {value!r} ({type(value).__name__}).")

@@ -31,7 +31,11 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
             items = [json.loads(line) for line in handle if line.strip()]
     elif str(source).endswith(".json"):
         payload = json.loads(Path(source).read_text(encoding="utf-8"))
-        items = payload.get("items", payload) if isinstance(payload, dict) else payload
+        if isinstance(payload, dict):
+            if not isinstance(payload.get("items"), list):
+                raise ValueError(f"{role}_dataset: {source} holds an object; expected a list of items or {{\"items\": [...]}}.")
+            payload = payload["items"]
+        items = payload
     else:
         from datasets import load_dataset
 

@@ -452,3 +452,25 @@ def test_resolve_callable_bad_paths(spec, fragment):
 def test_oracle_reports_bad_processor_path_with_its_option_name():
     with pytest.raises(ValueError, match=r"^reward_processor: cannot import 'math\.nope'"):
         Oracle(lambda a, b: [1.0], reward_processor="math.nope")
+
+
+def test_prompts_parameter_after_the_completions_is_passed_by_keyword():
+    from comlrl_lightning.oracle import call_reward_function
+
+    seen = {}
+
+    def reward(writer, matcher, prompts=None):
+        seen.update(writer=writer, matcher=matcher, prompts=prompts)
+        return [1.0]
+
+    assert call_reward_function(reward, [["w"], ["m"]], ["p0"], [{}]) == 1.0
+    assert seen == {"writer": ["w"], "matcher": ["m"], "prompts": ["p0"]}
+
+
+def test_a_reward_func_that_is_neither_callable_nor_a_path_is_rejected():
+    import pytest
+
+    from comlrl_lightning.oracle import Oracle
+
+    with pytest.raises(ValueError, match="reward_func must be a callable or an import path \\(got 123\\)"):
+        Oracle(123)

@@ -12,7 +12,7 @@ from comlrl_lightning.task import Task, TemplateFormatter, default_formatter, lo
 ITEMS = [{"prompt": "alpha", "id": 1}, {"prompt": "béta", "id": 2}, {"prompt": "gamma", "id": 3}]
 
 EMBEDDED_TRAIN_ITEMS = 16
-EMBEDDED_EVAL_ITEMS = 32  # 8 at the last commit; raised to 32 with configs/madpo.yaml eval_num_samples
+EMBEDDED_EVAL_ITEMS = 32  # was 8; raised to 32 together with configs/madpo.yaml eval_num_samples
 
 
 def reward(writer, matcher):
@@ -167,3 +167,16 @@ def test_task_builds_the_oracle():
     assert raw == processed == [1.0]
     with pytest.raises(ValueError, match="reward_func must be a callable."):
         Task(None, None, num_agents=2)
+
+
+def test_json_object_without_an_items_list_is_a_clear_error(tmp_path):
+    import json
+
+    import pytest
+
+    from comlrl_lightning.task import load_items
+
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps({"data": [{"prompt": "a"}]}))
+    with pytest.raises(ValueError, match='holds an object; expected a list of items or {"items": \\[...\\]}'):
+        load_items(str(path))

@@ -180,6 +180,9 @@ class TeamModule(LightningModule):
         rank_zero_info(f"evaluation ({label}, {self.global_step} updates): eval/turn_1/reward_mean = {value:.4f}")
         return value
 
+    initial_eval_reward: Optional[float] = None
+    final_eval_reward: Optional[float] = None
+
     def on_train_start(self) -> None:
         if self.global_step == 0:
             self.initial_eval_reward = self.evaluate_now("before training")

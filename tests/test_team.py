@@ -1,0 +1,80 @@
+"""Team: loading, tokenizers, seeded batched sampling, and which tokens are scored."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comlrl_lightning.defaults import build_char_tokenizer, build_tiny_model
+from comlrl_lightning.rng import RandomStream
+from comlrl_lightning.team import GenerationSettings, Team
+
+SETTINGS = GenerationSettings(max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None, generation_batch_size=64)
+
+
+@pytest.fixture(scope="module")
+def team():
+    return Team(["embedded", "embedded"])
+
+
+def test_embedded_team_loads_through_from_pretrained_with_pad_set_to_eos(team):
+    assert team.num_agents == 2
+    tokenizer = team.tokenizers[0]
+    assert tokenizer.pad_token_id == tokenizer.eos_token_id is not None
+    assert type(team.agents[0]).__name__ == "GPT2LMHeadModel"
+
+
+def test_model_objects_need_tokenizers():
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(len(tokenizer), tokenizer.eos_token_id)
+    with pytest.raises(ValueError, match="Tokenizer\\(s\\) must be provided when agents are model objects."):
+        Team([model])
+    with pytest.raises(ValueError, match="tokenizers length must match agents."):
+        Team([model, model], tokenizers=[tokenizer])
+    shared = Team([model, model], tokenizers=tokenizer)
+    assert shared.tokenizers[0] is shared.tokenizers[1] and tokenizer.pad_token == tokenizer.eos_token
+
+
+def test_sampling_is_reproducible_per_stream_and_leaves_the_global_rng_alone(team):
+    prompts = ["topic: abc\nwriter:", "topic: zz\nwriter:", "topic: q\nwriter:"]
+    torch.manual_seed(123)
+    global_before = torch.get_rng_state()
+    first = team.generate(0, prompts, 4, SETTINGS, RandomStream(7))
+    assert torch.equal(torch.get_rng_state(), global_before)
+    again = team.generate(0, prompts, 4, SETTINGS, RandomStream(7))
+    other = team.generate(0, prompts, 4, SETTINGS, RandomStream(8))
+    assert [[c.ids for c in row] for row in first] == [[c.ids for c in row] for row in again]
+    assert [[c.ids for c in row] for row in first] != [[c.ids for c in row] for row in other]
+    assert len(first) == 3 and all(len(row) == 4 for row in first)
+
+
+def test_stream_state_continues_across_calls_and_restores_from_state_dict(team):
+    stream = RandomStream(3)
+    team.generate(1, ["topic: a\nmatcher:"], 2, SETTINGS, stream)
+    saved = stream.state_dict()
+    expected = team.generate(1, ["topic: a\nmatcher:"], 2, SETTINGS, stream)
+    restored = RandomStream(0)
+    restored.load_state_dict(saved)
+    assert [c.ids for c in team.generate(1, ["topic: a\nmatcher:"], 2, SETTINGS, restored)[0]] == [
+        c.ids for c in expected[0]
+    ]
+
+
+def test_completions_stop_after_the_first_eos_and_decode_without_it(team):
+    eos = team.tokenizers[0].eos_token_id
+    rows = team.generate(0, ["topic: abc\nwriter:"] * 4, 16, SETTINGS, RandomStream(0))
+    for completion in (c for row in rows for c in row):
+        assert eos not in completion.ids[:-1]
+        assert len(completion.ids) <= SETTINGS.max_new_tokens
+        assert completion.text == team.tokenizers[0].decode(completion.ids, skip_special_tokens=True)
+
+
+def test_scored_length_parity_and_every_token(team):
+    eos = team.tokenizers[0].eos_token_id
+    # pad == eos: parity cuts at the EOS (removing it) and then drops the last content token
+    assert team.scored_length(0, [5, 6, 7, eos], score_last_token=False) == 2
+    assert team.scored_length(0, [5, 6, 7], score_last_token=False) == 2
+    assert team.scored_length(0, [5], score_last_token=False) == 0
+    assert team.scored_length(0, [eos], score_last_token=False) == 0
+    assert team.scored_length(0, [5, 6, 7, eos], score_last_token=True) == 4
+    assert team.scored_length(0, [], score_last_token=True) == 0
