@@ -1,6 +1,7 @@
 """comlrl-lightning: train teams of cooperating LLM agents from preferences, with PyTorch Lightning."""
 
 from .data import PreferenceDataModule
+from .iterative import IterativePreferenceDataModule
 from .losses import bradley_terry_loss, madpo_loss
 from .modules import MADPOModule, TeamModule
 from .options import OptionError
@@ -12,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GenerationSettings",
+    "IterativePreferenceDataModule",
     "MADPOModule",
     "OptionError",
     "PreferenceDataModule",

@@ -2,7 +2,7 @@
 
 ``comlrl-lightning fit --config configs/madpo.yaml``. The model and data sections take a
 ``class_path`` (``comlrl_lightning.MADPOModule``, ``comlrl_lightning.PreferenceDataModule``...) so one
-command runs every algorithm. ``data.num_train_epochs`` sets ``trainer.max_epochs`` and the model's
+command runs every algorithm. ``trainer.max_epochs`` is ``num_train_epochs x num_iterations`` of the data section, and the model's
 ``num_agents`` is shared with the data module.
 """
 
@@ -17,11 +17,16 @@ from lightning.pytorch.cli import LightningCLI
 from .options import OptionError
 
 
+def total_epochs(data_options) -> int:
+    """``num_train_epochs`` per round times ``num_iterations`` rounds (1 for the base data module)."""
+    return data_options.num_train_epochs * getattr(data_options, "num_iterations", 1)
+
+
 class PreferenceCLI(LightningCLI):
     """LightningCLI with the links between the model, data and trainer sections."""
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.link_arguments("data.init_args.num_train_epochs", "trainer.max_epochs")
+        parser.link_arguments("data.init_args", "trainer.max_epochs", compute_fn=total_epochs)
         parser.link_arguments("model.init_args.num_agents", "data.init_args.num_agents")
 
     def instantiate_classes(self) -> None:

@@ -95,3 +95,83 @@ def build_pairs_within(
                 )
             )
     return result
+
+
+ITERATIVE_PAIR_SELECTIONS = ("reward_gap", "all", "random", "comparator_reward")
+"""Iterative ``pair_selection`` modes (``comparator_reward`` is the iterative default)."""
+
+
+def build_pairs_against(
+    current: Candidates,
+    comparator: List[List[List[Completion]]],
+    task: Task,
+    items: Sequence[Dict[str, Any]],
+    pair_selection: str,
+    pairs_per_sample: Optional[int],
+    stream: RandomStream,
+) -> CollectionResult:
+    """Iterative trainers (SPEC 3.2): current candidate ``j`` against comparator candidate ``j``.
+
+    Only equal indices ``j < min(K, K')`` are compared; either side may win; ties are dropped.
+    Selection per item: ``comparator_reward`` sorts by (comparator score, |gap|) descending,
+    ``reward_gap`` by |gap| descending (stable), ``random`` shuffles (seeded), ``all`` keeps every
+    pair by index. ``candidate_reward_mean`` averages every processed score of both sides.
+    """
+    result = CollectionResult()
+    for k, item in enumerate(items):
+        prompts = current.prompts[k]
+        sides = {
+            "current": [per_agent[k] for per_agent in current.completions],
+            "comparator": [per_agent[k] for per_agent in comparator],
+        }
+        raw, scores = {}, {}
+        for side, per_agent in sides.items():
+            raw[side], scores[side] = task.oracle.score([[c.text for c in cs] for cs in per_agent], prompts, item)
+        all_scores = scores["current"] + scores["comparator"]
+        result.scores.append(all_scores)
+        mean = sum(all_scores) / len(all_scores) if all_scores else 0.0
+        entries = []
+        for j in range(min(len(scores["current"]), len(scores["comparator"]))):
+            gap = scores["current"][j] - scores["comparator"][j]
+            if gap != 0:
+                winner, loser = ("current", "comparator") if gap > 0 else ("comparator", "current")
+                entries.append((abs(gap), scores["comparator"][j], j, winner, loser))
+        if pair_selection == "comparator_reward":
+            entries.sort(key=lambda e: (e[1], e[0]), reverse=True)
+        elif pair_selection == "reward_gap":
+            entries.sort(key=lambda e: -e[0])
+        elif pair_selection == "random":
+            stream.python.shuffle(entries)
+        if pair_selection != "all" and pairs_per_sample is not None:
+            entries = entries[:pairs_per_sample]
+        for _, _, j, winner, loser in entries:
+            result.pairs.append(
+                PreferencePair(
+                    prompts=list(prompts),
+                    winner_completions=[cs[j].text for cs in sides[winner]],
+                    loser_completions=[cs[j].text for cs in sides[loser]],
+                    winner_reward=scores[winner][j],
+                    loser_reward=scores[loser][j],
+                    candidate_reward_mean=mean,
+                    raw_rewards=[raw[winner][j], raw[loser][j]],
+                    target_raw_reward=raw["current"][j],
+                    comparator_raw_reward=raw["comparator"][j],
+                    prompt_ids=[list(ids) for ids in current.prompt_ids[k]],
+                    winner_ids=[list(cs[j].ids) for cs in sides[winner]],
+                    loser_ids=[list(cs[j].ids) for cs in sides[loser]],
+                )
+            )
+    return result
+
+
+def pair_from_record(record: Dict[str, Any], team: Team) -> PreferencePair:
+    """A stored record made trainable: texts re-tokenized with each agent's tokenizer (SPEC 3.2 step 9).
+
+    Prompts get the tokenizer's special tokens, completions none (the EOS is not in the text).
+    """
+    pair = PreferencePair.from_record(record, team.num_agents)
+    for agent, tokenizer in enumerate(team.tokenizers):
+        pair.prompt_ids.append(tokenizer(pair.prompts[agent], add_special_tokens=True)["input_ids"])
+        pair.winner_ids.append(tokenizer(pair.winner_completions[agent], add_special_tokens=False)["input_ids"])
+        pair.loser_ids.append(tokenizer(pair.loser_completions[agent], add_special_tokens=False)["input_ids"])
+    return pair

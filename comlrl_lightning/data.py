@@ -191,7 +191,10 @@ class PreferenceDataModule(LightningDataModule):
         if self.pairs is None:
             self.last_collection = self.collect(module)
             self.pairs = self.last_collection.pairs
-            module.log_collection(self.last_collection)
+            module.log_metrics_now({
+                "collect/preference_pairs": float(len(self.pairs)),
+                "collect/candidate_reward_mean": self.last_collection.reward_mean,
+            })
         if not self.pairs:
             rank_zero_warn("MADPO: no non-tied preference pairs were generated; training ends without an update.")
             self.trainer.should_stop = True

@@ -190,6 +190,11 @@ class TeamModule(LightningModule):
     def on_train_end(self) -> None:
         self.final_eval_reward = self.evaluate_now("after training")
 
+    def log_metrics_now(self, metrics: Dict[str, float]) -> None:
+        """Send metrics straight to the loggers (for work outside a step, such as collection)."""
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=self.global_step)
+
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         checkpoint["eval_stream"] = self.eval_stream.state_dict()
 

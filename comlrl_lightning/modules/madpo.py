@@ -8,7 +8,6 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics import MeanMetric, SumMetric
 
-from ..collection import CollectionResult
 from ..losses import madpo_loss
 from ..options import positive
 from ..pairs import PreferencePair
@@ -93,11 +92,3 @@ class MADPOModule(TeamModule):
         self.log("train/loss_step", loss.detach(), batch_size=size, prog_bar=True, logger=False)
         self.log("train/preference_accuracy", self.preference_accuracy, on_step=False, on_epoch=True, batch_size=size)
         return loss
-
-    def log_collection(self, result: CollectionResult) -> None:
-        """Called by the data module after a collection (outside any step)."""
-        for logger in self.loggers:
-            logger.log_metrics(
-                {"collect/preference_pairs": float(len(result.pairs)), "collect/candidate_reward_mean": result.reward_mean},
-                step=self.global_step,
-            )

@@ -1,0 +1,280 @@
+"""Round files and the replay buffer of the iterative trainers (SPEC 4, 5; DESIGN 6 items 2-3).
+
+Every round writes ``<directory>/iteration_{ν:04d}.json`` (``ν`` 1-based) holding
+``{"iteration": ν, "num_pairs": n, "pairs": [records]}``, serialised with
+``json.dumps(..., ensure_ascii=False)`` as UTF-8 without indentation; records are
+:meth:`comlrl_lightning.pairs.PreferencePair.to_record` dicts. The file is written for every
+round, also an empty one (``num_pairs`` 0).
+
+Atomicity: the bytes go to ``<path>.tmp`` in the same folder, are flushed and fsynced, and only
+then ``os.replace``-d onto the final name (then the folder is fsynced where the OS allows it). A
+crash therefore leaves either the previous file or the complete new one, never a torn file.
+
+The buffer samples only from its *index*: the list of non-empty rounds this run wrote (or a
+checkpoint restored), each with the sha256 of its bytes. Files that merely sit in the folder,
+e.g. from an older run pointed at the same directory, are never imported: history comes only
+from a checkpoint, and every indexed file is verified on resume and on every read, so a moved,
+edited or truncated file fails loudly instead of silently changing what is trained on.
+
+All randomness comes from the ``random.Random`` the caller passes in (the reference draws from the
+unseeded global ``random``), so a resumed run draws exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+from .options import at_least, choice, require
+
+REPLAY_MODES = ("current", "nearest_k", "all_history", "lambda_decay")
+"""``preference_replay_mode`` values after normalisation."""
+
+_MODE_ALIASES = {"latest": "current", "new": "current", "recent_k": "nearest_k", "last_k": "nearest_k",
+                 "k": "nearest_k", "lambda": "lambda_decay", "td_lambda": "lambda_decay", "td-lambda": "lambda_decay"}
+
+_ONLY_LAMBDA = "preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."
+_ONLY_K = "preference_replay_k is only valid when preference_replay_mode='nearest_k'."
+
+
+def normalise_replay_mode(value: Optional[str]) -> str:
+    """Strip, lower-case and resolve aliases of ``preference_replay_mode`` (SPEC 1.3 step 2)."""
+    return choice("preference_replay_mode", value, REPLAY_MODES, _MODE_ALIASES)
+
+
+def validate_replay_options(mode: Optional[str], k: Optional[int], lam: Optional[float],
+                            sample_size: Optional[int]) -> str:
+    """Check the replay options together (SPEC 1.3 step 3, in its order); return the normalised mode."""
+    mode = normalise_replay_mode(mode)
+    if mode == "current":
+        require(k is None or k == 1, "preference_replay_k must be null or 1 when preference_replay_mode='current'.")
+        require(lam is None, _ONLY_LAMBDA)
+        require(sample_size is None, "preference_replay_sample_size is only valid when preference_replay_mode is "
+                                     "'nearest_k', 'all_history', or 'lambda_decay'.")
+        return mode
+    if mode == "nearest_k":
+        require(k is not None, "preference_replay_k is required when preference_replay_mode='nearest_k'.")
+        at_least("preference_replay_k", k, 1)
+        require(lam is None, _ONLY_LAMBDA)
+    elif mode == "all_history":
+        require(k is None, _ONLY_K)
+        require(lam is None, _ONLY_LAMBDA)
+    else:  # lambda_decay
+        require(k is None, _ONLY_K)
+        require(lam is not None, "preference_replay_lambda is required when preference_replay_mode='lambda_decay'.")
+        # Written as a positive range test so that NaN fails too.
+        require(0.0 <= float(lam) <= 1.0, "preference_replay_lambda must be in [0, 1].")
+    at_least("preference_replay_sample_size", sample_size, 1, allow_none=True)
+    return mode
+
+
+def lambda_decay_weights(num_rounds: int, lam: float) -> List[float]:
+    """Shard weights for ``lambda_decay``, listed OLDEST first (SPEC 5.2).
+
+    With ``K_d = num_rounds`` and age ``a = 0`` for the newest shard::
+
+        w_a = (1-λ) λ^a / Σ_{b=0}^{K_d-1} (1-λ) λ^b  =  (1-λ) λ^a / (1 - λ^{K_d})
+
+    ``λ = 1`` gives the uniform ``1/K_d``; ``λ = 0`` gives 1 to the newest shard (``0^0 = 1``) and 0
+    to the rest; a normaliser ``<= 0`` falls back to newest-only. Examples for ``K_d = 4``:
+    ``λ = 0.5 → [0.0667, 0.1333, 0.2667, 0.5333]``, ``λ = 0.8 → [0.1734, 0.2168, 0.2710, 0.3388]``.
+    """
+    if num_rounds <= 0:
+        return []
+    if lam == 1.0:
+        return [1.0 / num_rounds] * num_rounds
+    by_age = [(1.0 - lam) * lam**age for age in range(num_rounds)]
+    total = sum(by_age)
+    if not total > 0.0:
+        by_age, total = [1.0] + [0.0] * (num_rounds - 1), 1.0
+    return [weight / total for weight in reversed(by_age)]
+
+
+@dataclass
+class Shard:
+    """One non-empty round in the replay index.
+
+    ``iteration`` is 1-based; ``filename`` is relative to the buffer directory; ``sha256`` is the
+    hex digest of the file's bytes as written.
+    """
+
+    iteration: int
+    filename: str
+    num_pairs: int
+    sha256: str
+
+
+class ReplayIndexError(RuntimeError):
+    """An indexed round file is missing, corrupt or does not match the replay index."""
+
+
+class ReplayBuffer:
+    """Index of this run's non-empty rounds, their files, and the replay draw of SPEC 5.3."""
+
+    def __init__(self, directory: Union[str, os.PathLike], mode: str = "current", k: Optional[int] = None,
+                 lam: Optional[float] = None, sample_size: Optional[int] = None) -> None:
+        self.mode = validate_replay_options(mode, k, lam, sample_size)
+        self.k = k
+        self.lam = None if lam is None else float(lam)
+        self.sample_size = sample_size
+        self.directory = Path(directory)  # created on the first write
+        self.shards: List[Shard] = []
+
+    @property
+    def total_pairs(self) -> int:
+        return sum(shard.num_pairs for shard in self.shards)
+
+    def round_path(self, iteration: int) -> Path:
+        return self.directory / f"iteration_{iteration:04d}.json"
+
+    def write_round(self, iteration: int, records: List[Dict[str, Any]]) -> Path:
+        """Atomically write the round file of ``iteration`` and update the index.
+
+        Shards of ``iteration`` and of every LATER iteration are dropped first: writing a round
+        again means it is being redone after a resume, so later shards belong to a discarded
+        future (their files stay on disk, unindexed, and get overwritten when those rounds run).
+        A non-empty round then appends its shard; an empty one only leaves its file.
+        """
+        require(iteration >= 1, "iteration must be >= 1.")
+        path = self.round_path(iteration)
+        payload = {"iteration": iteration, "num_pairs": len(records), "pairs": records}
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_directory(self.directory)
+        # The index changes only once the file is in place, so a failed write leaves it untouched.
+        self.shards = [shard for shard in self.shards if shard.iteration < iteration]
+        if records:
+            self.shards.append(Shard(iteration, path.name, len(records), hashlib.sha256(data).hexdigest()))
+        return path
+
+    def eligible(self) -> List[Shard]:
+        """Shards a draw may come from, oldest first (SPEC 5.1 step 2)."""
+        if self.mode == "nearest_k":
+            return self.shards[-self.k :]
+        if self.mode == "current":
+            return self.shards[-1:]
+        return list(self.shards)
+
+    def weights(self, shards: List[Shard]) -> List[float]:
+        if self.mode == "lambda_decay":
+            return lambda_decay_weights(len(shards), self.lam)
+        return [1.0 / len(shards)] * len(shards) if shards else []
+
+    def sample_size_for(self, current_count: int) -> int:
+        """``S`` of SPEC 5.3: the option; else this round's pair count; else the newest shard's; else 0."""
+        if self.sample_size is not None:
+            return self.sample_size
+        if current_count > 0:
+            return current_count
+        return self.shards[-1].num_pairs if self.shards else 0
+
+    def sample(self, current_count: int, rng: random.Random) -> List[Dict[str, Any]]:
+        """Draw the round's training records (SPEC 5.3 with ``rng`` for the global ``random``).
+
+        Multinomial allocation: each of the ``S`` draws picks one shard with probability ``w``.
+        Then, oldest shard first, a count ``c`` of ``n`` records takes ``c`` without replacement
+        if ``c <= n``, else ``⌊c/n⌋`` independently shuffled full copies plus ``c mod n`` without
+        replacement; the combined list is shuffled. Repeated records are the same dict objects.
+        """
+        shards = self.eligible()
+        total = self.sample_size_for(current_count)
+        if total <= 0 or not shards:
+            return []
+        weights = self.weights(shards)
+        counts = [0] * len(shards)
+        for _ in range(total):
+            counts[rng.choices(range(len(shards)), weights=weights, k=1)[0]] += 1
+        combined: List[Dict[str, Any]] = []
+        for shard, count in zip(shards, counts):
+            if count == 0:
+                continue  # rng.sample(records, 0) draws nothing, so skipping the read changes no stream
+            records = self.read_records(shard)
+            if count <= len(records):
+                combined.extend(rng.sample(records, count))
+                continue
+            remaining = count
+            while remaining >= len(records):
+                copy = list(records)
+                rng.shuffle(copy)
+                combined.extend(copy)
+                remaining -= len(records)
+            if remaining:
+                combined.extend(rng.sample(records, remaining))
+        rng.shuffle(combined)
+        return combined
+
+    def read_records(self, shard: Shard) -> List[Dict[str, Any]]:
+        """The records of an indexed shard, after checking its bytes against the index."""
+        path = os.path.abspath(self.directory / shard.filename)
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise ReplayIndexError(
+                f"Replay round file {path} is missing: the replay index of the checkpoint refers to it "
+                f"(iteration {shard.iteration}, {shard.num_pairs} pairs)."
+            ) from None
+        except OSError as error:
+            raise ReplayIndexError(f"Replay round file {path} cannot be read: {error}.") from error
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != shard.sha256:
+            raise ReplayIndexError(
+                f"Replay round file {path} is corrupt: its sha256 {digest} differs from {shard.sha256} "
+                "recorded in the replay index."
+            )
+        try:
+            payload = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ReplayIndexError(f"Replay round file {path} is not valid JSON: {error}.") from error
+        pairs = payload.get("pairs") if isinstance(payload, dict) else None
+        if not isinstance(pairs, list) or not all(isinstance(record, dict) for record in pairs):
+            raise ReplayIndexError(f"Replay round file {path} has no list of pair records under 'pairs'.")
+        if len(pairs) != shard.num_pairs or payload.get("num_pairs") != shard.num_pairs:
+            raise ReplayIndexError(
+                f"Replay round file {path} holds {len(pairs)} pairs (num_pairs {payload.get('num_pairs')}), "
+                f"but the replay index expects {shard.num_pairs}."
+            )
+        return pairs
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The index as plain types (loadable with ``torch.load(weights_only=True)``)."""
+        return {"version": 1, "directory": str(self.directory), "shards": [asdict(s) for s in self.shards]}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore the index and verify every shard file at once.
+
+        The saved ``directory`` is informational: files are looked up in the directory given to
+        ``__init__``, so a run folder that was moved still resumes. A missing or corrupt file raises
+        :class:`ReplayIndexError` naming it, and the current index is left unchanged.
+        """
+        shards = [Shard(int(s["iteration"]), str(s["filename"]), int(s["num_pairs"]), str(s["sha256"]))
+                  for s in state["shards"]]
+        for shard in shards:
+            self.read_records(shard)
+        self.shards = shards
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Makes the rename itself durable on POSIX; platforms that cannot open a directory skip it.
+    try:
+        handle = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+    except OSError:
+        pass

@@ -1,0 +1,103 @@
+"""Policy snapshots: the team's weights at the start of each round, for the history comparator.
+
+Layout (the reference's): ``<dir>/initial/agent_{i}`` is the policy before round 0 and
+``<dir>/iteration_{r:04d}/agent_{i}`` the policy after round ``r`` (0-based), each written with
+``save_pretrained`` (weights + the agent's tokenizer). The policy at the start of round ``r`` is
+therefore ``initial`` for ``r = 0`` and ``iteration_{r-1:04d}`` otherwise.
+
+Snapshots are written atomically (a staging folder renamed into place), so a crash never leaves a
+half-written snapshot under its final name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List
+
+from .team import Team
+
+
+def snapshot_name(round_start: int) -> str:
+    """Folder name of the policy at the start of round ``round_start`` (0-based)."""
+    return "initial" if round_start <= 0 else f"iteration_{round_start - 1:04d}"
+
+
+def round_start_of(name: str) -> int:
+    """Inverse of :func:`snapshot_name`."""
+    return 0 if name == "initial" else int(name.rsplit("_", 1)[1]) + 1
+
+
+class PolicySnapshots:
+    """Saves, finds and prunes round-start snapshots of a team.
+
+    Args:
+        directory: where snapshots live.
+        keep_all: never delete a snapshot (a folder the user chose with ``policy_checkpoint_dir``);
+            otherwise :meth:`prune` removes snapshots no later round can use.
+    """
+
+    def __init__(self, directory: str | os.PathLike, keep_all: bool = False) -> None:
+        self.directory = Path(directory)
+        self.keep_all = keep_all
+        self.saved: List[str] = []
+
+    def path(self, round_start: int) -> Path:
+        return self.directory / snapshot_name(round_start)
+
+    def save(self, round_start: int, team: Team) -> Path:
+        """Write the team's current weights as the snapshot of ``round_start``."""
+        target = self.path(round_start)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=self.directory))
+        try:
+            for index, (agent, tokenizer) in enumerate(zip(team.agents, team.tokenizers)):
+                agent.save_pretrained(staging / f"agent_{index}")
+                tokenizer.save_pretrained(staging / f"agent_{index}")
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        if target.name not in self.saved:
+            self.saved.append(target.name)
+        return target
+
+    def load(self, round_start: int, tokenizers: list) -> Team:
+        """The snapshot of ``round_start`` as a frozen team that shares the actors' tokenizers."""
+        path = self.path(round_start)
+        sources = [str(path / f"agent_{i}") for i in range(len(tokenizers))]
+        missing = [source for source in sources if not (Path(source) / "config.json").exists()]
+        if missing:
+            raise FileNotFoundError(f"Missing comparator history snapshot agent directories: {missing}")
+        team = Team(sources, tokenizers=list(tokenizers))
+        team.requires_grad_(False).eval()
+        return team
+
+    def prune(self, oldest_needed: int) -> None:
+        """Delete snapshots of round starts before ``oldest_needed`` (unless ``keep_all``)."""
+        if self.keep_all:
+            return
+        for name in list(self.saved):
+            if round_start_of(name) < oldest_needed:
+                shutil.rmtree(self.directory / name, ignore_errors=True)
+                self.saved.remove(name)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"saved": list(self.saved)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        # Snapshots pruned after this checkpoint was written are simply gone; require() checks
+        # the ones a resumed run actually needs.
+        self.saved = [name for name in state["saved"] if (self.directory / name).is_dir()]
+
+    def require(self, round_start: int) -> None:
+        """Fail now, naming the folder, if the snapshot of ``round_start`` is missing."""
+        path = self.path(round_start)
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"Policy snapshot {path} is missing: the history comparator needs it to resume. "
+                "Set policy_checkpoint_dir to keep every snapshot."
+            )
