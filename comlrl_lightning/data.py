@@ -20,6 +20,10 @@ from .rng import RandomStream
 from .task import ItemSource, Task, embedded_formatters, load_items
 
 
+DATA_STATE_MARKER = "comlrl_lightning_data_state"
+"""Key that marks our data modules' state inside a checkpoint (see ``TeamModule.on_load_checkpoint``)."""
+
+
 class EpochShuffleSampler(Sampler[int]):
     """A permutation of ``range(size)`` that depends only on ``(seed, epoch)``.
 
@@ -250,6 +254,7 @@ class PreferenceDataModule(LightningDataModule):
 
     def state_dict(self) -> Dict[str, Any]:
         return {
+            DATA_STATE_MARKER: type(self).__qualname__,
             "stream": self.stream.state_dict(),
             "pairs": None if self.pairs is None else [dataclasses.asdict(pair) for pair in self.pairs],
         }

@@ -61,3 +61,18 @@ def test_wandb_offline_logger_runs_without_login(tmp_path, monkeypatch):
           "--trainer.logger.init_args.offline", "true", "--trainer.logger.init_args.save_dir", str(tmp_path)])
     runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert runs and runs[0].stat().st_size > 0
+
+
+def test_iterative_config_runs_rounds_and_logs_round_metrics(tmp_path):
+    main(["fit", "--config", "configs/madpo_iter.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
+          "--data.init_args.num_iterations", "2", "--data.init_args.num_train_epochs", "1",
+          "--data.init_args.preference_replay_sample_size", "16", "--data.init_args.comparator_num_candidates", "3"])
+    assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == ["iteration_0001.json",
+                                                                                 "iteration_0002.json"]
+    rows = _metrics(tmp_path)
+    rounds = [float(r["iter/current_iteration"]) for r in rows if r.get("iter/current_iteration")]
+    assert rounds == [1.0, 2.0]
+    for key in ("iter/current_preference_pairs", "iter/total_preference_pairs", "iter/train_preference_pairs"):
+        assert any(r.get(key) for r in rows), key
+    train_pairs = [float(r["iter/train_preference_pairs"]) for r in rows if r.get("iter/train_preference_pairs")]
+    assert train_pairs == [16.0, 16.0]

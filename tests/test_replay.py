@@ -315,6 +315,44 @@ def test_full_copies_plus_remainder_when_count_exceeds(tmp_path):
     assert collections.Counter(r["index"] for r in exact.sample(0, random.Random(0))) == {i: 2 for i in range(5)}
 
 
+def spec_sample(shard_records, weights, total, rng):
+    """SPEC 5.3 written out literally, with ``rng`` in place of the global ``random``."""
+    counts = [0] * len(shard_records)
+    for _ in range(total):
+        counts[rng.choices(range(len(shard_records)), weights=weights, k=1)[0]] += 1
+    combined = []
+    for records, count in zip(shard_records, counts):
+        if count <= len(records):
+            combined.extend(rng.sample(records, count))
+        else:
+            remaining = count
+            while remaining >= len(records):
+                copy = list(records)
+                rng.shuffle(copy)
+                combined.extend(copy)
+                remaining -= len(records)
+            combined.extend(rng.sample(records, remaining))
+    rng.shuffle(combined)
+    return combined
+
+
+@pytest.mark.parametrize("sample_size", [5, 37, 200])
+def test_sample_matches_spec_procedure_draw_for_draw(tmp_path, sample_size):
+    sizes = [9, 4, 13]
+    buffer = filled(tmp_path, sizes, mode="lambda_decay", lam=0.6, sample_size=sample_size)
+    ours, theirs = random.Random(77), random.Random(77)
+    expected = spec_sample([tagged(i + 1, n) for i, n in enumerate(sizes)], lambda_decay_weights(3, 0.6),
+                           sample_size, theirs)
+    assert buffer.sample(0, ours) == expected
+    assert ours.getstate() == theirs.getstate()
+
+
+def test_combined_list_is_shuffled_across_shards(tmp_path):
+    buffer = filled(tmp_path, [50, 50], mode="all_history", sample_size=60)
+    order = [r["shard"] for r in buffer.sample(0, random.Random(2))]
+    assert order != sorted(order)
+
+
 def test_current_mode_sample_uses_last_shard(tmp_path):
     buffer = filled(tmp_path, [4, 6])
     records = buffer.sample(6, random.Random(0))

@@ -9,6 +9,7 @@ import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 
+from ..data import DATA_STATE_MARKER
 from ..defaults import EMBEDDED
 from ..options import at_least, positive, require
 from ..rng import RandomStream
@@ -201,3 +202,22 @@ class TeamModule(LightningModule):
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         if "eval_stream" in checkpoint:
             self.eval_stream.load_state_dict(checkpoint["eval_stream"])
+        self._find_data_state(checkpoint)
+
+    def _find_data_state(self, checkpoint: Dict[str, Any]) -> None:
+        """Let a renamed or subclassed data module resume.
+
+        Lightning stores the data module's state under its class name and silently skips it when
+        the name differs, which would quietly recollect pairs and restart the replay history. This
+        hook runs just before the data module is restored and files our state under the new name.
+        """
+        datamodule = self._trainer.datamodule if self._trainer is not None else None
+        key = type(datamodule).__qualname__
+        if datamodule is None or key in checkpoint:
+            return
+        found = [k for k, v in checkpoint.items() if isinstance(v, dict) and DATA_STATE_MARKER in v]
+        if len(found) > 1:
+            raise RuntimeError(f"The checkpoint holds data states {found}; none matches the data module {key}.")
+        if found:
+            rank_zero_info(f"Restoring the data module {key} from the checkpoint's {found[0]} state.")
+            checkpoint[key] = checkpoint[found[0]]

@@ -1,0 +1,73 @@
+"""Pairs of iterative rounds: current candidate j against comparator candidate j (SPEC 3.2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from comlrl_lightning.collection import Candidates, build_pairs_against, pair_from_record
+from comlrl_lightning.rng import RandomStream
+from comlrl_lightning.task import Task
+from comlrl_lightning.team import Completion
+
+
+def length_reward(a, b):
+    return [float(len(a[0]) + len(b[0]))]
+
+
+def shifted(value):
+    return value - 1.0
+
+
+def _side(texts_per_agent):
+    return [[[Completion(ids=[ord(c) % 40 for c in t], text=t) for t in texts]] for texts in texts_per_agent]
+
+
+def _build(current_texts, comparator_texts, selection="comparator_reward", limit=None, processor=None):
+    task = Task(reward_func=length_reward, reward_processor=processor, num_agents=2)
+    current = Candidates(prompts=[["p0", "p1"]], prompt_ids=[[[1], [2]]], completions=_side(current_texts))
+    return build_pairs_against(current, _side(comparator_texts), task, [{}], selection, limit, RandomStream(0))
+
+
+# current scores: 2, 4, 6, 1 (+ one extra candidate); comparator scores: 3, 4, 1, 5
+CURRENT = [["a", "bb", "ccc", "", "zzzz"], ["a", "bb", "ccc", "d", "z"]]
+COMPARATOR = [["aa", "bb", "x", "eeee"], ["a", "bb", "", "e"]]
+
+
+def test_equal_indices_only_either_side_wins_ties_dropped():
+    result = _build(CURRENT, COMPARATOR, selection="all")
+    # j=1 is a tie; j=4 has no comparator candidate
+    assert [(p.winner_reward, p.loser_reward) for p in result.pairs] == [(3.0, 2.0), (6.0, 1.0), (5.0, 1.0)]
+    first = result.pairs[0]
+    assert first.winner_completions == ["aa", "a"] and first.loser_completions == ["a", "a"]
+    assert first.raw_rewards == [3.0, 2.0] and first.target_raw_reward == 2.0 and first.comparator_raw_reward == 3.0
+    assert first.winner_ids == [[ord("a") % 40] * 2, [ord("a") % 40]]
+    # mean over every score of both sides, uncompared candidates included
+    assert first.candidate_reward_mean == pytest.approx((2 + 4 + 6 + 1 + 5 + 3 + 4 + 1 + 5) / 9)
+
+
+def test_selection_modes_and_limit():
+    by_comparator = _build(CURRENT, COMPARATOR, selection="comparator_reward", limit=2)
+    assert [p.comparator_raw_reward for p in by_comparator.pairs] == [5.0, 3.0]
+    by_gap = _build(CURRENT, COMPARATOR, selection="reward_gap", limit=2)
+    assert [abs(p.winner_reward - p.loser_reward) for p in by_gap.pairs] == [5.0, 4.0]
+    shuffled = [_build(CURRENT, COMPARATOR, selection="random").pairs for _ in range(2)]
+    assert [p.to_record() for p in shuffled[0]] == [p.to_record() for p in shuffled[1]]  # seeded
+    assert len(_build(CURRENT, COMPARATOR, selection="all", limit=1).pairs) == 3  # all ignores the limit
+
+
+def test_raw_rewards_are_before_the_processor():
+    pair = _build(CURRENT, COMPARATOR, selection="all", processor=shifted).pairs[0]
+    assert (pair.winner_reward, pair.loser_reward) == (2.0, 1.0)
+    assert pair.raw_rewards == [3.0, 2.0] and pair.target_raw_reward == 2.0
+
+
+def test_records_become_trainable_pairs_by_retokenizing_text():
+    from comlrl_lightning.team import Team
+
+    team = Team(["embedded", "embedded"])
+    record = _build(CURRENT, COMPARATOR, selection="all").pairs[0].to_record()
+    pair = pair_from_record(record, team)
+    tokenizer = team.tokenizers[0]
+    assert pair.winner_ids[0] == tokenizer("aa", add_special_tokens=False)["input_ids"]
+    assert pair.prompt_ids[1] == tokenizer("p1", add_special_tokens=True)["input_ids"]
+    assert pair.to_record() == record
