@@ -203,7 +203,9 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 team, self.task, self.train_items, self.preference_num_candidates, module.generation_settings,
                 self.stream, progress,
             )
-            comparator = self.comparator.sample(current.prompts, num_comparator, module.generation_settings)
+            comparator = self.comparator.sample(
+                self.train_items, current.prompts, num_comparator, module.generation_settings
+            )
             progress(len(self.train_items) * team.num_agents)
         self.comparator.end_round()
         result = build_pairs_against(
@@ -226,6 +228,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             "iter/total_preference_pairs": float(self.replay.total_pairs),
             "iter/train_preference_pairs": float(len(training)),
             "collect/candidate_reward_mean": result.reward_mean,
+            **self.comparator.metrics(),
         })
         rank_zero_info(
             f"round {round_index + 1}/{self.num_iterations}: {len(result.pairs)} pairs ({path.name}), "

@@ -5,7 +5,8 @@ prompts, with its own seeded random stream (so the current side's sampling never
 comparator's). They share one small interface:
 
 * ``start_round(round_index)`` before a collection (refresh copies, load a snapshot...),
-* ``sample(prompts, num_candidates, settings)`` -> ``completions[agent][item][j]``,
+* ``sample(items, prompts, num_candidates, settings)`` -> ``completions[agent][item][j]``,
+* ``metrics()`` -> round metrics (e.g. candidates an API did not return),
 * ``end_round()`` after it (free what is only needed during collection).
 """
 
@@ -35,9 +36,16 @@ class Comparator:
         return self._actors()
 
     def sample(
-        self, prompts: Sequence[Sequence[str]], num_candidates: int, settings: GenerationSettings
+        self,
+        items: Sequence[Dict[str, Any]],
+        prompts: Sequence[Sequence[str]],
+        num_candidates: int,
+        settings: GenerationSettings,
     ) -> List[List[List[Completion]]]:
-        """``num_candidates`` completions per agent for every item; ``prompts[item][agent]``."""
+        """Up to ``num_candidates`` completions per agent for every item (``prompts[item][agent]``).
+
+        Returns ``completions[agent][item][j]``; every agent has the same count ``j`` per item.
+        """
         team = self.source()
         return [
             team.generate(agent, [p[agent] for p in prompts], num_candidates, settings, self.stream)
@@ -46,6 +54,10 @@ class Comparator:
 
     def end_round(self) -> None:
         """Release what only the collection needed."""
+
+    def metrics(self) -> Dict[str, float]:
+        """Round metrics of this comparator (logged with the ``iter/`` metrics), e.g. shortfalls."""
+        return {}
 
     def state_dict(self) -> Dict[str, Any]:
         return {"stream": self.stream.state_dict()}
