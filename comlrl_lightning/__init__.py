@@ -1,6 +1,6 @@
 """comlrl-lightning: train teams of cooperating LLM agents from preferences, with PyTorch Lightning."""
 
-from .data import PreferenceDataModule
+from .data import PreferenceDataModule, TaskDataModule
 from .iterative import IterativePreferenceDataModule
 from .losses import bradley_terry_loss, madpo_loss
 from .modules import MADPOModule, TeamModule
@@ -20,6 +20,7 @@ __all__ = [
     "PreferencePair",
     "Task",
     "Team",
+    "TaskDataModule",
     "TeamModule",
     "bradley_terry_loss",
     "madpo_loss",

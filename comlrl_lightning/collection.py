@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from .oracle import Oracle
 from .pairs import PreferencePair, select_pairs
 from .rng import RandomStream
 from .task import Task
@@ -67,7 +68,7 @@ class CollectionResult:
 
 def build_pairs_within(
     candidates: Candidates,
-    task: Task,
+    oracle: Oracle,
     items: Sequence[Dict[str, Any]],
     pair_selection: str,
     pairs_per_sample: Optional[int],
@@ -76,7 +77,7 @@ def build_pairs_within(
     """Base trainers (SPEC 3.1): pairs between the candidates of one item, ties dropped."""
     result = CollectionResult()
     for k, item in enumerate(items):
-        _, scores = task.oracle.score(candidates.texts(k), candidates.prompts[k], item)
+        _, scores = oracle.score(candidates.texts(k), candidates.prompts[k], item)
         result.scores.append(scores)
         mean = sum(scores) / len(scores) if scores else 0.0
         for winner, loser in select_pairs(scores, pair_selection, pairs_per_sample, stream.python):
@@ -104,7 +105,7 @@ ITERATIVE_PAIR_SELECTIONS = ("reward_gap", "all", "random", "comparator_reward")
 def build_pairs_against(
     current: Candidates,
     comparator: List[List[List[Completion]]],
-    task: Task,
+    oracle: Oracle,
     items: Sequence[Dict[str, Any]],
     pair_selection: str,
     pairs_per_sample: Optional[int],
@@ -126,7 +127,7 @@ def build_pairs_against(
         }
         raw, scores = {}, {}
         for side, per_agent in sides.items():
-            raw[side], scores[side] = task.oracle.score([[c.text for c in cs] for cs in per_agent], prompts, item)
+            raw[side], scores[side] = oracle.score([[c.text for c in cs] for cs in per_agent], prompts, item)
         all_scores = scores["current"] + scores["comparator"]
         result.scores.append(all_scores)
         mean = sum(all_scores) / len(all_scores) if all_scores else 0.0

@@ -68,15 +68,12 @@ class ResumablePairLoader(DataLoader):
         self.shuffle_sampler.skip = state["batches_done"] * self.batch_size
 
 
-class PreferenceDataModule(LightningDataModule):
-    """Collects preference pairs once with the current team, then serves shuffled pair batches.
+class TaskDataModule(LightningDataModule):
+    """Task items, prompts, the oracle and evaluation: what every training flow needs.
 
-    The base (non-iterative) MADPO/MARLHF data flow of the seed: in the first
-    ``train_dataloader()`` call every agent samples ``preference_num_candidates`` completions per
-    task item, the oracle scores the joint responses (same candidate index across agents), and every
-    non-tied pair is ranked by ``pair_selection``; the kept pairs are then served for the trainer's
-    ``max_epochs`` (= ``num_train_epochs`` from the CLI) in batches of ``train_batch_size``, reshuffled
-    every epoch. The pairs and all random state are part of the checkpoint.
+    On its own it serves shuffled batches of task items (``train_batch_size`` items per step) to
+    modules that sample their own rollouts (``MAGRPOModule`` on the task reward); the preference
+    data modules below add collection.
 
     Args:
         train_dataset: task items: a list of dicts, a ``.json``/``.jsonl`` path, a Hugging Face dataset
@@ -89,16 +86,13 @@ class PreferenceDataModule(LightningDataModule):
         reward_func: task reward (callable or import path), called per joint response.
         reward_processor: optional map from raw reward to the pair score (callable or import path).
         num_agents: team size (linked to the model's ``num_agents`` by the CLI; ``None``: the team's).
-        preference_num_candidates: K, candidates per agent per item (>= 2).
-        preference_pairs_per_sample: pairs kept per item (``None``: all).
-        pair_selection: ``reward_gap`` (largest gap first), ``random`` (seeded), or ``all``.
-        train_batch_size: pairs per optimizer step.
-        num_train_epochs: epochs over the pairs (the CLI sets ``trainer.max_epochs`` from it).
+        train_batch_size: pairs (preference modules) or task items (policy-gradient modules) per step.
+        num_train_epochs: epochs (the CLI sets ``trainer.max_epochs`` from it).
         eval_num_samples: evaluation items per evaluation (0: no evaluation).
         eval_batch_size: evaluation items per validation step.
         num_turns: must be 1 (single-turn, as in the seed).
         joint_mode: must be ``aligned`` (joint response = same candidate index across agents).
-        seed: seed of the collection stream (sampling, random selection, shuffles).
+        seed: seed of the data stream (sampling, random selection, shuffles).
     """
 
     def __init__(
@@ -111,9 +105,6 @@ class PreferenceDataModule(LightningDataModule):
         reward_func: CallableSpec = None,
         reward_processor: CallableSpec = None,
         num_agents: Optional[int] = None,
-        preference_num_candidates: int = 80,
-        preference_pairs_per_sample: Optional[int] = 16,
-        pair_selection: str = "reward_gap",
         train_batch_size: int = 2,
         num_train_epochs: int = 20,
         eval_num_samples: int = 4,
@@ -123,13 +114,25 @@ class PreferenceDataModule(LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        self.pair_selection = self._validate(locals())
+        require(num_turns == 1, "MADPO currently supports num_turns=1 only.")
+        require(
+            str(joint_mode).strip().lower() in ("aligned", "align"),
+            "joint_mode must be aligned (joint responses pair the same candidate index across agents).",
+        )
+        at_least("num_train_epochs", num_train_epochs, 1)
+        at_least("train_batch_size", train_batch_size, 1)
+        at_least("eval_num_samples", eval_num_samples, 0)
+        at_least("eval_batch_size", eval_batch_size, 1)
+        if num_agents is not None:
+            at_least("num_agents", num_agents, 1)
         self.train_source, self.eval_source = train_dataset, eval_dataset
         self.dataset_split, self.eval_split = dataset_split, eval_split
         self.formatter_specs, self.reward_func, self.reward_processor = formatters, reward_func, reward_processor
+        if formatters is None and train_dataset == EMBEDDED:
+            self.formatter_specs = embedded_formatters()
+        if reward_func is None and train_dataset == EMBEDDED:
+            self.reward_func = "comlrl_lightning.defaults.vowel_length_reward"
         self.num_agents = num_agents
-        self.preference_num_candidates = preference_num_candidates
-        self.preference_pairs_per_sample = preference_pairs_per_sample
         self.train_batch_size, self.num_train_epochs = train_batch_size, num_train_epochs
         self.eval_num_samples, self.eval_batch_size = eval_num_samples, eval_batch_size
         self.seed = seed
@@ -137,39 +140,6 @@ class PreferenceDataModule(LightningDataModule):
         self.task: Optional[Task] = None
         self.train_items: List[Dict[str, Any]] = []
         self.eval_items: List[Dict[str, Any]] = []
-        self.pairs: Optional[List[PreferencePair]] = None
-        self.last_collection: Optional[CollectionResult] = None
-        if formatters is None and train_dataset == EMBEDDED:
-            self.formatter_specs = embedded_formatters()
-        if reward_func is None and train_dataset == EMBEDDED:
-            self.reward_func = "comlrl_lightning.defaults.vowel_length_reward"
-
-    def _validate(self, options: Dict[str, Any]) -> str:
-        """SPEC 1.1 rules for the collection options; returns the normalised ``pair_selection``."""
-        require(options["num_turns"] == 1, "MADPO currently supports num_turns=1 only.")
-        require(
-            str(options["joint_mode"]).strip().lower() in ("aligned", "align"),
-            "joint_mode must be aligned (joint responses pair the same candidate index across agents).",
-        )
-        at_least("num_train_epochs", options["num_train_epochs"], 1)
-        at_least("train_batch_size", options["train_batch_size"], 1)
-        at_least("eval_num_samples", options["eval_num_samples"], 0)
-        at_least("eval_batch_size", options["eval_batch_size"], 1)
-        if options["num_agents"] is not None:
-            at_least("num_agents", options["num_agents"], 1)
-        at_least("preference_num_candidates", options["preference_num_candidates"], 2)
-        if options["preference_pairs_per_sample"] is not None:
-            at_least("preference_pairs_per_sample", options["preference_pairs_per_sample"], 1, allow_none=True)
-        selection = choice("pair_selection", options["pair_selection"] or "reward_gap", self.allowed_pair_selections())
-        require(
-            not (selection == "all" and options["preference_pairs_per_sample"] is not None),
-            "preference_pairs_per_sample must be null when pair_selection='all'.",
-        )
-        return selection
-
-    @classmethod
-    def allowed_pair_selections(cls) -> Sequence[str]:
-        return PAIR_SELECTIONS
 
     # ------------------------------------------------------------------------------------------
     # Lightning hooks
@@ -185,10 +155,87 @@ class PreferenceDataModule(LightningDataModule):
                 f"data num_agents ({num_agents}) must match the team's {team_size} agents.",
             )
             num_agents = team_size
-        self.task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents)
+        self.task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents or 2)
         self.train_items = load_items(self.train_source, self.dataset_split, "train")
         self.eval_items = load_items(self.eval_source, self.eval_split, "eval")
         require(bool(self.train_items), "train_dataset: training requires at least one task item.")
+
+    def train_dataloader(self) -> DataLoader:
+        return self.item_loader(self.train_items)
+
+    def val_dataloader(self) -> Union[DataLoader, List]:
+        items = self.eval_items[: self.eval_num_samples]
+        if not items:
+            return []
+        return DataLoader(items, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
+
+    def _loader(self, data: list, collate_fn: Callable) -> DataLoader:
+        def batches_done() -> int:
+            return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+        return ResumablePairLoader(data, self.train_batch_size, self.seed, collate_fn, batches_done)
+
+    def item_loader(self, items: List[Dict[str, Any]]) -> DataLoader:
+        """Shuffled, resumable batches of task items (lists of dicts)."""
+        return self._loader(items, list)
+
+    def pair_loader(self, pairs: List[PreferencePair], module) -> DataLoader:
+        """Shuffled, resumable batches of pairs collated by ``module.collate_pairs``."""
+        return self._loader(pairs, module.collate_pairs)
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpointed state
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {DATA_STATE_MARKER: type(self).__qualname__, "stream": self.stream.state_dict()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.stream.load_state_dict(state["stream"])
+
+
+class PreferenceDataModule(TaskDataModule):
+    """Collects preference pairs once with the current team, then serves them.
+
+    The base (non-iterative) MADPO/MARLHF data flow of the seed: in the first
+    ``train_dataloader()`` call every agent samples ``preference_num_candidates`` completions per
+    task item, the oracle scores the joint responses (same candidate index across agents), and every
+    non-tied pair is ranked by ``pair_selection``. A module that trains on pairs (MADPO) then gets
+    them for the trainer's ``max_epochs`` (= ``num_train_epochs`` from the CLI) in batches of
+    ``train_batch_size``, reshuffled every epoch; a module that trains on task items (MARLHF, which
+    first fits its reward model on the pairs) gets the items. The pairs and all random state are
+    part of the checkpoint.
+
+    Args:
+        preference_num_candidates: K, candidates per agent per item (>= 2).
+        preference_pairs_per_sample: pairs kept per item (``None``: all).
+        pair_selection: ``reward_gap`` (largest gap first), ``random`` (seeded), or ``all``.
+        **kwargs: the options of :class:`TaskDataModule`.
+    """
+
+    def __init__(
+        self,
+        preference_num_candidates: int = 80,
+        preference_pairs_per_sample: Optional[int] = 16,
+        pair_selection: str = "reward_gap",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        at_least("preference_num_candidates", preference_num_candidates, 2)
+        if preference_pairs_per_sample is not None:
+            at_least("preference_pairs_per_sample", preference_pairs_per_sample, 1, allow_none=True)
+        self.pair_selection = choice("pair_selection", pair_selection or "reward_gap", self.allowed_pair_selections())
+        require(
+            not (self.pair_selection == "all" and preference_pairs_per_sample is not None),
+            "preference_pairs_per_sample must be null when pair_selection='all'.",
+        )
+        self.preference_num_candidates = preference_num_candidates
+        self.preference_pairs_per_sample = preference_pairs_per_sample
+        self.pairs: Optional[List[PreferencePair]] = None
+        self.last_collection: Optional[CollectionResult] = None
+
+    @classmethod
+    def allowed_pair_selections(cls) -> Sequence[str]:
+        return PAIR_SELECTIONS
 
     def train_dataloader(self) -> DataLoader:
         module = self.trainer.lightning_module
@@ -200,21 +247,15 @@ class PreferenceDataModule(LightningDataModule):
                 "collect/candidate_reward_mean": self.last_collection.reward_mean,
             })
         if not self.pairs:
-            rank_zero_warn("MADPO: no non-tied preference pairs were generated; training ends without an update.")
+            rank_zero_warn("no non-tied preference pairs were generated; training ends without an update.")
             self.trainer.should_stop = True
-        return self.pair_loader(self.pairs, module)
+        return self.round_loader(module)
 
-    def val_dataloader(self) -> Union[DataLoader, List]:
-        items = self.eval_items[: self.eval_num_samples]
-        if not items:
-            return []
-        return DataLoader(items, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
-
-    def pair_loader(self, pairs: List[PreferencePair], module) -> DataLoader:
-        def batches_done() -> int:
-            return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
-
-        return ResumablePairLoader(pairs, self.train_batch_size, self.seed, module.collate_pairs, batches_done)
+    def round_loader(self, module) -> DataLoader:
+        """Pairs for a module that trains on pairs; task items (none without pairs) for one that trains on items."""
+        if getattr(module, "trains_on", "pairs") == "items":
+            return self.item_loader(self.train_items if self.pairs else [])
+        return self.pair_loader(self.pairs or [], module)
 
     # ------------------------------------------------------------------------------------------
     # Collection
@@ -241,7 +282,8 @@ class PreferenceDataModule(LightningDataModule):
                 progress,
             )
         result = build_pairs_within(
-            candidates, self.task, self.train_items, self.pair_selection, self.preference_pairs_per_sample, self.stream
+            candidates, module.collection_oracle(self.task), self.train_items, self.pair_selection,
+            self.preference_pairs_per_sample, self.stream,
         )
         rank_zero_info(
             f"collected {len(result.pairs)} preference pairs from {len(self.train_items)} items "
@@ -253,13 +295,11 @@ class PreferenceDataModule(LightningDataModule):
     # Checkpointed state
 
     def state_dict(self) -> Dict[str, Any]:
-        return {
-            DATA_STATE_MARKER: type(self).__qualname__,
-            "stream": self.stream.state_dict(),
-            "pairs": None if self.pairs is None else [dataclasses.asdict(pair) for pair in self.pairs],
-        }
+        state = super().state_dict()
+        state["pairs"] = None if self.pairs is None else [dataclasses.asdict(pair) for pair in self.pairs]
+        return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.stream.load_state_dict(state["stream"])
+        super().load_state_dict(state)
         pairs = state.get("pairs")
         self.pairs = None if pairs is None else [PreferencePair(**pair) for pair in pairs]

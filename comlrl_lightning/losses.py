@@ -59,3 +59,53 @@ def gathered_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk_size: i
     if not pieces:
         return flat_logits.new_zeros(targets.shape, dtype=torch.float32)
     return torch.cat(pieces).reshape(targets.shape)
+
+
+# ------------------------------------------------------------------------------------------------
+# Policy-gradient pieces (MARLHF / MAGRPO family)
+
+ADVANTAGE_BASELINES = ("mean", "raw", "max", "rloo")
+"""Group baselines: MAGRPO (mean), MAREINFORCE (raw), MAReMax (max), MARLOO (leave-one-out)."""
+
+
+def group_advantages(returns: torch.Tensor, baseline: str = "mean", normalize: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """Advantages of ``G`` samples of the same prompt; ``returns`` is ``[..., G]``.
+
+    * ``mean``: ``A_g = R_g - mean(R)``;
+    * ``raw``:  ``A_g = R_g``;
+    * ``max``:  ``A_g = R_g - max(R)``;
+    * ``rloo``: ``A_g = R_g - mean_{h != g} R_h = (G R_g - sum R) / (G - 1)`` (``mean`` when ``G = 1``).
+
+    With ``normalize``, ``A`` is divided by ``max(std_pop(R), eps)`` *without re-centering*, so the
+    four baselines stay different algorithms (re-centering, as the reference does, maps all four to
+    the same z-score).
+    """
+    size = returns.shape[-1]
+    if baseline == "mean" or (baseline == "rloo" and size <= 1):
+        advantages = returns - returns.mean(dim=-1, keepdim=True)
+    elif baseline == "raw":
+        advantages = returns.clone()
+    elif baseline == "max":
+        advantages = returns - returns.max(dim=-1, keepdim=True).values
+    elif baseline == "rloo":
+        advantages = (size * returns - returns.sum(dim=-1, keepdim=True)) / (size - 1)
+    else:
+        raise ValueError(f"baseline must be one of: {', '.join(ADVANTAGE_BASELINES)}.")
+    if normalize and size > 1:
+        advantages = advantages / returns.std(dim=-1, unbiased=False, keepdim=True).clamp_min(eps)
+    return advantages
+
+
+def policy_gradient_loss(sequence_logprobs: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """REINFORCE loss ``mean_s -A_s * log pi(completion_s)`` (advantages are constants)."""
+    return -(advantages.detach() * sequence_logprobs).mean()
+
+
+def k3_kl(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-sequence k3 estimate of ``KL(policy || reference)`` summed over the masked tokens.
+
+    ``k3 = exp(r) - r - 1`` with ``r = log p_ref - log p_pol`` per token (non-negative, unbiased).
+    All inputs are ``[M, T]``; returns ``[M]``.
+    """
+    ratio = reference_logprobs - policy_logprobs
+    return ((torch.exp(ratio) - ratio - 1.0) * mask).sum(dim=-1)

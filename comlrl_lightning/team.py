@@ -201,9 +201,17 @@ class Team(nn.Module):
             input_ids, attention_mask: ``[M, P + C]``.
             score_mask: ``[M, C]``, 1 where a completion token is scored.
         """
-        width = score_mask.shape[1]
+        return (self.token_logprobs(agent_index, input_ids, attention_mask, score_mask.shape[1]) * score_mask).sum(dim=-1)
+
+    def token_logprobs(
+        self, agent_index: int, input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, model=None
+    ) -> torch.Tensor:
+        """``[M, width]`` float32 log-probabilities of the last ``width`` tokens of each row.
+
+        ``model`` scores with another model of the same vocabulary (a frozen reference policy).
+        """
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        output = self.agents[agent_index](
+        output = (model or self.agents[agent_index])(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
@@ -211,9 +219,7 @@ class Team(nn.Module):
             logits_to_keep=width + 1,
         )
         logits = output.logits[:, -(width + 1) : -1]
-        targets = input_ids[:, -width:]
-        token_logprobs = gathered_logprobs(logits, targets)
-        return (token_logprobs * score_mask).sum(dim=-1)
+        return gathered_logprobs(logits, input_ids[:, -width:])
 
 
 def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,7 +25,7 @@ def _side(texts_per_agent):
 def _build(current_texts, comparator_texts, selection="comparator_reward", limit=None, processor=None):
     task = Task(reward_func=length_reward, reward_processor=processor, num_agents=2)
     current = Candidates(prompts=[["p0", "p1"]], prompt_ids=[[[1], [2]]], completions=_side(current_texts))
-    return build_pairs_against(current, _side(comparator_texts), task, [{}], selection, limit, RandomStream(0))
+    return build_pairs_against(current, _side(comparator_texts), task.oracle, [{}], selection, limit, RandomStream(0))
 
 
 # current scores: 2, 4, 6, 1 (+ one extra candidate); comparator scores: 3, 4, 1, 5

@@ -139,6 +139,10 @@ class TeamModule(LightningModule):
         with torch.no_grad(), precision:
             yield
 
+    def collection_oracle(self, task):
+        """What scores joint responses during collection: the task's oracle (MARLHF may use its reward model)."""
+        return task.oracle
+
     # ------------------------------------------------------------------------------------------
     # Evaluation: the current policy's task reward (one sample per agent per eval item)
 

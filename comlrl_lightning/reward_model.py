@@ -1,0 +1,131 @@
+"""The joint Bradley–Terry reward model of MARLHF: one scalar for a whole joint response."""
+
+from __future__ import annotations
+
+import copy
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from .losses import bradley_terry_loss
+from .team import ModelSource, load_model, load_tokenizer
+
+JOINT_HEADER = "Joint multi-agent response"
+SEPARATOR = "\n\n"
+
+
+def joint_text(prompts: Sequence[str], completions: Sequence[str]) -> str:
+    """The reward model's input (SPEC 8.2): header, then each agent's prompt and response (1-based)."""
+    parts = [JOINT_HEADER]
+    for index in range(max(len(prompts), len(completions))):
+        prompt = prompts[index] if index < len(prompts) else ""
+        completion = completions[index] if index < len(completions) else ""
+        parts += [f"Agent {index + 1} prompt:\n{prompt}", f"Agent {index + 1} response:\n{completion}"]
+    return SEPARATOR.join(parts)
+
+
+def encode_joint(tokenizer, prompts: Sequence[str], completions: Sequence[str], max_length: Optional[int]) -> List[int]:
+    """Token ids of :func:`joint_text`, cut to ``max_length`` by shortening prompts before responses.
+
+    Prompts lose tokens from their start (the end of a prompt sits next to its response), the
+    longest first; only when every prompt is empty do responses lose tokens from their end.
+    """
+    labels = [JOINT_HEADER]
+    bodies: List[List[int]] = []
+    kinds: List[str] = []
+    for index in range(max(len(prompts), len(completions))):
+        for kind, texts in (("prompt", prompts), ("response", completions)):
+            labels.append(f"Agent {index + 1} {kind}:\n")
+            bodies.append(tokenizer(texts[index] if index < len(texts) else "", add_special_tokens=False)["input_ids"])
+            kinds.append(kind)
+    fixed = [tokenizer(labels[0], add_special_tokens=True)["input_ids"]]
+    fixed += [tokenizer(SEPARATOR + label, add_special_tokens=False)["input_ids"] for label in labels[1:]]
+    if max_length is not None:
+        excess = sum(map(len, fixed)) + sum(map(len, bodies)) - max_length
+        for kind in ("prompt", "response"):
+            while excess > 0:
+                candidates = [i for i, k in enumerate(kinds) if k == kind and bodies[i]]
+                if not candidates:
+                    break
+                longest = max(candidates, key=lambda i: len(bodies[i]))
+                bodies[longest] = bodies[longest][1:] if kind == "prompt" else bodies[longest][:-1]
+                excess -= 1
+    ids = list(fixed[0])
+    for label, body in zip(fixed[1:], bodies):
+        ids += label + body
+    return ids[:max_length] if max_length is not None else ids
+
+
+def hidden_size_of(config) -> int:
+    for name in ("hidden_size", "n_embd", "d_model"):
+        if getattr(config, name, None):
+            return int(getattr(config, name))
+    raise ValueError("Could not infer reward model hidden size.")
+
+
+class JointRewardModel(nn.Module):
+    """A causal-LM backbone without its LM head plus a scalar head on the last non-padding token.
+
+    Args:
+        source: backbone (hub id, local path, ``"embedded"``, or a causal-LM object, copied).
+        freeze_backbone: train only the head.
+    """
+
+    def __init__(self, source: ModelSource, freeze_backbone: bool = False) -> None:
+        super().__init__()
+        causal = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source)
+        self.backbone = causal.base_model  # the transformer without the LM head: no vocabulary logits
+        self.head = nn.Linear(hidden_size_of(causal.config), 1)
+        self.head.to(dtype=next(self.backbone.parameters()).dtype)
+        self.backbone.requires_grad_(not freeze_backbone)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``[B]`` scores; works with left or right padding (pools the last position whose mask is 1)."""
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+        last = (attention_mask.long() * positions).argmax(dim=-1)
+        pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        return self.head(pooled).squeeze(-1).float()
+
+
+class RewardScorer:
+    """A :class:`JointRewardModel` with its tokenizer: texts in, scores out."""
+
+    def __init__(self, model: JointRewardModel, tokenizer, max_length: Optional[int] = None) -> None:
+        self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
+
+    @classmethod
+    def from_source(cls, source: ModelSource, tokenizer=None, max_length: Optional[int] = None,
+                    freeze_backbone: bool = False) -> "RewardScorer":
+        if tokenizer is None:
+            if not isinstance(source, str):
+                raise ValueError("reward_model_name must be provided when agent models are objects.")
+            tokenizer = load_tokenizer(source)
+        return cls(JointRewardModel(source, freeze_backbone), tokenizer, max_length)
+
+    def batch(self, prompts: Sequence[Sequence[str]], completions: Sequence[Sequence[str]]) -> Dict[str, torch.Tensor]:
+        """Right-padded ids and mask of the joint texts of ``len(prompts)`` joint responses."""
+        encoded = [encode_joint(self.tokenizer, p, c, self.max_length) for p, c in zip(prompts, completions)]
+        width = max(len(ids) for ids in encoded)
+        input_ids = torch.full((len(encoded), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, ids in enumerate(encoded):
+            input_ids[row, : len(ids)] = torch.as_tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+        device = next(self.model.parameters()).device
+        return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+
+    def score(self, prompts: Sequence[Sequence[str]], completions: Sequence[Sequence[str]]) -> torch.Tensor:
+        return self.model(**self.batch(prompts, completions))
+
+    def pair_loss(self, pairs: Sequence) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Bradley–Terry loss of a batch of pairs, with the chosen and rejected scores."""
+        prompts = [pair.prompts for pair in pairs] * 2
+        completions = [pair.winner_completions for pair in pairs] + [pair.loser_completions for pair in pairs]
+        scores = self.score(prompts, completions)
+        chosen, rejected = scores[: len(pairs)], scores[len(pairs) :]
+        return bradley_terry_loss(chosen, rejected), chosen, rejected
