@@ -170,8 +170,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         if round_index != self.built_round:
             self.build_round(round_index, module)
         if not self.pairs:
-            rank_zero_warn(f"MADPOIter: no replay preference pairs for iteration {round_index + 1}; the round trains nothing.")
-        return self.pair_loader(self.pairs, module)
+            rank_zero_warn(f"no replay preference pairs for iteration {round_index + 1}; the round trains nothing.")
+        return self.round_loader(module)
 
     def teardown(self, stage: str) -> None:
         # The reference also snapshots the policy after the last round when asked to keep snapshots.
@@ -209,7 +209,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             progress(len(self.train_items) * team.num_agents)
         self.comparator.end_round()
         result = build_pairs_against(
-            current, comparator, self.task, self.train_items, self.pair_selection,
+            current, comparator, module.collection_oracle(self.task), self.train_items, self.pair_selection,
             self.preference_pairs_per_sample, self.stream,
         )
         path = self.replay.write_round(round_index + 1, [pair.to_record() for pair in result.pairs])
