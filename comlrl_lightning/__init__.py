@@ -3,7 +3,7 @@
 from .data import PreferenceDataModule, TaskDataModule
 from .iterative import IterativePreferenceDataModule
 from .losses import bradley_terry_loss, madpo_loss
-from .modules import MADPOModule, TeamModule
+from .modules import MADPOModule, MAGRPOModule, MARLHFModule, RewardModelModule, RoundFilesDataModule, TeamModule
 from .options import OptionError
 from .pairs import PreferencePair
 from .task import Task
@@ -15,6 +15,10 @@ __all__ = [
     "GenerationSettings",
     "IterativePreferenceDataModule",
     "MADPOModule",
+    "MAGRPOModule",
+    "MARLHFModule",
+    "RewardModelModule",
+    "RoundFilesDataModule",
     "OptionError",
     "PreferenceDataModule",
     "PreferencePair",

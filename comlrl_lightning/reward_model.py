@@ -129,3 +129,22 @@ class RewardScorer:
         scores = self.score(prompts, completions)
         chosen, rejected = scores[: len(pairs)], scores[len(pairs) :]
         return bradley_terry_loss(chosen, rejected), chosen, rejected
+
+
+class RewardModelOracle:
+    """Scores joint responses with a fitted reward model (raw = processed = the model's score).
+
+    Used for collection by iterative MARLHF with ``preference_scoring_reward="reward_model"``.
+    """
+
+    def __init__(self, scorer: RewardScorer) -> None:
+        self.scorer = scorer
+
+    @torch.no_grad()
+    def score(self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item) -> Tuple[List[float], List[float]]:
+        count = min(len(texts) for texts in candidates)
+        if count == 0:
+            return [], []
+        joint = [[texts[j] for texts in candidates] for j in range(count)]
+        values = self.scorer.score([list(prompts)] * count, joint).tolist()
+        return values, list(values)

@@ -76,3 +76,31 @@ def test_iterative_config_runs_rounds_and_logs_round_metrics(tmp_path):
         assert any(r.get(key) for r in rows), key
     train_pairs = [float(r["iter/train_preference_pairs"]) for r in rows if r.get("iter/train_preference_pairs")]
     assert train_pairs == [16.0, 16.0]
+
+
+def test_marlhf_config_fits_the_reward_model_then_trains_the_policy(tmp_path):
+    main(["fit", "--config", "configs/marlhf.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
+          "--model.init_args.num_generations", "2", "--model.init_args.reward_num_train_epochs", "1",
+          "--data.init_args.num_train_epochs", "1", "--trainer.limit_train_batches", "2",
+          "--trainer.log_every_n_steps", "1"])
+    rows = _metrics(tmp_path)
+    assert any(r.get("reward_model/accuracy") for r in rows)
+    assert any(r.get("train/loss") for r in rows)
+
+
+def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
+    from comlrl_lightning.pairs import PreferencePair
+    from comlrl_lightning.replay import ReplayBuffer
+
+    buffer = ReplayBuffer(tmp_path / "rounds")
+    for iteration in (1, 2):
+        pairs = [PreferencePair(prompts=["topic: a\nwriter:", "topic: a\nmatcher:"],
+                                winner_completions=["aeiou" * (i % 3 + 1), "ok"], loser_completions=["xyz", "ok"],
+                                winner_reward=1.0, loser_reward=0.0, candidate_reward_mean=0.5) for i in range(10)]
+        buffer.write_round(iteration, [p.to_record() for p in pairs])
+    main(["fit", "--config", "configs/reward_model.yaml", "--trainer.default_root_dir", str(tmp_path),
+          "--data.init_args.replay_dir", str(tmp_path / "rounds"), "--data.init_args.num_train_epochs", "2",
+          "--trainer.enable_progress_bar", "false"])
+    rows = _metrics(tmp_path)
+    assert any(r.get("val/reward_model/accuracy") for r in rows)
+    assert max(int(r["epoch"]) for r in rows) == 1  # num_train_epochs=2 set trainer.max_epochs

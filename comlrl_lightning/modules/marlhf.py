@@ -1,0 +1,149 @@
+"""MARLHFModule: fit a joint Bradley–Terry reward model on the round's pairs, then policy gradient on it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from ..options import at_least, choice, positive
+from ..reward_model import RewardModelOracle, RewardScorer
+from .magrpo import MAGRPOModule
+
+SCORING_ALIASES = {
+    "oracle": "task", "environment": "task", "env": "task",
+    "model": "reward_model", "learned": "reward_model",
+}
+
+
+class MARLHFModule(MAGRPOModule):
+    """Multi-agent RLHF: a fresh joint reward model is fitted on every round's preference pairs, then
+    the team is trained with a MAGRPO-family backend on the learned reward.
+
+    Use it with :class:`~comlrl_lightning.PreferenceDataModule` (collect once, fit, then
+    ``num_train_epochs`` RL epochs over the task items) or
+    :class:`~comlrl_lightning.IterativePreferenceDataModule` (per round: pairs, replay, a fresh reward
+    model fit, then ``num_train_epochs`` RL epochs). The fit happens at the round's first epoch,
+    before its first policy update; the fitted weights are part of every checkpoint, so a resumed run
+    does not refit. Evaluation always uses the task reward.
+
+    Args:
+        reward_model_name: backbone of the reward model (default: agent 0's model).
+        reward_learning_rate: AdamW learning rate of the reward model (> 0).
+        reward_num_train_epochs: Bradley–Terry epochs per fit (>= 1).
+        reward_train_batch_size: pairs per reward-model step (>= 1).
+        reward_max_length: token budget of a joint text; prompts are shortened before responses.
+        reward_freeze_backbone: train only the scalar head.
+        preference_scoring_reward: iterative collection scores comparisons with the ``task`` reward, or
+            with the previous round's ``reward_model`` (the task reward while there is none).
+        **kwargs: the options of :class:`MAGRPOModule` and :class:`TeamModule`.
+    """
+
+    def __init__(
+        self,
+        reward_model_name: Optional[str] = None,
+        reward_learning_rate: float = 1e-5,
+        reward_num_train_epochs: int = 1,
+        reward_train_batch_size: int = 1,
+        reward_max_length: Optional[int] = None,
+        reward_freeze_backbone: bool = False,
+        preference_scoring_reward: str = "task",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        positive("reward_learning_rate", reward_learning_rate)
+        at_least("reward_num_train_epochs", reward_num_train_epochs, 1)
+        at_least("reward_train_batch_size", reward_train_batch_size, 1)
+        if reward_max_length is not None:
+            at_least("reward_max_length", reward_max_length, 1, allow_none=True)
+        self.preference_scoring_reward = choice(
+            "preference_scoring_reward", preference_scoring_reward, ("task", "reward_model"), SCORING_ALIASES
+        )
+        self.reward_model_name = reward_model_name
+        self.reward_learning_rate = float(reward_learning_rate)
+        self.reward_num_train_epochs, self.reward_train_batch_size = reward_num_train_epochs, reward_train_batch_size
+        self.reward_max_length, self.reward_freeze_backbone = reward_max_length, reward_freeze_backbone
+        self.scorer: Optional[RewardScorer] = None
+        self.reward_model: Optional[torch.nn.Module] = None
+        self.fitted_round: Optional[int] = None
+        self._fresh_reward_state: Optional[Dict[str, torch.Tensor]] = None
+        self.save_hyperparameters(ignore=["agents", "tokenizers"])
+
+    def configure_model(self) -> None:
+        super().configure_model()
+        if self.scorer is None:
+            source = self.reward_model_name or self.agent_sources[0]
+            tokenizer = None if isinstance(source, str) else self.team.tokenizers[0]
+            self.scorer = RewardScorer.from_source(source, tokenizer, self.reward_max_length, self.reward_freeze_backbone)
+            self.reward_model = self.scorer.model  # a submodule: moved by Lightning, saved in checkpoints
+            self.reward_model.requires_grad_(False).eval()
+            self._fresh_reward_state = copy.deepcopy(self.reward_model.state_dict())
+
+    # ------------------------------------------------------------------------------------------
+    # Reward model fit, once per round, before the round's first update
+
+    def on_train_epoch_start(self) -> None:
+        datamodule = self.trainer.datamodule
+        round_index = getattr(datamodule, "built_round", 0) or 0
+        pairs = getattr(datamodule, "pairs", None)
+        if pairs and round_index != self.fitted_round:
+            self.fit_reward_model(pairs, round_index)
+
+    def fit_reward_model(self, pairs: List, round_index: int = 0) -> Dict[str, float]:
+        """A fresh reward model (initial backbone, seeded new head) fitted with Bradley–Terry on ``pairs``."""
+        model = self.reward_model
+        model.load_state_dict(self._fresh_reward_state)
+        generator = torch.Generator().manual_seed(self.hparams.seed * 1_000_003 + round_index)
+        with torch.no_grad():
+            model.head.weight.copy_(torch.empty_like(model.head.weight).uniform_(-1, 1, generator=generator) / model.head.in_features ** 0.5)
+            model.head.bias.zero_()
+        model.head.requires_grad_(True)
+        model.backbone.requires_grad_(not self.reward_freeze_backbone)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=self.reward_learning_rate)
+        model.train()
+        totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
+        with torch.enable_grad():
+            for _ in range(self.reward_num_train_epochs):
+                totals = {key: 0.0 for key in totals}
+                order = torch.randperm(len(pairs), generator=generator).tolist()
+                for start in range(0, len(order), self.reward_train_batch_size):
+                    batch = [pairs[i] for i in order[start : start + self.reward_train_batch_size]]
+                    loss, chosen, rejected = self.scorer.pair_loss(batch)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    totals["loss"] += loss.item() * len(batch)
+                    totals["accuracy"] += (chosen > rejected).float().sum().item()
+                    totals["margin"] += (chosen - rejected).sum().item()
+        model.requires_grad_(False).eval()
+        self.fitted_round = round_index
+        metrics = {f"reward_model/{key}": value / len(pairs) for key, value in totals.items()}
+        self.log_metrics_now(metrics)
+        return metrics
+
+    # ------------------------------------------------------------------------------------------
+    # Rewards
+
+    @torch.no_grad()
+    def joint_returns(self, items, prompts, texts) -> torch.Tensor:
+        """Reward-model scores of the joint responses (no reward processor); the task reward before any fit."""
+        if self.fitted_round is None:
+            return super().joint_returns(items, prompts, texts)
+        group = len(texts[0][0])
+        joint_prompts = [prompts[k] for k in range(len(items)) for _ in range(group)]
+        joint = [[texts[a][k][g] for a in range(len(texts))] for k in range(len(items)) for g in range(group)]
+        return self.scorer.score(joint_prompts, joint).view(len(items), group).to(self.device)
+
+    def collection_oracle(self, task):
+        if self.preference_scoring_reward == "reward_model" and self.fitted_round is not None:
+            return RewardModelOracle(self.scorer)
+        return task.oracle
+
+    def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["reward_model_fitted_round"] = self.fitted_round
+
+    def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.fitted_round = checkpoint.get("reward_model_fitted_round")

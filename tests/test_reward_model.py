@@ -1,0 +1,76 @@
+"""The joint reward model: joint text, truncation, last-non-pad pooling, and that it learns."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from comlrl_lightning.pairs import PreferencePair
+from comlrl_lightning.reward_model import JointRewardModel, RewardScorer, encode_joint, joint_text
+from comlrl_lightning.team import load_tokenizer
+
+
+def test_joint_text_is_the_reference_layout():
+    assert joint_text(["p1", "p2"], ["c1", "c2"]) == (
+        "Joint multi-agent response\n\nAgent 1 prompt:\np1\n\nAgent 1 response:\nc1\n\n"
+        "Agent 2 prompt:\np2\n\nAgent 2 response:\nc2"
+    )
+    assert joint_text(["p1"], ["c1", "c2"]).endswith("Agent 2 prompt:\n\n\nAgent 2 response:\nc2")
+
+
+def test_encode_joint_matches_the_text_and_truncates_prompts_before_responses():
+    tokenizer = load_tokenizer("embedded")
+    prompts, completions = ["a long prompt here", "short"], ["answer one", "two"]
+    full = encode_joint(tokenizer, prompts, completions, None)
+    # (the embedded character vocabulary has no capitals: "J" and "A" are <unk> on both sides)
+    assert full == tokenizer(joint_text(prompts, completions))["input_ids"]
+    cut = encode_joint(tokenizer, prompts, completions, len(full) - 10)
+    assert len(cut) == len(full) - 10
+    text = tokenizer.decode(cut)
+    assert "answer one" in text and "two" in text  # responses intact
+    assert "gent 1 prompt:\nmpt here" in text and "prompt:\nshort" in text  # the longest prompt lost its start
+    tiny = tokenizer.decode(encode_joint(tokenizer, prompts, completions, len(full) - 23 - 3))
+    assert "gent 1 prompt:\n\n\n" in tiny and "gent 2 prompt:\n\n\n" in tiny  # prompts emptied first
+    assert "response:\nanswer \n" in tiny and "response:\ntwo" in tiny  # then the longest response loses its end
+
+
+def test_last_non_padding_token_pooling_with_left_and_right_padding():
+    tokenizer = load_tokenizer("embedded")
+    model = JointRewardModel("embedded").eval()
+    ids = tokenizer("vowels and lengths", add_special_tokens=False)["input_ids"]
+    pad = tokenizer.pad_token_id
+    alone = model(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
+    right = model(torch.tensor([ids + [pad] * 4]), torch.tensor([[1] * len(ids) + [0] * 4]))
+    left = model(torch.tensor([[pad] * 4 + ids]), torch.tensor([[0] * 4 + [1] * len(ids)]))
+    torch.testing.assert_close(right, alone, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(left, alone, atol=1e-5, rtol=1e-5)
+
+
+def _synthetic_pairs(count, seed):
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        vowels = "".join(rng.choice("aeiou") for _ in range(rng.randint(4, 10)))
+        consonants = "".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(rng.randint(4, 10)))
+        pairs.append(PreferencePair(prompts=["topic: x\nwriter:", "topic: x\nmatcher:"],
+                                    winner_completions=[vowels, "ok"], loser_completions=[consonants, "ok"],
+                                    winner_reward=1.0, loser_reward=0.0, candidate_reward_mean=0.5))
+    return pairs
+
+
+def test_reward_model_learns_a_held_out_synthetic_preference():
+    torch.manual_seed(0)
+    scorer = RewardScorer.from_source("embedded")
+    optimizer = torch.optim.AdamW(scorer.model.parameters(), lr=3e-3)
+    train, held_out = _synthetic_pairs(96, seed=1), _synthetic_pairs(64, seed=2)
+    for _ in range(3):
+        for start in range(0, len(train), 16):
+            loss, _, _ = scorer.pair_loss(train[start : start + 16])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    with torch.no_grad():
+        _, chosen, rejected = scorer.pair_loss(held_out)
+    accuracy = (chosen > rejected).float().mean().item()
+    assert accuracy >= 0.9, accuracy
