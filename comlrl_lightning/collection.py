@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from .distributed import unshard
 from .oracle import Oracle
 from .pairs import PreferencePair, select_pairs
 from .rng import RandomStream
@@ -55,10 +56,14 @@ def sample_candidates(
 
 @dataclass
 class CollectionResult:
-    """The pairs of one collection and what it saw (processed candidate scores per item)."""
+    """The pairs of one collection, per item, and what it saw (processed candidate scores per item)."""
 
-    pairs: List[PreferencePair] = field(default_factory=list)
+    item_pairs: List[List[PreferencePair]] = field(default_factory=list)
     scores: List[List[float]] = field(default_factory=list)
+
+    @property
+    def pairs(self) -> List[PreferencePair]:
+        return [pair for pairs in self.item_pairs for pair in pairs]
 
     @property
     def reward_mean(self) -> float:
@@ -80,9 +85,10 @@ def build_pairs_within(
         _, scores = oracle.score(candidates.texts(k), candidates.prompts[k], item)
         result.scores.append(scores)
         mean = sum(scores) / len(scores) if scores else 0.0
+        result.item_pairs.append([])
         for winner, loser in select_pairs(scores, pair_selection, pairs_per_sample, stream.python):
             per_agent = [c[k] for c in candidates.completions]
-            result.pairs.append(
+            result.item_pairs[-1].append(
                 PreferencePair(
                     prompts=list(candidates.prompts[k]),
                     winner_completions=[c[winner].text for c in per_agent],
@@ -145,8 +151,9 @@ def build_pairs_against(
             stream.python.shuffle(entries)
         if pair_selection != "all" and pairs_per_sample is not None:
             entries = entries[:pairs_per_sample]
+        result.item_pairs.append([])
         for _, _, j, winner, loser in entries:
-            result.pairs.append(
+            result.item_pairs[-1].append(
                 PreferencePair(
                     prompts=list(prompts),
                     winner_completions=[cs[j].text for cs in sides[winner]],
@@ -163,6 +170,14 @@ def build_pairs_against(
                 )
             )
     return result
+
+
+def merge_results(parts: Sequence[CollectionResult], world: int) -> CollectionResult:
+    """One result from the ranks' results on item shards ``items[rank::world]`` (item order restored)."""
+    return CollectionResult(
+        item_pairs=unshard([part.item_pairs for part in parts], world),
+        scores=unshard([part.scores for part in parts], world),
+    )
 
 
 def pair_from_record(record: Dict[str, Any], team: Team) -> PreferencePair:

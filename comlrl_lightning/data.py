@@ -9,9 +9,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Unio
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, DistributedSampler
 
-from .collection import CollectionResult, build_pairs_within, sample_candidates
+from .collection import CollectionResult, build_pairs_within, merge_results, sample_candidates
+from .distributed import gather_objects, rank_and_world, shard
 from .defaults import EMBEDDED
 from .oracle import CallableSpec
 from .options import at_least, choice, require
@@ -24,41 +25,48 @@ DATA_STATE_MARKER = "comlrl_lightning_data_state"
 """Key that marks our data modules' state inside a checkpoint (see ``TeamModule.on_load_checkpoint``)."""
 
 
-class EpochShuffleSampler(Sampler[int]):
-    """A permutation of ``range(size)`` that depends only on ``(seed, epoch)``.
+class EpochShuffleSampler(DistributedSampler):
+    """This rank's share of a permutation of ``range(size)`` that depends only on ``(seed, epoch)``.
 
     Lightning calls :meth:`set_epoch` at the start of every epoch, so a resumed run shuffles
-    exactly as the uninterrupted one did (a plain ``shuffle=True`` loader would not). ``skip``
-    drops the first indices of the next iteration only (mid-epoch resume).
+    exactly as the uninterrupted one did (a plain ``shuffle=True`` loader would not). With several
+    processes every rank takes every ``num_replicas``-th index of the same permutation; the
+    ``size % num_replicas`` last indices of the epoch are left out rather than padded with
+    duplicates (which would bias metrics), and they differ from epoch to epoch. ``skip`` drops the
+    first indices of the next iteration only (mid-epoch resume). Being a ``DistributedSampler``,
+    Lightning leaves it in place under DDP.
     """
 
-    def __init__(self, size: int, seed: int) -> None:
-        self.size, self.seed, self.epoch, self.skip = size, seed, 0, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def __init__(self, size: int, seed: int, num_replicas: int = 1, rank: int = 0, shuffle: bool = True) -> None:
+        super().__init__(range(size), num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
+        self.size, self.skip = size, 0
 
     def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        order = torch.randperm(self.size, generator=generator).tolist()
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(self.size, generator=generator).tolist()
+        else:
+            order = list(range(self.size))
+        order = order[: self.size - self.size % self.num_replicas][self.rank :: self.num_replicas]
         start, self.skip = self.skip, 0
         return iter(order[start:])
 
     def __len__(self) -> int:
-        return self.size
+        return self.size // self.num_replicas
 
 
 class ResumablePairLoader(DataLoader):
-    """Pair batches in an :class:`EpochShuffleSampler` order that resumes mid-epoch exactly.
+    """Batches in an :class:`EpochShuffleSampler` order that resumes mid-epoch exactly.
 
     Lightning saves ``state_dict()`` of a loader that has one into every checkpoint and hands it
     back on resume; the state is how many batches of the epoch were trained (``batches_done``,
     read from the trainer's progress, not from the loader, which prefetches ahead).
     """
 
-    def __init__(self, pairs: list, batch_size: int, seed: int, collate_fn: Callable, batches_done: Callable[[], int]):
-        self.shuffle_sampler = EpochShuffleSampler(len(pairs), seed)
-        super().__init__(pairs, batch_size=batch_size, sampler=self.shuffle_sampler, collate_fn=collate_fn)
+    def __init__(self, data: list, batch_size: int, sampler: EpochShuffleSampler, collate_fn: Callable,
+                 batches_done: Callable[[], int]) -> None:
+        self.shuffle_sampler = sampler
+        super().__init__(data, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn)
         self._batches_done = batches_done
 
     def state_dict(self) -> Dict[str, int]:
@@ -167,13 +175,17 @@ class TaskDataModule(LightningDataModule):
         items = self.eval_items[: self.eval_num_samples]
         if not items:
             return []
-        return DataLoader(items, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
+        rank, world = rank_and_world(self.trainer)
+        # every rank evaluates its own items; no duplicates pad the last batch
+        return DataLoader(shard(items, rank, world), batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
 
     def _loader(self, data: list, collate_fn: Callable) -> DataLoader:
         def batches_done() -> int:
             return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
 
-        return ResumablePairLoader(data, self.train_batch_size, self.seed, collate_fn, batches_done)
+        rank, world = rank_and_world(self.trainer)
+        sampler = EpochShuffleSampler(len(data), self.seed, num_replicas=world, rank=rank)
+        return ResumablePairLoader(data, self.train_batch_size, sampler, collate_fn, batches_done)
 
     def item_loader(self, items: List[Dict[str, Any]]) -> DataLoader:
         """Shuffled, resumable batches of task items (lists of dicts)."""
@@ -261,9 +273,16 @@ class PreferenceDataModule(TaskDataModule):
     # Collection
 
     def collect(self, module) -> CollectionResult:
-        """Sample, score and pair candidates for every training item with ``module.team``."""
+        """Sample, score and pair candidates for every training item with ``module.team``.
+
+        Each process collects its shard of the items with a stream derived from
+        ``(seed, rank)``; the results are gathered so every rank holds all pairs in item order.
+        """
         started = time.perf_counter()
-        total = len(self.train_items) * module.team.num_agents
+        rank, world = rank_and_world(self.trainer)
+        items = shard(self.train_items, rank, world)
+        stream = RandomStream.derive(self.seed, "collect", 0, rank)
+        total = len(items) * module.team.num_agents
         done = 0
 
         def progress(count: int) -> None:
@@ -273,18 +292,13 @@ class PreferenceDataModule(TaskDataModule):
 
         with module.generation_context():
             candidates = sample_candidates(
-                module.team,
-                self.task,
-                self.train_items,
-                self.preference_num_candidates,
-                module.generation_settings,
-                self.stream,
-                progress,
+                module.team, self.task, items, self.preference_num_candidates, module.generation_settings, stream, progress
             )
-        result = build_pairs_within(
-            candidates, module.collection_oracle(self.task), self.train_items, self.pair_selection,
-            self.preference_pairs_per_sample, self.stream,
+        local = build_pairs_within(
+            candidates, module.collection_oracle(self.task), items, self.pair_selection,
+            self.preference_pairs_per_sample, stream,
         )
+        result = merge_results(gather_objects(local, world), world)
         rank_zero_info(
             f"collected {len(result.pairs)} preference pairs from {len(self.train_items)} items "
             f"(candidate reward mean {result.reward_mean:.4f}) in {time.perf_counter() - started:.1f}s"

@@ -11,6 +11,7 @@ goes into ``state_dict()`` so that a resumed run draws exactly what an uninterru
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import random
 from typing import Any, Dict, Iterator
 
@@ -45,6 +46,17 @@ class RandomStream:
             for key in keys:
                 self._torch_states[key] = _get_global_state(key)
                 _set_global_state(key, saved[key])
+
+    @classmethod
+    def derive(cls, seed: int, *keys: object) -> "RandomStream":
+        """A fresh stream whose seed is a hash of ``seed`` and ``keys`` (e.g. ``"collect", round, rank``).
+
+        Deriving a stream from the progress counters instead of carrying one stream's state through
+        the run means there is nothing to checkpoint, and every process of a multi-process run can
+        rebuild its own stream after a resume (Lightning keeps only rank 0's data-module state).
+        """
+        digest = hashlib.sha256(repr((int(seed),) + keys).encode()).digest()
+        return cls(int.from_bytes(digest[:8], "little") >> 1)
 
     def torch_generator(self) -> torch.Generator:
         """A CPU ``torch.Generator`` seeded from this stream's Python RNG (for samplers and shuffles)."""

@@ -8,9 +8,11 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
+from torchmetrics import MeanMetric
 
 from ..data import DATA_STATE_MARKER
 from ..defaults import EMBEDDED
+from ..distributed import gather_objects, rank_and_world, shard
 from ..options import at_least, positive, require
 from ..rng import RandomStream
 from ..team import GenerationSettings, Team
@@ -35,7 +37,7 @@ class TeamModule(LightningModule):
         generation_batch_size: sequences per ``generate()`` call; items share calls.
         num_turns: must be 1.
         collaboration_mode: ``decentralized`` (one model per agent).
-        seed: seed of the evaluation sampling stream (independent of collection and training).
+        seed: seed of the evaluation (and rollout) sampling streams, derived per step and rank.
     """
 
     def __init__(
@@ -87,7 +89,10 @@ class TeamModule(LightningModule):
         self.tokenizer_objects = tokenizers
         self.dtype_name = dtype
         self.generation_settings = GenerationSettings(max_new_tokens, temperature, top_p, top_k, generation_batch_size)
-        self.eval_stream = RandomStream(seed)
+        # MeanMetric keeps sums, so the value is exact across processes and uneven batches
+        self.eval_metrics = torch.nn.ModuleDict(
+            {"eval/turn_1/reward_mean": MeanMetric(), "eval/turn_1/expected_return": MeanMetric()}
+        )
         self._team: Optional[Team] = None
         self.save_hyperparameters(ignore=["agents", "tokenizers"])
         if all(isinstance(source, str) for source in self.agent_sources):
@@ -146,12 +151,12 @@ class TeamModule(LightningModule):
     # ------------------------------------------------------------------------------------------
     # Evaluation: the current policy's task reward (one sample per agent per eval item)
 
-    def evaluate_items(self, items: Sequence[Dict[str, Any]], task) -> List[float]:
-        """Processed task reward of one joint sample per item, drawn from the evaluation stream."""
+    def evaluate_items(self, items: Sequence[Dict[str, Any]], task, stream: RandomStream) -> List[float]:
+        """Processed task reward of one joint sample per item, drawn from ``stream``."""
         prompts = [task.prompts(item) for item in items]
         with self.generation_context():
             samples = [
-                self.team.generate(agent, [p[agent] for p in prompts], 1, self.generation_settings, self.eval_stream)
+                self.team.generate(agent, [p[agent] for p in prompts], 1, self.generation_settings, stream)
                 for agent in range(self.team.num_agents)
             ]
         rewards = []
@@ -160,24 +165,30 @@ class TeamModule(LightningModule):
             rewards.append(processed[0])
         return rewards
 
-    def validation_step(self, batch: List[Dict[str, Any]], batch_idx: int) -> None:
-        rewards = torch.tensor(self.evaluate_items(batch, self.trainer.datamodule.task), dtype=torch.float32)
-        self.log_eval(rewards.mean(), len(batch))
+    def _eval_stream(self, *keys: object) -> RandomStream:
+        # derived from the progress, so evaluation never shifts any other sampling, and resumes exactly
+        return RandomStream.derive(self.hparams.seed, "eval", self.global_step, self.global_rank, *keys)
 
-    def log_eval(self, reward_mean: torch.Tensor, batch_size: int) -> None:
-        for key in ("eval/turn_1/reward_mean", "eval/turn_1/expected_return"):
-            self.log(key, reward_mean, batch_size=batch_size, on_step=False, on_epoch=True, sync_dist=True)
+    def validation_step(self, batch: List[Dict[str, Any]], batch_idx: int) -> None:
+        rewards = self.evaluate_items(batch, self.trainer.datamodule.task, self._eval_stream(batch_idx))
+        values = torch.tensor(rewards, dtype=torch.float32, device=self.device)
+        for key, metric in self.eval_metrics.items():
+            metric.update(values)
+            self.log(key, metric, on_step=False, on_epoch=True, batch_size=len(batch))
 
     def evaluate_now(self, label: str) -> Optional[float]:
         """Evaluate outside the validation loop (before the first and after the last update)."""
         datamodule = self.trainer.datamodule
-        items = datamodule.eval_items[: datamodule.eval_num_samples]
-        if not items or self.trainer.limit_val_batches == 0:
+        rank, world = rank_and_world(self.trainer)
+        items = shard(datamodule.eval_items[: datamodule.eval_num_samples], rank, world)
+        if not datamodule.eval_items[: datamodule.eval_num_samples] or self.trainer.limit_val_batches == 0:
             return None
         rewards = []
-        for start in range(0, len(items), datamodule.eval_batch_size):
-            rewards += self.evaluate_items(items[start : start + datamodule.eval_batch_size], datamodule.task)
-        value = sum(rewards) / len(rewards)
+        for index, start in enumerate(range(0, len(items), datamodule.eval_batch_size)):
+            batch = items[start : start + datamodule.eval_batch_size]
+            rewards += self.evaluate_items(batch, datamodule.task, self._eval_stream(label, index))
+        totals = gather_objects((sum(rewards), len(rewards)), world)
+        value = sum(t[0] for t in totals) / max(sum(t[1] for t in totals), 1)
         # Lightning logs a step's metrics at the index of its last update (updates - 1)
         step = max(self.global_step - 1, 0)
         for logger in self.loggers:
@@ -200,12 +211,7 @@ class TeamModule(LightningModule):
         for logger in self.loggers:
             logger.log_metrics(metrics, step=self.global_step)
 
-    def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        checkpoint["eval_stream"] = self.eval_stream.state_dict()
-
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        if "eval_stream" in checkpoint:
-            self.eval_stream.load_state_dict(checkpoint["eval_stream"])
         self._find_data_state(checkpoint)
 
     def _find_data_state(self, checkpoint: Dict[str, Any]) -> None:

@@ -16,7 +16,6 @@ from .base import TeamModule
 
 RL_ALGORITHMS = ("magrpo", "mareinforce", "maremax", "marloo", "maac", "iac")
 BASELINES = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
-ROLLOUT_SEED_OFFSET = 7_919
 
 
 class MAGRPOModule(TeamModule):
@@ -65,7 +64,6 @@ class MAGRPOModule(TeamModule):
         self.advantage_normalization = advantage_normalization
         self.reference_kl_enabled, self.reference_kl_coef = reference_kl_enabled, float(reference_kl_coef)
         self.reference_devices = reference_devices
-        self.rollout_stream = RandomStream(self.hparams.seed + ROLLOUT_SEED_OFFSET)
         self.reference: Optional[Team] = None
         self.save_hyperparameters(ignore=["agents", "tokenizers"])
 
@@ -93,9 +91,10 @@ class MAGRPOModule(TeamModule):
         task = self.trainer.datamodule.task
         prompts = [task.prompts(item) for item in items]
         size, group = len(items), self.num_generations
+        stream = RandomStream.derive(self.hparams.seed, "rollout", self.global_step, self.global_rank)
         with self.generation_context():
             samples = [
-                self.team.generate(a, [p[a] for p in prompts], group, self.generation_settings, self.rollout_stream)
+                self.team.generate(a, [p[a] for p in prompts], group, self.generation_settings, stream)
                 for a in range(self.num_agents)
             ]
         returns = self.joint_returns(items, prompts, [[[c.text for c in row] for row in agent] for agent in samples])
@@ -126,12 +125,3 @@ class MAGRPOModule(TeamModule):
             metrics.update({"turn_1/reference_kl_mean": kl_mean, "turn_1/reference_kl_penalty_mean": self.reference_kl_coef * kl_mean})
         self.log_dict(metrics, batch_size=size)
         return loss
-
-    def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        checkpoint["rollout_stream"] = self.rollout_stream.state_dict()
-
-    def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        if "rollout_stream" in checkpoint:
-            self.rollout_stream.load_state_dict(checkpoint["rollout_stream"])

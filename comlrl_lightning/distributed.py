@@ -1,0 +1,46 @@
+"""The few collective operations collection needs (no-ops in a single process)."""
+
+from __future__ import annotations
+
+from typing import Any, List, Sequence, Tuple, TypeVar
+
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+
+def rank_and_world(trainer) -> Tuple[int, int]:
+    """``(global_rank, world_size)`` of this process (``(0, 1)`` without a trainer)."""
+    if trainer is None:
+        return 0, 1
+    return trainer.global_rank, trainer.world_size
+
+
+def shard(items: Sequence[T], rank: int, world: int) -> List[T]:
+    """This rank's share of ``items``: every ``world``-th item starting at ``rank`` (no padding)."""
+    return list(items[rank::world])
+
+
+def gather_objects(value: Any, world: int) -> List[Any]:
+    """``[value of rank 0, value of rank 1, ...]`` on every rank (pickled over the process group)."""
+    if world == 1 or not dist.is_available() or not dist.is_initialized():
+        return [value]
+    gathered: List[Any] = [None] * world
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def unshard(per_rank: Sequence[Sequence[T]], world: int) -> List[T]:
+    """Inverse of :func:`shard`: interleave the ranks' lists back into the original order."""
+    merged: List[T] = []
+    longest = max((len(part) for part in per_rank), default=0)
+    for position in range(longest):
+        for rank in range(world):
+            if position < len(per_rank[rank]):
+                merged.append(per_rank[rank][position])
+    return merged
+
+
+def barrier(trainer) -> None:
+    if trainer is not None and trainer.world_size > 1:
+        trainer.strategy.barrier()
