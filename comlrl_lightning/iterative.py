@@ -11,12 +11,14 @@ from torch.utils.data import DataLoader
 
 from .collection import ITERATIVE_PAIR_SELECTIONS, build_pairs_against, pair_from_record, sample_candidates
 from .comparators import (
+    ApiComparator,
     Comparator,
     CurrentComparator,
     CurrentCopyComparator,
     DeviceSpec,
     HistoryComparator,
     ModelComparator,
+    build_centralized_comparator,
     resolve_devices,
     validate_comparator_options,
 )
@@ -54,13 +56,31 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         policy_checkpoint_dir: keep every round-start policy snapshot here (never pruned). Without
             it, the history comparator keeps its snapshots in ``<default_root_dir>/policy_snapshots``
             and deletes those no later round (or a resume from the previous round) can use.
-        comparator_policy: ``current``, ``current_copy``, ``model`` or ``history``.
-        comparator_generation_mode: ``decentralized`` (each comparator agent answers its own prompt).
+        comparator_policy: ``current``, ``current_copy``, ``model``, ``history`` or ``api`` (a remote model).
+        comparator_generation_mode: ``decentralized`` (each comparator agent answers its own prompt) or
+            ``centralized`` (one source writes every role in one completion; unparseable ones are dropped).
         comparator_model_name: comparator model for every agent (policy ``model``).
         comparator_agents: one comparator model per agent (policy ``model``).
         comparator_devices: devices of copied/loaded comparators (``auto``/``None``: the agents').
         comparator_num_candidates: K' (default K).
         comparator_history_k: lag of the history comparator in rounds (default 1).
+        comparator_centralized_agent_index: agent slot (model, tokenizer, device) of the centralized comparator.
+        comparator_centralized_adapter: import path of a centralized adapter (class, factory or object with
+            ``build_prompt(item, prompts)`` and ``parse_completion(text, item, num_agents)``); default: tags.
+        comparator_api_url: endpoint of the ``api`` comparator (required there).
+        comparator_api_format: ``generic``, ``openai`` (chat), ``anthropic`` (messages) or ``openai_responses``.
+        comparator_api_model: model name sent in the request body.
+        comparator_api_max_n_per_request: cap on ``n`` per OpenAI chat request (default K'; 1 for DeepSeek).
+        comparator_api_timeout: seconds per HTTP operation; a request that times out is retried.
+        comparator_api_headers: extra HTTP headers (never a credential: they are saved with the config).
+        comparator_api_key_env: NAME of the environment variable holding the key, read at request time
+            (there is deliberately no option for the key itself).
+        comparator_api_key_header: header carrying the key (``x-api-key`` for anthropic by default).
+        comparator_api_key_prefix: text before the key in that header (empty: the bare key).
+        comparator_api_response_field: dotted path of the completions in a ``generic`` response.
+        comparator_api_extra_body: merged over the request body (``null`` values remove provider-format fields).
+        comparator_api_concurrency: requests in flight at once, across items and candidates.
+        comparator_api_max_retries: retries per request on connection errors, timeouts, 408, 429 and 5xx.
         **kwargs: the options of :class:`PreferenceDataModule`; here ``pair_selection`` may also be
             ``comparator_reward`` (the default: highest comparator score first).
     """
@@ -81,6 +101,21 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         comparator_devices: DeviceSpec = None,
         comparator_num_candidates: Optional[int] = None,
         comparator_history_k: Optional[int] = None,
+        comparator_centralized_agent_index: int = 0,
+        comparator_centralized_adapter: Optional[str] = None,
+        comparator_api_url: Optional[str] = None,
+        comparator_api_format: str = "generic",
+        comparator_api_model: Optional[str] = None,
+        comparator_api_max_n_per_request: Optional[int] = None,
+        comparator_api_timeout: float = 120.0,
+        comparator_api_headers: Optional[Dict[str, str]] = None,
+        comparator_api_key_env: Optional[str] = None,
+        comparator_api_key_header: str = "Authorization",
+        comparator_api_key_prefix: str = "Bearer",
+        comparator_api_response_field: str = "completions",
+        comparator_api_extra_body: Optional[Dict[str, Any]] = None,
+        comparator_api_concurrency: int = 8,
+        comparator_api_max_retries: int = 4,
         num_train_epochs: int = 1,
         preference_num_candidates: int = 20,
         preference_pairs_per_sample: Optional[int] = 4,
@@ -98,7 +133,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         self.replay_mode = validate_replay_options(
             preference_replay_mode, preference_replay_k, preference_replay_lambda, preference_replay_sample_size
         )
-        self.comparator_policy, self.comparator_history_k = validate_comparator_options(
+        self.comparator_options = validate_comparator_options(
             comparator_policy,
             comparator_generation_mode,
             comparator_num_candidates,
@@ -106,7 +141,25 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             comparator_model_name,
             comparator_agents,
             comparator_devices,
+            num_agents=self.num_agents,
+            centralized_agent_index=comparator_centralized_agent_index,
+            centralized_adapter=comparator_centralized_adapter,
+            url=comparator_api_url,
+            format=comparator_api_format,
+            model=comparator_api_model,
+            max_n_per_request=comparator_api_max_n_per_request,
+            timeout=comparator_api_timeout,
+            headers=comparator_api_headers,
+            key_env=comparator_api_key_env,
+            key_header=comparator_api_key_header,
+            key_prefix=comparator_api_key_prefix,
+            response_field=comparator_api_response_field,
+            extra_body=comparator_api_extra_body,
+            concurrency=comparator_api_concurrency,
+            max_retries=comparator_api_max_retries,
         )
+        self.comparator_policy = self.comparator_options.policy
+        self.comparator_history_k = self.comparator_options.history_k
         self.num_iterations = num_iterations
         self.replay_options = (preference_replay_k, preference_replay_lambda, preference_replay_sample_size)
         self.preference_replay_dir, self.policy_checkpoint_dir = preference_replay_dir, policy_checkpoint_dir
@@ -155,6 +208,15 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         count = module.num_agents
         agent_devices = [str(module.team.device_of(i)) for i in range(count)]
         devices = resolve_devices(self.comparator_devices, count, "comparator_devices", agent_devices)
+        options = self.comparator_options
+        if options.generation_mode == "centralized":
+            return build_centralized_comparator(
+                self.comparator_policy, actors, self.comparator_stream, options.centralized_agent_index,
+                options.adapter, devices, self.comparator_sources, self.snapshots, self.comparator_history_k,
+                options.api,
+            )
+        if self.comparator_policy == "api":
+            return ApiComparator(actors, self.comparator_stream, options.api)
         if self.comparator_policy == "current_copy":
             return CurrentCopyComparator(actors, self.comparator_stream, devices)
         if self.comparator_policy == "model":

@@ -171,8 +171,8 @@ ITER_RULES = [
     (dict(comparator_policy="history", comparator_history_k=0), "comparator_history_k must be >= 1."),
     (dict(comparator_num_candidates=0), "comparator_num_candidates must be >= 1 or null."),
     (dict(comparator_generation_mode="solo"), "comparator_generation_mode must be one of: decentralized, centralized."),
-    (dict(comparator_generation_mode="centralised"), "comparator_generation_mode='centralized' is not available yet"),
-    (dict(comparator_policy="http"), "comparator_policy='api' is not available yet"),
+    (dict(comparator_generation_mode="centralised", comparator_centralized_agent_index=-1), "comparator_centralized_agent_index must be >= 0."),
+    (dict(comparator_policy="http"), "comparator_api_url is required when comparator_policy='api'."),
     (dict(pair_selection="best"), "pair_selection must be one of: reward_gap, all, random, comparator_reward."),
     (dict(preference_num_candidates=1), "preference_num_candidates must be >= 2."),
 ]

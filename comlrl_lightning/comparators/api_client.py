@@ -1,0 +1,262 @@
+"""HTTP transport of the API comparator: headers and key, retries with backoff, bounded concurrency.
+
+The key is read from the environment variable named by ``comparator_api_key_env`` each time headers
+are built and lives only in those per-request headers: it is never an attribute of any object, so
+it cannot reach ``config.yaml``, ``hparams``, checkpoints, logs or ``repr``. Error messages quote
+the HTTP status and a short snippet of the response body with the key redacted (servers sometimes
+echo the credential they rejected), and are raised ``from None`` so no httpx object that holds the
+request headers is kept on the exception chain.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+from urllib.parse import urlsplit
+
+import httpx
+
+from .api_formats import ANTHROPIC_VERSION, snippet
+
+RETRY_STATUSES = frozenset({408, 429})
+"""Retried besides every 5xx: request timeout and rate limit."""
+
+_STATUS_HINTS = {
+    400: "the provider rejected the request body; check comparator_api_model and comparator_api_extra_body",
+    401: "the key was rejected; check the variable {key_env}, comparator_api_key_header and comparator_api_key_prefix",
+    402: "insufficient balance: add credit to the provider account",
+    403: "the key may not use this model or endpoint",
+    404: "check comparator_api_url and comparator_api_model",
+}
+
+
+class ComparatorApiError(RuntimeError):
+    """A comparator API request failed (after its retries, when the failure is retryable)."""
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class RequestStats:
+    """Counters of one collection round (thread-safe through the client's lock)."""
+
+    requests: int = 0
+    retries: int = 0
+
+
+class ApiClient:
+    """POSTs JSON bodies to one endpoint with retries, and many of them concurrently.
+
+    Args:
+        url: the endpoint.
+        timeout: seconds per HTTP operation (connect, each read, write); a hung server is a timeout.
+        headers: extra headers (``comparator_api_headers``), never the credential.
+        key_env: name of the environment variable holding the key (``None``: no key is sent).
+        key_header, key_prefix: the key is sent as ``key_header: "<prefix> <key>"`` (empty prefix: bare key).
+        anthropic: Anthropic conventions: ``anthropic-version`` header unless given, and the default
+            ``Authorization: Bearer`` becomes ``x-api-key: <key>``.
+        max_retries: retries after the first attempt, on connection errors, timeouts, 408, 429 and 5xx.
+        concurrency: requests in flight at once.
+        backoff_base, backoff_cap: exponential backoff ``min(cap, base * 2**attempt)``, scaled by a
+            random factor in [0.5, 1] (jitter, so parallel requests do not retry in lockstep).
+        retry_after_cap: longest wait honoured from a ``Retry-After`` header, in seconds.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 120.0,
+        headers: Optional[Mapping[str, str]] = None,
+        key_env: Optional[str] = None,
+        key_header: str = "Authorization",
+        key_prefix: str = "Bearer",
+        anthropic: bool = False,
+        max_retries: int = 4,
+        concurrency: int = 8,
+        backoff_base: float = 1.0,
+        backoff_cap: float = 30.0,
+        retry_after_cap: float = 60.0,
+    ) -> None:
+        self.url, self.timeout = url, float(timeout)
+        self.static_headers = dict(headers or {})
+        self.key_env, self.key_header, self.key_prefix = key_env, key_header, key_prefix
+        self.anthropic = anthropic
+        self.max_retries, self.concurrency = int(max_retries), int(concurrency)
+        self.backoff_base, self.backoff_cap, self.retry_after_cap = backoff_base, backoff_cap, retry_after_cap
+        self.stats = RequestStats()
+        self._lock = threading.Lock()
+        self._jitter = random.Random()  # timing only: never affects what is collected
+
+    def __repr__(self) -> str:
+        return f"ApiClient(url={self.shown_url!r}, key_env={self.key_env!r})"
+
+    @property
+    def shown_url(self) -> str:
+        """The URL without query or fragment (where keys sometimes hide) for messages."""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+    # ------------------------------------------------------------------------------------------
+    # Key and headers
+
+    def _key(self) -> Optional[str]:
+        if not self.key_env:
+            return None
+        key = os.environ.get(self.key_env, "")
+        if not key.strip():
+            raise ComparatorApiError(
+                f"comparator_api_key_env names {self.key_env}, but that environment variable is not set or empty."
+            )
+        return key.strip()
+
+    def check_key(self) -> None:
+        """Fail before any sampling when the key variable is missing."""
+        self._key()
+
+    def _headers(self, key: Optional[str]) -> Dict[str, str]:
+        headers = {"Content-Type": "application/json", **self.static_headers}
+        if self.anthropic and not any(name.lower() == "anthropic-version" for name in headers):
+            headers["anthropic-version"] = ANTHROPIC_VERSION
+        if key is not None:
+            name, prefix = self.key_header, (self.key_prefix or "").strip()
+            if self.anthropic and name.lower() == "authorization":
+                name = "x-api-key"
+                prefix = "" if prefix.lower() == "bearer" else prefix
+            headers[name] = f"{prefix} {key}" if prefix else key
+        return headers
+
+    @staticmethod
+    def _redact(text: str, key: Optional[str]) -> str:
+        return text.replace(key, "[redacted]") if key else text
+
+    # ------------------------------------------------------------------------------------------
+    # One request
+
+    def _delay(self, attempt: int, response: Optional[httpx.Response]) -> float:
+        if response is not None:
+            retry_after = _retry_after_seconds(response.headers)
+            if retry_after is not None:
+                return min(max(retry_after, 0.0), self.retry_after_cap)
+        return min(self.backoff_cap, self.backoff_base * 2**attempt) * self._jitter.uniform(0.5, 1.0)
+
+    def post(self, http: httpx.Client, body: Mapping[str, Any], stop: Optional[threading.Event] = None) -> Any:
+        """POST ``body`` and return the parsed JSON, retrying what is worth retrying.
+
+        ``stop`` (set when a sibling request failed) ends the retries early.
+        """
+        stop = stop or threading.Event()
+        content = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        last_problem = ""
+        for attempt in range(self.max_retries + 1):
+            if stop.is_set():
+                raise ComparatorApiError("Comparator API request cancelled after another request failed.")
+            key = self._key()  # read at request time: a rotated key is picked up at once
+            with self._lock:
+                self.stats.requests += 1
+                self.stats.retries += attempt > 0
+            response = None
+            try:
+                response = http.post(self.url, content=content, headers=self._headers(key))
+            except httpx.TimeoutException:
+                last_problem = f"no response within comparator_api_timeout={self.timeout:g}s"
+            except httpx.TransportError as error:
+                last_problem = f"connection error ({type(error).__name__}: {self._redact(str(error), key)})"
+            if response is not None:
+                status = response.status_code
+                if status < 300:
+                    return self._json(response, key)
+                body = self._redact(snippet(response.text), key)
+                # OpenAI reports an empty account as 429 insufficient_quota: waiting will not help
+                no_quota = status == 429 and "insufficient_quota" in response.text
+                if no_quota or (status not in RETRY_STATUSES and status < 500):
+                    raise ComparatorApiError(
+                        f"Comparator API request to {self.shown_url} failed with HTTP {status} "
+                        f"({self._hint(status, no_quota, response)}). "
+                        f"Provider response: {body}",
+                        status,
+                    ) from None
+                last_problem = f"HTTP {status}: {body}"
+            if attempt < self.max_retries:
+                stop.wait(self._delay(attempt, response))
+        raise ComparatorApiError(
+            f"Comparator API request to {self.shown_url} failed after {self.max_retries + 1} attempts; "
+            f"last: {last_problem}",
+            response.status_code if response is not None else None,
+        ) from None
+
+    def _hint(self, status: int, no_quota: bool, response: httpx.Response) -> str:
+        if no_quota:
+            return "insufficient quota: add credit to the provider account; not retried"
+        if 300 <= status < 400:
+            return f"redirected to {response.headers.get('location', '?')}: set comparator_api_url to the final URL"
+        where = self.key_env or "named by comparator_api_key_env (none is set: no key was sent)"
+        return _STATUS_HINTS.get(status, "not retried").format(key_env=where)
+
+    def _json(self, response: httpx.Response, key: Optional[str]) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise ComparatorApiError(
+                f"Comparator API at {self.shown_url} returned a non-JSON response (HTTP {response.status_code}): "
+                f"{self._redact(snippet(response.text), key)}",
+                response.status_code,
+            ) from None
+
+    # ------------------------------------------------------------------------------------------
+    # Many requests
+
+    def post_all(self, bodies: Sequence[Mapping[str, Any]]) -> List[Any]:
+        """POST every body with at most ``concurrency`` in flight; results in the bodies' order.
+
+        The first failure cancels the requests not started yet and is raised.
+        """
+        if not bodies:
+            return []
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        with httpx.Client(timeout=httpx.Timeout(self.timeout), limits=limits) as http:
+            if self.concurrency == 1 or len(bodies) == 1:
+                return [self.post(http, body) for body in bodies]
+            stop = threading.Event()
+            pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(bodies)), thread_name_prefix="comparator-api")
+            try:
+                futures = [pool.submit(self.post, http, body, stop) for body in bodies]
+                wait(futures, return_when=FIRST_EXCEPTION)
+                failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+                if failed is not None:
+                    raise failed.exception()
+                return [future.result() for future in futures]
+            finally:
+                # On failure: stop retries and queued requests; requests in flight end within the timeout.
+                stop.set()
+                pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _retry_after_seconds(headers: httpx.Headers) -> Optional[float]:
+    """``retry-after-ms`` (OpenAI), else ``Retry-After`` as seconds or an HTTP date."""
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds:
+        try:
+            return float(milliseconds) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp() - time.time()

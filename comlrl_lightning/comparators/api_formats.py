@@ -1,0 +1,265 @@
+"""Wire formats of the API comparator: request bodies and response parsing (SPEC 6.7).
+
+Pure functions, no I/O. Four formats (case-insensitive, with the reference's aliases):
+
+* ``generic`` -- one POST per prompt with the prompt, agent index, task item, candidate count and
+  sampling settings; completions at a dotted path of the JSON response (for your own service);
+* ``openai`` (``openai_chat``, ``chat``) -- chat completions, ``n`` candidates per request (also for
+  OpenAI-compatible servers: vLLM, SGLang, Ollama, DeepSeek, OpenRouter...);
+* ``anthropic`` (``anthropic_messages``, ``messages``) -- the messages API, one request per candidate;
+* ``openai_responses`` (``responses``, ``codex``) -- OpenAI's responses API, one request per candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Dict, List, Mapping, Optional
+
+from ..options import choice
+from ..team import GenerationSettings
+
+API_FORMATS = ("generic", "openai", "anthropic", "openai_responses")
+FORMAT_ALIASES = {
+    "openai_chat": "openai", "chat": "openai",
+    "anthropic_messages": "anthropic", "messages": "anthropic",
+    "responses": "openai_responses", "codex": "openai_responses",
+}
+ANTHROPIC_VERSION = "2023-06-01"
+GENERIC_FALLBACK_FIELDS = ("completions", "responses", "outputs", "choices")
+
+
+class ApiResponseError(ValueError):
+    """A response that is valid JSON but not the shape its format promises."""
+
+
+def normalise_api_format(value: Optional[str]) -> str:
+    """The canonical format name; an unknown one is an :class:`OptionError` (the reference used generic)."""
+    return choice("comparator_api_format", value, API_FORMATS, FORMAT_ALIASES)
+
+
+def is_deepseek(url: str, model: Optional[str]) -> bool:
+    """DeepSeek's chat endpoint rejects ``n > 1``."""
+    return "api.deepseek.com" in url.lower() or str(model or "").lower().startswith("deepseek-")
+
+
+def openai_batch_sizes(remaining: int, max_n: Optional[int], url: str, model: Optional[str], wanted: int) -> List[int]:
+    """``n`` of each chat request that together ask for ``remaining`` candidates.
+
+    The per-request cap is ``comparator_api_max_n_per_request`` clamped to ``[1, wanted]``, else 1
+    for DeepSeek, else ``wanted`` (one request).
+    """
+    if max_n is not None:
+        cap = min(max(int(max_n), 1), wanted)
+    else:
+        cap = 1 if is_deepseek(url, model) else wanted
+    cap = max(cap, 1)
+    sizes = []
+    while remaining > 0:
+        sizes.append(min(cap, remaining))
+        remaining -= sizes[-1]
+    return sizes
+
+
+def json_safe(value: Any) -> Any:
+    """A JSON-serialisable copy: containers recursively, ``.tolist()``/``.item()`` for arrays and scalars, else ``str``."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)  # strict JSON has no NaN/Infinity
+    if isinstance(value, Mapping):
+        return {str(key): json_safe(inner) for key, inner in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(inner) for inner in value]
+    if hasattr(value, "tolist") and callable(value.tolist):  # torch tensors, numpy arrays and scalars
+        try:
+            return json_safe(value.tolist())
+        except Exception:  # noqa: BLE001 - fall through to str for exotic objects
+            pass
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            return json_safe(value.item())
+        except Exception:  # noqa: BLE001
+            pass
+    return str(value)
+
+
+def _merge(body: Dict[str, Any], extra_body: Optional[Mapping[str, Any]], drop_none: bool) -> Dict[str, Any]:
+    merged = {**body, **(dict(extra_body) if extra_body else {})}
+    # Provider formats drop None, so a null in comparator_api_extra_body removes a default field.
+    return {k: v for k, v in merged.items() if v is not None} if drop_none else merged
+
+
+def request_body(
+    api_format: str,
+    prompt: str,
+    agent_index: int,
+    item: Mapping[str, Any],
+    count: int,
+    settings: GenerationSettings,
+    model: Optional[str],
+    extra_body: Optional[Mapping[str, Any]],
+) -> Dict[str, Any]:
+    """The JSON body of one request asking for ``count`` candidates (``count`` is ``n`` for openai, else ignored
+    by the one-candidate formats)."""
+    if api_format == "generic":
+        body: Dict[str, Any] = {
+            "prompt": prompt,
+            "agent_idx": agent_index,
+            "num_return_sequences": count,
+            "max_new_tokens": settings.max_new_tokens,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "top_k": settings.top_k,
+            "batch_item": json_safe(item),
+        }
+        if model:
+            body["model"] = model
+        return _merge(body, extra_body, drop_none=False)
+    messages = [{"role": "user", "content": prompt}]
+    if api_format == "openai":
+        body = {"model": model, "messages": messages, "n": count, "max_tokens": settings.max_new_tokens,
+                "temperature": settings.temperature, "top_p": settings.top_p}
+    elif api_format == "anthropic":
+        body = {"model": model, "max_tokens": settings.max_new_tokens, "messages": messages,
+                "temperature": settings.temperature}
+    elif api_format == "openai_responses":
+        body = {"model": model, "input": prompt, "max_output_tokens": settings.max_new_tokens}
+    else:
+        raise ValueError(f"unknown comparator_api_format {api_format!r}")
+    return _merge(body, extra_body, drop_none=True)
+
+
+def candidates_per_request(api_format: str) -> Optional[int]:
+    """1 for the one-candidate formats; ``None`` when the request carries its own count."""
+    return 1 if api_format in ("anthropic", "openai_responses") else None
+
+
+# ----------------------------------------------------------------------------------------------
+# Responses
+
+
+def snippet(payload: Any, limit: int = 300) -> str:
+    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)[: limit * 2]
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _require(payload: Any, field: str, api_format: str) -> Any:
+    if not isinstance(payload, dict) or field not in payload:
+        raise ApiResponseError(
+            f"Comparator API response has no {field!r} field, which the {api_format} format requires: {snippet(payload)}"
+        )
+    return payload[field]
+
+
+def _text_of(content: Any) -> Optional[str]:
+    # Chat content is usually a string; some compatible servers return a list of typed parts.
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "".join(parts) if parts else None
+    return None
+
+
+def parse_openai(payload: Any) -> List[str]:
+    """``choices[].message.content``, else ``choices[].text`` (legacy completions)."""
+    choices = _require(payload, "choices", "openai") or []
+    texts = []
+    for choice_ in choices:
+        if not isinstance(choice_, dict):
+            continue
+        message = choice_.get("message")
+        text = _text_of(message.get("content")) if isinstance(message, dict) else None
+        if text is None:
+            text = _text_of(choice_.get("text"))
+        if text is not None:
+            texts.append(text)
+    return texts
+
+
+def parse_anthropic(payload: Any) -> List[str]:
+    """The first content block of type ``text`` (thinking and tool-use blocks are skipped)."""
+    for block in _require(payload, "content", "anthropic") or []:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            return [block["text"]]
+    return []
+
+
+def parse_openai_responses(payload: Any) -> List[str]:
+    """The first ``output_text``/``text`` block among ``output[].content[]`` (reasoning items have none)."""
+    for entry in _require(payload, "output", "openai_responses") or []:
+        content = entry.get("content") if isinstance(entry, dict) else None
+        for block in content or []:
+            if isinstance(block, dict) and block.get("type") in ("output_text", "text") and isinstance(block.get("text"), str):
+                return [block["text"]]
+    return []
+
+
+def _at_path(payload: Any, path: str) -> Any:
+    """Value at a dotted path (integers index lists); ``KeyError`` when absent."""
+    value = payload
+    for part in path.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.lstrip("-").isdigit() and -len(value) <= int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise KeyError(path)
+    return value
+
+
+def normalise_completions(value: Any) -> List[str]:
+    """SPEC 6.7: None -> []; str -> [str]; a non-list -> [str(v)]; list items: str, or a dict's first
+    truthy ``text``/``content``/``completion``/``response``, else ``message.content``; None items are skipped."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        return [str(value)]
+    texts = []
+    for entry in value:
+        if entry is None:
+            continue
+        if isinstance(entry, str):
+            texts.append(entry)
+        elif isinstance(entry, dict):
+            found = next((entry[k] for k in ("text", "content", "completion", "response") if entry.get(k)), None)
+            if found is None and isinstance(entry.get("message"), dict):
+                found = entry["message"].get("content")
+            if found is not None:
+                texts.append(found if isinstance(found, str) else str(found))
+        else:
+            texts.append(str(entry))
+    return texts
+
+
+def parse_generic(payload: Any, response_field: str) -> List[str]:
+    """Completions at ``response_field``; if absent, the first truthy top-level completions/responses/outputs/choices."""
+    if isinstance(payload, list):  # a bare list is the completions themselves
+        return normalise_completions(payload)
+    try:
+        return normalise_completions(_at_path(payload, response_field))
+    except KeyError:
+        pass
+    if isinstance(payload, dict):
+        for field in GENERIC_FALLBACK_FIELDS:
+            if payload.get(field):
+                return normalise_completions(payload[field])
+    raise ApiResponseError(
+        f"Comparator API response has no completions at comparator_api_response_field={response_field!r} "
+        f"(nor at {', '.join(GENERIC_FALLBACK_FIELDS)}): {snippet(payload)}"
+    )
+
+
+def parse_response(api_format: str, payload: Any, response_field: str) -> List[str]:
+    """The completion texts of one response of ``api_format``."""
+    if api_format == "openai":
+        return parse_openai(payload)
+    if api_format == "anthropic":
+        return parse_anthropic(payload)
+    if api_format == "openai_responses":
+        return parse_openai_responses(payload)
+    return parse_generic(payload, response_field)
