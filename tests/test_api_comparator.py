@@ -1,0 +1,360 @@
+"""API comparator against real HTTP servers on 127.0.0.1: wire formats, faults, options.
+
+Every test talks HTTP to a :class:`tests.fake_providers.FakeProvider` speaking one provider's wire
+format; nothing of the client side is mocked.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+import numpy as np
+import pytest
+import torch
+
+from comlrl_lightning import GenerationSettings, IterativePreferenceDataModule, OptionError, Team
+from comlrl_lightning.comparators import ApiComparator, ComparatorApiError
+from comlrl_lightning.comparators.api import validate_api_options
+from comlrl_lightning.comparators.api_formats import (
+    ApiResponseError,
+    is_deepseek,
+    json_safe,
+    parse_generic,
+    parse_openai,
+)
+from comlrl_lightning.rng import RandomStream
+from tests.fake_providers import FakeProvider, Fault, fake_text
+
+KEY_ENV = "COMLRL_TEST_API_KEY"
+KEY = "sk-test-9f3c1e7a5b2d4c6e8a0b"
+ITEMS = [{"prompt": "sun"}, {"prompt": "moon"}]
+PROMPTS = [["write: sun", "match: sun"], ["write: moon", "match: moon"]]
+SETTINGS = GenerationSettings(max_new_tokens=7, temperature=0.9, top_p=0.95, top_k=None)
+
+
+@pytest.fixture(scope="module")
+def team():
+    return Team(["embedded", "embedded"])
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+def make(team, provider, fmt=None, **options):
+    options = {"url": provider.url, "format": fmt or provider.fmt, "key_env": KEY_ENV, "backoff_base": 0.01, **options}
+    comparator = ApiComparator(lambda: team, RandomStream(0), validate_api_options(**options))
+    comparator.start_round(0)
+    return comparator
+
+
+def texts(completions):
+    return [[[c.text for c in per_item] for per_item in per_agent] for per_agent in completions]
+
+
+def assert_ids_from_actor_tokenizer(team, completions):
+    for agent, per_agent in enumerate(completions):
+        for per_item in per_agent:
+            for c in per_item:
+                assert c.ids == team.tokenizers[agent](c.text, add_special_tokens=False)["input_ids"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Wire formats
+
+
+def test_openai_chat_bodies_headers_n_batching_and_parsing(team):
+    with FakeProvider("openai") as provider:
+        comparator = make(team, provider, "chat", model="gpt-4o-mini", max_n_per_request=2,
+                          extra_body={"seed": 7, "top_p": None})
+        result = comparator.sample(ITEMS, PROMPTS, 3, SETTINGS)
+    assert {r.path for r in provider.requests} == {"/v1/chat/completions"}
+    for request in provider.requests:
+        assert request.headers["authorization"] == f"Bearer {KEY}"
+        assert request.headers["content-type"] == "application/json"
+    expected = [
+        {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": prompt}], "n": n, "max_tokens": 7,
+         "temperature": 0.9, "seed": 7}  # top_p removed by the null in extra_body
+        for prompt in sorted(p for pair in PROMPTS for p in pair) for n in (2, 1)
+    ]
+    key = lambda body: (body["messages"][0]["content"], -body["n"])  # noqa: E731
+    assert sorted(provider.bodies(), key=key) == expected
+    # candidates in request order: the n=2 batch, then the n=1 batch
+    assert texts(result) == [[[fake_text(p[a], 0), fake_text(p[a], 1), fake_text(p[a], 0)] for p in PROMPTS]
+                             for a in range(2)]
+    assert_ids_from_actor_tokenizer(team, result)
+    assert comparator.metrics() == {"comparator/api_shortfall": 0.0, "comparator/api_requests": 8.0,
+                                    "comparator/api_retries": 0.0}
+
+
+def test_openai_deepseek_asks_one_candidate_per_request(team):
+    assert is_deepseek("https://api.deepseek.com/chat/completions", None)
+    assert not is_deepseek("https://api.openai.com/v1/chat/completions", "gpt-4o")
+    with FakeProvider("openai") as provider:
+        result = make(team, provider, model="deepseek-chat").sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert [body["n"] for body in provider.bodies()] == [1] * 8
+    assert all(len(per_item) == 2 for per_agent in result for per_item in per_agent)
+
+
+def test_openai_server_that_ignores_n_is_asked_again_for_the_rest(team):
+    with FakeProvider("openai", max_choices=1) as provider:
+        comparator = make(team, provider, model="local-model")
+        result = comparator.sample(ITEMS, PROMPTS, 3, SETTINGS)
+    assert sorted(body["n"] for body in provider.bodies()) == [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]
+    assert all(len(per_item) == 3 for per_agent in result for per_item in per_agent)
+    assert comparator.metrics()["comparator/api_shortfall"] == 0.0
+
+
+def test_anthropic_messages_bodies_headers_and_first_text_block(team):
+    with FakeProvider("anthropic") as provider:
+        result = make(team, provider, "messages", model="claude-test", extra_body={"system": "be brief"}) \
+            .sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert {r.path for r in provider.requests} == {"/v1/messages"}
+    for request in provider.requests:
+        assert request.headers["x-api-key"] == KEY  # not "Bearer <key>", and no Authorization header
+        assert "authorization" not in request.headers
+        assert request.headers["anthropic-version"] == "2023-06-01"
+        assert request.body == {"model": "claude-test", "max_tokens": 7,
+                                "messages": [{"role": "user", "content": request.body["messages"][0]["content"]}],
+                                "temperature": 0.9, "system": "be brief"}
+    assert len(provider.requests) == 8  # one request per candidate
+    # the thinking block is skipped, the second text block ignored
+    assert all(sorted(per_item) == sorted([fake_text(p[a], 0), fake_text(p[a], 1)])
+               for a, per_agent in enumerate(texts(result)) for per_item, p in zip(per_agent, PROMPTS))
+    assert_ids_from_actor_tokenizer(team, result)
+
+    with FakeProvider("anthropic") as provider:
+        make(team, provider, headers={"Anthropic-Version": "2024-10-22"}, key_header="X-Other",
+             key_prefix="Token").sample(ITEMS[:1], PROMPTS[:1], 1, SETTINGS)
+    assert provider.requests[0].headers["anthropic-version"] == "2024-10-22"  # the user's header wins
+    assert provider.requests[0].headers["x-other"] == f"Token {KEY}"
+
+
+def test_openai_responses_bodies_and_output_text(team):
+    with FakeProvider("openai_responses") as provider:
+        result = make(team, provider, "codex", model="gpt-5-codex").sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert {r.path for r in provider.requests} == {"/v1/responses"}
+    for request in provider.requests:
+        assert request.headers["authorization"] == f"Bearer {KEY}"
+        assert request.body == {"model": "gpt-5-codex", "input": request.body["input"], "max_output_tokens": 7}
+    assert sorted(r.body["input"] for r in provider.requests) == sorted(p for pair in PROMPTS for p in pair for _ in (0, 1))
+    assert all(sorted(per_item) == sorted([fake_text(p[a], 0), fake_text(p[a], 1)])
+               for a, per_agent in enumerate(texts(result)) for per_item, p in zip(per_agent, PROMPTS))
+
+
+def test_generic_body_json_safe_item_dotted_field_and_custom_key_header(team):
+    items = [{"prompt": "sun", "vec": torch.tensor([1.5, 2.0]), "n": np.int64(3), "tags": {"b"},
+              "score": float("nan"), "when": object.__new__(type("Stamp", (), {"__str__": lambda s: "stamp"}))}]
+    shape = lambda texts_: {"data": {"outputs": [{"text": t} for t in texts_] + [None]}}  # noqa: E731
+    with FakeProvider("generic", generic_shape=shape) as provider:
+        comparator = make(team, provider, response_field="data.outputs", key_header="X-Token", key_prefix="")
+        result = comparator.sample(items, PROMPTS[:1], 3, SETTINGS)
+    assert provider.requests[0].path == "/generate"
+    assert provider.requests[0].headers["x-token"] == KEY
+    assert "authorization" not in provider.requests[0].headers
+    assert provider.bodies()[0] == {
+        "prompt": "write: sun", "agent_idx": 0, "num_return_sequences": 3, "max_new_tokens": 7,
+        "temperature": 0.9, "top_p": 0.95, "top_k": None,
+        "batch_item": {"prompt": "sun", "vec": [1.5, 2.0], "n": 3, "tags": ["b"], "score": "nan", "when": "stamp"},
+    }  # no "model": none was configured
+    assert [b["agent_idx"] for b in provider.bodies()] == [0, 1]
+    assert texts(result) == [[[fake_text(PROMPTS[0][a], j) for j in range(3)]] for a in range(2)]
+
+
+def test_generic_and_openai_parsing_rules():
+    assert parse_generic({"completions": "one"}, "completions") == ["one"]
+    assert parse_generic({"result": {"items": ["a", "b"]}}, "result.items") == ["a", "b"]
+    assert parse_generic({"result": [{"x": 1}, {"text": "t"}]}, "result.1.text") == ["t"]
+    assert parse_generic({"outputs": [{"content": "c"}, {"completion": "d"}, {"message": {"content": "e"}}, 4]},
+                         "missing.path") == ["c", "d", "e", "4"]
+    assert parse_generic({"completions": None}, "completions") == []
+    assert parse_generic({"completions": 7}, "completions") == ["7"]
+    assert parse_generic(["bare", "list"], "completions") == ["bare", "list"]
+    with pytest.raises(ApiResponseError, match="comparator_api_response_field='data'"):
+        parse_generic({"unrelated": 1}, "data")
+    assert parse_openai({"choices": [{"text": "legacy"}, {"message": {"content": None}},
+                                     {"message": {"content": [{"type": "text", "text": "pa"}, {"text": "rts"}]}}]}) \
+        == ["legacy", "parts"]
+    with pytest.raises(ApiResponseError, match="no 'choices' field"):
+        parse_openai({"error": {"message": "overloaded"}})
+    assert json_safe({1: (float("inf"), None)}) == {"1": ["inf", None]}
+
+
+# ----------------------------------------------------------------------------------------------
+# Faults
+
+
+def test_429_honours_retry_after_then_succeeds(team):
+    with FakeProvider("openai") as provider:
+        provider.fail_next(Fault(429, headers={"Retry-After": "1"}))
+        # a backoff of 5 s would show if Retry-After were ignored
+        comparator = make(team, provider, backoff_base=5.0, concurrency=1)
+        started = time.perf_counter()
+        result = comparator.sample(ITEMS, PROMPTS, 2, SETTINGS)
+        elapsed = time.perf_counter() - started
+    assert 0.9 <= elapsed < 2.4
+    assert comparator.metrics() == {"comparator/api_shortfall": 0.0, "comparator/api_requests": 5.0,
+                                    "comparator/api_retries": 1.0}
+    assert all(len(per_item) == 2 for per_agent in result for per_item in per_agent)
+
+
+def test_retry_after_is_capped(team):
+    with FakeProvider("openai") as provider:
+        provider.fail_next(Fault(429, headers={"Retry-After": "3600"}))
+        started = time.perf_counter()
+        make(team, provider, retry_after_cap=0.1).sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert time.perf_counter() - started < 2
+
+
+def test_500_then_success_gives_the_same_candidates_as_no_fault(team):
+    with FakeProvider("openai") as provider:
+        clean = texts(make(team, provider).sample(ITEMS, PROMPTS, 2, SETTINGS))
+    with FakeProvider("openai") as provider:
+        provider.fail_next(Fault(500), Fault(502), Fault(503))
+        comparator = make(team, provider)
+        assert texts(comparator.sample(ITEMS, PROMPTS, 2, SETTINGS)) == clean
+    assert comparator.metrics()["comparator/api_retries"] == 3.0
+
+
+def test_persistent_5xx_fails_after_bounded_retries(team):
+    with FakeProvider("openai") as provider:
+        provider.always = Fault(503, body=b"upstream overloaded")
+        with pytest.raises(ComparatorApiError, match=r"after 3 attempts; last: HTTP 503: upstream overloaded"):
+            make(team, provider, max_retries=2, concurrency=1).sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert len(provider.requests) == 3
+
+
+def test_hung_connection_times_out_and_is_retried(team):
+    with FakeProvider("openai") as provider:
+        provider.fail_next(Fault(hang=True))
+        comparator = make(team, provider, timeout=0.3, concurrency=1)
+        assert all(len(c) == 2 for a in comparator.sample(ITEMS, PROMPTS, 2, SETTINGS) for c in a)
+    assert comparator.metrics()["comparator/api_retries"] == 1.0
+    with FakeProvider("openai") as provider:
+        provider.always = Fault(hang=True)
+        started = time.perf_counter()
+        with pytest.raises(ComparatorApiError, match=r"after 2 attempts; last: no response within comparator_api_timeout=0.2s"):
+            make(team, provider, timeout=0.2, max_retries=1).sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert time.perf_counter() - started < 3
+
+
+def test_malformed_json_is_a_clear_error_without_retry(team):
+    with FakeProvider("openai") as provider:
+        provider.fail_next(Fault(200, body=b"<html><body>Bad gateway</body></html>"))
+        with pytest.raises(ComparatorApiError, match=r"non-JSON response \(HTTP 200\): <html><body>Bad gateway"):
+            make(team, provider, concurrency=1).sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert len(provider.requests) == 1
+
+
+def test_empty_choice_list_is_a_counted_shortfall_and_all_empty_is_an_error(team):
+    empty = {"id": "chatcmpl-x", "object": "chat.completion", "choices": [], "usage": {"total_tokens": 0}}
+    with FakeProvider("openai") as provider:
+        provider.fail_next(Fault(payload=empty))  # the first request: agent 0, item 0
+        comparator = make(team, provider, concurrency=1)
+        result = comparator.sample(ITEMS, PROMPTS, 2, SETTINGS)
+    # joint candidates pair index j of every agent: item 0 is cut to 0 for both agents
+    assert [[len(per_item) for per_item in per_agent] for per_agent in result] == [[0, 2], [0, 2]]
+    assert comparator.metrics()["comparator/api_shortfall"] == 4.0
+    with FakeProvider("openai") as provider:
+        provider.always = Fault(payload=empty)
+        with pytest.raises(ComparatorApiError, match="returned no usable completions this round"):
+            make(team, provider).sample(ITEMS, PROMPTS, 2, SETTINGS)
+
+
+def test_401_is_not_retried_and_never_shows_the_key(team):
+    echo = f'{{"error": {{"message": "Incorrect API key provided: {KEY}", "code": "invalid_api_key"}}}}'.encode()
+    with FakeProvider("openai") as provider:
+        provider.always = Fault(401, body=echo)
+        with pytest.raises(ComparatorApiError) as error:
+            make(team, provider, concurrency=1).sample(ITEMS, PROMPTS, 2, SETTINGS)
+    message = "".join(traceback.format_exception(error.value))
+    assert "HTTP 401" in message and KEY_ENV in message and "[redacted]" in message
+    assert KEY not in message and KEY not in repr(error.value)
+    assert error.value.status == 401 and len(provider.requests) == 1
+
+
+QUOTA = b'{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}}'
+
+
+@pytest.mark.parametrize("status, words, body", [
+    (402, "insufficient balance", None), (400, "rejected the request body", None), (403, "may not use this model", None),
+    (429, "insufficient quota", QUOTA),  # OpenAI's empty account: a 429 that waiting cannot fix
+])
+def test_client_errors_are_not_retried(team, status, words, body):
+    with FakeProvider("openai") as provider:
+        provider.always = Fault(status, body=body)
+        with pytest.raises(ComparatorApiError, match=rf"HTTP {status} \(.*{words}.*(scripted HTTP {status}|quota)"):
+            make(team, provider, concurrency=1).sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert len(provider.requests) == 1
+
+
+def test_missing_key_variable_fails_before_any_request(team, monkeypatch):
+    monkeypatch.delenv(KEY_ENV)
+    with FakeProvider("openai") as provider:
+        with pytest.raises(ComparatorApiError, match=f"comparator_api_key_env names {KEY_ENV}, but that environment"):
+            make(team, provider)
+    assert provider.requests == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Options (checked when the config is parsed)
+
+API = dict(comparator_policy="api", comparator_api_url="http://127.0.0.1:9/v1/chat/completions")
+API_RULES = [
+    (dict(API, comparator_api_format="gemini"),
+     "comparator_api_format must be one of: generic, openai, anthropic, openai_responses."),
+    (dict(comparator_policy="endpoint"), "comparator_api_url is required when comparator_policy='api'."),
+    (dict(API, comparator_history_k=1), "comparator_history_k is only valid when comparator_policy='history'."),
+    (dict(API, comparator_api_max_n_per_request=0), "comparator_api_max_n_per_request must be >= 1 or null."),
+    (dict(API, comparator_api_timeout=0), "comparator_api_timeout must be > 0."),
+    (dict(API, comparator_api_concurrency=0), "comparator_api_concurrency must be >= 1."),
+    (dict(API, comparator_api_max_retries=-1), "comparator_api_max_retries must be >= 0."),
+    (dict(API, comparator_api_headers={"Authorization": "Bearer x"}), "comparator_api_headers must not carry the credential"),
+    (dict(API, comparator_api_headers={"x-api-key": "x"}), "comparator_api_headers must not carry the credential"),
+]
+
+
+@pytest.mark.parametrize("options, message", API_RULES)
+def test_api_option_rules(options, message):
+    with pytest.raises(OptionError) as error:
+        IterativePreferenceDataModule(**options)
+    assert message in str(error.value)
+
+
+def test_a_key_pasted_into_key_env_is_refused_without_echoing_it():
+    with pytest.raises(OptionError) as error:
+        IterativePreferenceDataModule(**API, comparator_api_key_env=KEY)
+    assert "must be the NAME of an environment variable" in str(error.value) and KEY not in str(error.value)
+
+
+def test_format_aliases_and_defaults():
+    for alias, canonical in [("OpenAI_Chat", "openai"), ("chat", "openai"), ("messages", "anthropic"),
+                             ("anthropic_messages", "anthropic"), ("responses", "openai_responses"),
+                             ("codex", "openai_responses"), (" Generic ", "generic")]:
+        data = IterativePreferenceDataModule(**API, comparator_api_format=alias)
+        assert data.comparator_options.api.format == canonical
+    api = IterativePreferenceDataModule(**API).comparator_options.api
+    assert (api.format, api.timeout, api.key_header, api.key_prefix, api.response_field, api.max_retries) == (
+        "generic", 120.0, "Authorization", "Bearer", "completions", 4)
+    # the reference accepts (and ignores) model names with the api policy
+    assert IterativePreferenceDataModule(**API, comparator_model_name="m").comparator_policy == "api"
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "responses", "generic"])
+def test_example_configs_name_the_key_variable_and_validate(fmt):
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "configs" / f"madpo_iter_api_{fmt}.yaml"
+    text = path.read_text()
+    assert not re.search(r"sk-[A-Za-z0-9]|api_key:", text)  # a variable name only, never a key
+    options = yaml.safe_load(text)["data"]["init_args"]
+    assert re.fullmatch(r"[A-Z_]+", options["comparator_api_key_env"])
+    assert ".invalid" in options["comparator_api_url"]  # a placeholder that cannot spend money
+    data = IterativePreferenceDataModule(**options)
+    assert data.comparator_policy == "api"
+    assert data.comparator_options.api.format == {"responses": "openai_responses"}.get(fmt, fmt)
