@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -68,7 +69,7 @@ def embedded_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = Non
     """Folder holding the embedded model and tokenizer, built (atomically) on first use."""
     root = Path(cache_dir or os.environ.get("COMLRL_LIGHTNING_CACHE", Path.home() / ".cache" / "comlrl_lightning"))
     target = root / f"embedded-{_EMBEDDED_VERSION}-seed{seed}"
-    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
+    if _complete(target):
         return target
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".embedded-", dir=root))
@@ -77,13 +78,25 @@ def embedded_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = Non
         model = build_tiny_model(len(tokenizer), tokenizer.eos_token_id, seed=seed)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        try:
-            os.replace(staging, target)
-        except OSError:  # another process finished first: its copy is identical
-            pass
+        # Inside a torch.distributed job save_pretrained writes nothing on ranks other than 0:
+        # such a rank waits for rank 0's copy instead of publishing an incomplete folder.
+        if _complete(staging):
+            try:
+                os.replace(staging, target)
+            except OSError:  # another process finished first: its copy is identical
+                pass
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    deadline = time.monotonic() + 600
+    while not _complete(target):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the embedded model was not written to {target}")
+        time.sleep(0.1)
     return target
+
+
+def _complete(folder: Path) -> bool:
+    return all((folder / name).exists() for name in ("config.json", "model.safetensors", "tokenizer.json"))
 
 
 # --------------------------------------------------------------------------------------------
