@@ -144,7 +144,6 @@ class TaskDataModule(LightningDataModule):
         self.train_batch_size, self.num_train_epochs = train_batch_size, num_train_epochs
         self.eval_num_samples, self.eval_batch_size = eval_num_samples, eval_batch_size
         self.seed = seed
-        self.stream = RandomStream(seed)
         self.task: Optional[Task] = None
         self.train_items: List[Dict[str, Any]] = []
         self.eval_items: List[Dict[str, Any]] = []
@@ -199,10 +198,10 @@ class TaskDataModule(LightningDataModule):
     # Checkpointed state
 
     def state_dict(self) -> Dict[str, Any]:
-        return {DATA_STATE_MARKER: type(self).__qualname__, "stream": self.stream.state_dict()}
+        return {DATA_STATE_MARKER: type(self).__qualname__}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.stream.load_state_dict(state["stream"])
+        pass  # every random stream is derived from (seed, round, rank): nothing else to restore
 
 
 class PreferenceDataModule(TaskDataModule):

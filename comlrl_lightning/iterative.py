@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
-from .collection import ITERATIVE_PAIR_SELECTIONS, build_pairs_against, pair_from_record, sample_candidates
+from .collection import ITERATIVE_PAIR_SELECTIONS, build_pairs_against, merge_results, pair_from_record, sample_candidates
 from .comparators import (
     ApiComparator,
     Comparator,
@@ -23,12 +23,12 @@ from .comparators import (
     validate_comparator_options,
 )
 from .data import PreferenceDataModule
+from .distributed import barrier, gather_objects, rank_and_world, shard
 from .options import at_least
 from .replay import ReplayBuffer, validate_replay_options
-from .rng import RandomStream
+from .rng import RandomStream, derived_seed
 from .snapshots import PolicySnapshots
 
-COMPARATOR_SEED_OFFSET = 1_000_003
 
 
 class IterativePreferenceDataModule(PreferenceDataModule):
@@ -40,8 +40,9 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     ties are dropped). The round's pairs go to ``<preference_replay_dir>/iteration_NNNN.json``
     (atomically, also when empty), and the replay buffer picks the round's training pairs. The
     round is derived from ``trainer.current_epoch``, and the round's pairs, the replay index,
-    the comparator and snapshot index and every random stream are in each checkpoint, so a resumed
-    run continues exactly; raising ``num_iterations`` and resuming extends a finished run.
+    the comparator and snapshot index are in each checkpoint and every random stream is derived from
+    ``(seed, round, rank)``, so a resumed run continues exactly; raising ``num_iterations`` and
+    resuming extends a finished run.
 
     Args:
         num_iterations: rounds (>= 1); the CLI sets ``trainer.max_epochs = num_iterations * num_train_epochs``.
@@ -166,7 +167,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         self.comparator_sources = comparator_agents or ([comparator_model_name] if comparator_model_name else [])
         self.comparator_devices = comparator_devices
         self.comparator_num_candidates = comparator_num_candidates
-        self.comparator_stream = RandomStream(self.seed + COMPARATOR_SEED_OFFSET)
+        # one stream shared by the comparator's parts, re-seeded from (seed, round, rank) every round
+        self.comparator_stream = RandomStream(self.seed)
         self.built_round: Optional[int] = None
         self.replay: Optional[ReplayBuffer] = None
         self.snapshots: Optional[PolicySnapshots] = None
@@ -245,14 +247,25 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     # One round
 
     def build_round(self, round_index: int, module) -> None:
-        """Collect the round's pairs, write its round file and draw its training pairs."""
+        """Collect the round's pairs, write its round file and draw its training pairs.
+
+        Each process collects its shard of the items (streams derived from ``(seed, round, rank)``);
+        the pairs are gathered in item order on every rank; rank 0 alone writes the round file and
+        the snapshots; every rank then draws the same replay sample from ``(seed, round)``.
+        """
         started = time.perf_counter()
         team = module.team
-        if self.snapshots is not None and self.trainer.is_global_zero:
-            self.snapshots.save(round_index, team)
+        rank, world = rank_and_world(self.trainer)
+        items = shard(self.train_items, rank, world)
+        stream = RandomStream.derive(self.seed, "collect", round_index, rank)
+        self.comparator_stream.reseed(derived_seed(self.seed, "comparator", round_index, rank))
+        if self.snapshots is not None:
+            if self.trainer.is_global_zero:
+                self.snapshots.save(round_index, team)
+            barrier(self.trainer)
         num_comparator = self.comparator_num_candidates or self.preference_num_candidates
         self.comparator.start_round(round_index)
-        total = 2 * len(self.train_items) * team.num_agents
+        total = 2 * len(items) * team.num_agents
         done = 0
 
         def progress(count: int) -> None:
@@ -262,35 +275,40 @@ class IterativePreferenceDataModule(PreferenceDataModule):
 
         with module.generation_context():
             current = sample_candidates(
-                team, self.task, self.train_items, self.preference_num_candidates, module.generation_settings,
-                self.stream, progress,
+                team, self.task, items, self.preference_num_candidates, module.generation_settings, stream, progress
             )
-            comparator = self.comparator.sample(
-                self.train_items, current.prompts, num_comparator, module.generation_settings
-            )
-            progress(len(self.train_items) * team.num_agents)
+            comparator = self.comparator.sample(items, current.prompts, num_comparator, module.generation_settings)
+            progress(len(items) * team.num_agents)
         self.comparator.end_round()
-        result = build_pairs_against(
-            current, comparator, module.collection_oracle(self.task), self.train_items, self.pair_selection,
-            self.preference_pairs_per_sample, self.stream,
+        local = build_pairs_against(
+            current, comparator, module.collection_oracle(self.task), items, self.pair_selection,
+            self.preference_pairs_per_sample, stream,
         )
-        path = self.replay.write_round(round_index + 1, [pair.to_record() for pair in result.pairs])
+        result = merge_results(gather_objects(local, world), world)
+        records = [pair.to_record() for pair in result.pairs]
+        path = self.replay.write_round(round_index + 1, records, publish=self.trainer.is_global_zero)
+        barrier(self.trainer)  # the round file is in place before any rank reads it
         if self.replay_mode == "current":
             training = result.pairs
         else:
-            training = [pair_from_record(r, team) for r in self.replay.sample(len(result.pairs), self.stream.python)]
-        if self.snapshots is not None and self.comparator_policy == "history":
+            replay_rng = RandomStream.derive(self.seed, "replay", round_index).python
+            training = [pair_from_record(r, team) for r in self.replay.sample(len(result.pairs), replay_rng)]
+        if self.snapshots is not None and self.comparator_policy == "history" and self.trainer.is_global_zero:
             # keep what the next round needs, plus one round more so a resume from the previous round works
             self.snapshots.prune(max(round_index + 1 - self.comparator_history_k, 0) - 1)
         self.total_generated += len(result.pairs)
         self.last_collection, self.pairs, self.built_round = result, training, round_index
+        comparator_metrics: Dict[str, float] = {}
+        for part in gather_objects(self.comparator.metrics(), world):
+            for key, value in part.items():
+                comparator_metrics[key] = comparator_metrics.get(key, 0.0) + value
         module.log_metrics_now({
             "iter/current_iteration": float(round_index + 1),
             "iter/current_preference_pairs": float(len(result.pairs)),
             "iter/total_preference_pairs": float(self.replay.total_pairs),
             "iter/train_preference_pairs": float(len(training)),
             "collect/candidate_reward_mean": result.reward_mean,
-            **self.comparator.metrics(),
+            **comparator_metrics,
         })
         rank_zero_info(
             f"round {round_index + 1}/{self.num_iterations}: {len(result.pairs)} pairs ({path.name}), "

@@ -132,8 +132,12 @@ class ReplayBuffer:
     def round_path(self, iteration: int) -> Path:
         return self.directory / f"iteration_{iteration:04d}.json"
 
-    def write_round(self, iteration: int, records: List[Dict[str, Any]]) -> Path:
+    def write_round(self, iteration: int, records: List[Dict[str, Any]], publish: bool = True) -> Path:
         """Atomically write the round file of ``iteration`` and update the index.
+
+        With ``publish=False`` the index is updated exactly as if the file had been written, but
+        nothing is written: the other processes of a multi-process run, whose rank 0 writes the
+        (identical) file.
 
         Shards of ``iteration`` and of every LATER iteration are dropped first: writing a round
         again means it is being redone after a resume, so later shards belong to a discarded
@@ -144,6 +148,15 @@ class ReplayBuffer:
         path = self.round_path(iteration)
         payload = {"iteration": iteration, "num_pairs": len(records), "pairs": records}
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        if publish:
+            self._write_atomically(path, data)
+        # The index changes only once the file is in place, so a failed write leaves it untouched.
+        self.shards = [shard for shard in self.shards if shard.iteration < iteration]
+        if records:
+            self.shards.append(Shard(iteration, path.name, len(records), hashlib.sha256(data).hexdigest()))
+        return path
+
+    def _write_atomically(self, path: Path, data: bytes) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         try:
@@ -156,11 +169,6 @@ class ReplayBuffer:
             tmp.unlink(missing_ok=True)
             raise
         _fsync_directory(self.directory)
-        # The index changes only once the file is in place, so a failed write leaves it untouched.
-        self.shards = [shard for shard in self.shards if shard.iteration < iteration]
-        if records:
-            self.shards.append(Shard(iteration, path.name, len(records), hashlib.sha256(data).hexdigest()))
-        return path
 
     def eligible(self) -> List[Shard]:
         """Shards a draw may come from, oldest first (SPEC 5.1 step 2)."""

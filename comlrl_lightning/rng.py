@@ -55,8 +55,13 @@ class RandomStream:
         the run means there is nothing to checkpoint, and every process of a multi-process run can
         rebuild its own stream after a resume (Lightning keeps only rank 0's data-module state).
         """
-        digest = hashlib.sha256(repr((int(seed),) + keys).encode()).digest()
-        return cls(int.from_bytes(digest[:8], "little") >> 1)
+        return cls(derived_seed(seed, *keys))
+
+    def reseed(self, seed: int) -> None:
+        """Start over from ``seed`` (a stream shared by several objects is re-seeded in place)."""
+        self.seed = int(seed)
+        self.python = random.Random(self.seed)
+        self._torch_states = {}
 
     def torch_generator(self) -> torch.Generator:
         """A CPU ``torch.Generator`` seeded from this stream's Python RNG (for samplers and shuffles)."""
@@ -75,6 +80,12 @@ class RandomStream:
         self.seed = int(state["seed"])
         self.python.setstate(_as_python_state(state["python"]))
         self._torch_states = {key: value.clone() for key, value in state["torch"].items()}
+
+
+def derived_seed(seed: int, *keys: object) -> int:
+    """A 63-bit seed from a hash of ``seed`` and ``keys``."""
+    digest = hashlib.sha256(repr((int(seed),) + keys).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def _as_python_state(state: Any) -> tuple:

@@ -79,3 +79,63 @@ def test_two_process_madpo_run(tmp_path):
     with open(next(tmp_path.glob("logs/version_*/metrics.csv"))) as handle:
         rows = [r for r in csv.DictReader(handle) if r.get("eval/turn_1/reward_mean")]
     assert float(rows[0]["eval/turn_1/reward_mean"]) == pytest.approx(sum(rewards) / len(rewards), abs=1e-12)
+
+
+def test_two_process_iterative_madpo_run_writes_one_set_of_round_files(tmp_path):
+    from comlrl_lightning import IterativePreferenceDataModule
+    from tests.iterative_run import ITER_DATA, ITER_MODEL
+
+    module = MADPOModule(**ITER_MODEL)
+    datamodule = IterativePreferenceDataModule(**dict(ITER_DATA, num_iterations=2))
+    _ddp_trainer(tmp_path, max_epochs=4, reload_dataloaders_every_n_epochs=1).fit(module, datamodule)
+    ranks = [json.loads((tmp_path / f"rank_{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["weights"] == ranks[1]["weights"]
+    assert ranks[0]["pairs"] == ranks[1]["pairs"]  # the same replay sample on every rank
+    files = sorted((tmp_path / "preference_replay").glob("iteration_*.json"))
+    assert [f.name for f in files] == ["iteration_0001.json", "iteration_0002.json"]
+    assert not list((tmp_path / "preference_replay").glob("*.tmp"))
+    order = {f"topic: {item['prompt']}\nwriter:": index for index, item in enumerate(load_items("embedded"))}
+    for file in files:
+        records = json.loads(file.read_text())["pairs"]
+        indices = [order[record["prompts"][0]] for record in records]
+        assert indices == sorted(indices) and {i % 2 for i in indices} == {0, 1}  # both ranks' items
+    assert sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir()) == ["initial", "iteration_0000"]
+
+
+def test_two_process_marlhf_run_keeps_replicas_and_reward_models_identical(tmp_path):
+    from comlrl_lightning import MARLHFModule
+
+    class RecordRewardModel(RecordPerRank):
+        def on_train_end(self, trainer, pl_module) -> None:
+            super().on_train_end(trainer, pl_module)
+            digest = hashlib.sha256()
+            for key, value in sorted(pl_module.reward_model.state_dict().items()):
+                digest.update(value.detach().cpu().numpy().tobytes())
+            (self.directory / f"reward_{trainer.global_rank}.txt").write_text(digest.hexdigest())
+
+    module = MARLHFModule(**dict(TINY_MODEL, num_generations=2, reward_train_batch_size=8, reference_kl_enabled=True))
+    _ddp_trainer(tmp_path, max_epochs=1, callbacks=[RecordRewardModel(tmp_path)]).fit(
+        module, PreferenceDataModule(**dict(TINY_DATA, train_batch_size=4)))
+    ranks = [json.loads((tmp_path / f"rank_{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["weights"] == ranks[1]["weights"]
+    assert ranks[0]["batches"] == 2  # 16 items, batches of 4, split over 2 ranks
+    assert (tmp_path / "reward_0.txt").read_text() == (tmp_path / "reward_1.txt").read_text()
+
+
+def test_cli_runs_with_the_plain_ddp_strategy_flag(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo_iter.yaml",
+               "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.default_root_dir", str(tmp_path),
+               "--data.init_args.num_iterations", "2", "--data.init_args.num_train_epochs", "1",
+               "--trainer.enable_progress_bar", "false", "--model.init_args.max_new_tokens", "4",
+               "--data.init_args.preference_num_candidates", "3", "--data.init_args.comparator_num_candidates", "3",
+               "--data.init_args.preference_replay_sample_size", "16", "--data.init_args.eval_num_samples", "4"]
+    result = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], env=dict(os.environ),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == ["iteration_0001.json",
+                                                                                 "iteration_0002.json"]
+    assert list(tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt"))
