@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Union
 
@@ -201,6 +203,11 @@ class Team(nn.Module):
             input_ids, attention_mask: ``[M, P + C]``.
             score_mask: ``[M, C]``, 1 where a completion token is scored.
         """
+        model = self.agents[agent_index]
+        if _can_share_prompts(model):
+            shared = _shared_prompt_logprobs(model, input_ids, attention_mask, score_mask)
+            if shared is not None:
+                return shared
         return (self.token_logprobs(agent_index, input_ids, attention_mask, score_mask.shape[1]) * score_mask).sum(dim=-1)
 
     def token_logprobs(
@@ -222,16 +229,168 @@ class Team(nn.Module):
         return gathered_logprobs(logits, input_ids[:, -width:])
 
 
+def _can_share_prompts(model: nn.Module) -> bool:
+    """Whether ``model`` can score completions on a shared prompt KV cache (HF causal LMs can,
+    unless gradient checkpointing turns the cache off)."""
+    return bool(getattr(model, "_supports_cache_class", True)) and not _checkpointing(model)
+
+
+def _checkpointing(model: nn.Module) -> bool:
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new name first (no warning)
+        if hasattr(type(model), name) or name in vars(model):
+            return bool(getattr(model, name))
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_keyword(model_type: type) -> str:
+    """The forward() keyword of the KV cache: ``cache`` (recent transformers) or ``past_key_values``."""
+    try:
+        return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+    except (TypeError, ValueError):
+        return "past_key_values"
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _forward_keyword(type(base))
+
+
+CALL_COST_TOKENS = {"cpu": 64}
+"""Price of one more stage-2 forward call in padded token positions, per device type (see
+``length_buckets``); devices not listed use ``DEFAULT_CALL_COST_TOKENS`` (kernel launches dominate there)."""
+DEFAULT_CALL_COST_TOKENS = 2048
+
+
+def length_buckets(lengths: Sequence[int], call_cost: int = DEFAULT_CALL_COST_TOKENS) -> List[List[int]]:
+    """Split rows into buckets (lists of row indices) that each run padded to their longest row.
+
+    Minimises ``sum(rows * width) + call_cost * buckets`` over splits of the rows sorted by length
+    (dynamic programming over the distinct lengths): one call when lengths are alike, several when
+    a few long rows would otherwise pad many short ones.
+    """
+    order = sorted(range(len(lengths)), key=lambda r: lengths[r])
+    widths = sorted(set(lengths))
+    upto = [sum(1 for v in lengths if v <= w) for w in widths]  # rows with length <= widths[k]
+    best, cut = [0.0] + [float("inf")] * len(widths), [0] * (len(widths) + 1)
+    for end in range(1, len(widths) + 1):
+        for begin in range(end):
+            rows = upto[end - 1] - (upto[begin - 1] if begin else 0)
+            cost = best[begin] + rows * widths[end - 1] + call_cost
+            if cost < best[end]:
+                best[end], cut[end] = cost, begin
+    bounds, end = [], len(widths)
+    while end > 0:
+        bounds.append((cut[end], end))
+        end = cut[end]
+    buckets = []
+    for begin, end in reversed(bounds):
+        low, high = (upto[begin - 1] if begin else 0), upto[end - 1]
+        buckets.append(order[low:high])
+    return buckets
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_data_keyword(cache_type: type) -> Optional[str]:
+    """The constructor keyword that fills a cache from ``(key, value)`` per layer, if it has one."""
+    try:
+        parameters = inspect.signature(cache_type.__init__).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((k for k in ("ddp_cache_data", "_distributed_cache_data") if k in parameters), None)
+
+
+def _select_rows(cache, rows: torch.Tensor):
+    """A new cache holding ``rows`` of ``cache`` (which is left as is), or ``None`` if not possible."""
+    keyword = _cache_data_keyword(type(cache))
+    if keyword is None:
+        return None
+    try:
+        entries = [tuple(t[rows] if i < 2 else t for i, t in enumerate(entry)) for entry in cache]
+    except (TypeError, IndexError):
+        return None
+    return type(cache)(**{keyword: entries})
+
+
+def _shared_prompt_logprobs(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor
+) -> Optional[torch.Tensor]:
+    """:meth:`Team.sequence_logprobs` with every distinct prompt run once and little padding.
+
+    Stage 1 runs the distinct (left-padded) prompts with a KV cache and keeps the logits of their
+    last position (they predict completion token 0). Stage 2 runs each row's completion on its
+    prompt's cache rows (the gradient flows back into the shared prompt), only up to the last
+    token the row scores, in length buckets (:func:`length_buckets`). In a MADPO batch the winner
+    and the loser of a pair share their prompt, so prompts are computed half as often as in one
+    padded forward of ``[winners; losers]``, and padding and unscored trailing columns mostly
+    vanish. Causal attention makes it exact. Returns ``None`` when the cache cannot be reused.
+    """
+    width = score_mask.shape[1]
+    prompt_width = input_ids.shape[1] - width
+    scored = score_mask != 0
+    if prompt_width < 1 or not bool(scored.any()):
+        return None
+    columns = torch.arange(width, device=score_mask.device)
+    needed = (torch.where(scored, columns + 1, 0).amax(dim=1)).tolist()  # tokens to predict per row
+    prompt_mask = attention_mask[:, :prompt_width]
+    keys = input_ids[:, :prompt_width].masked_fill(prompt_mask == 0, -1)
+    distinct, rows = torch.unique(keys, dim=0, return_inverse=True)
+    live = (distinct >= 0).any(dim=0).nonzero()
+    distinct = distinct[:, int(live.min()) :]  # drop columns that are padding in every distinct prompt
+    distinct_mask = (distinct >= 0).to(attention_mask.dtype)
+    first = model(
+        input_ids=distinct.clamp(min=0),
+        attention_mask=distinct_mask,
+        position_ids=(distinct_mask.long().cumsum(-1) - 1).clamp(min=0),
+        use_cache=max(needed) > 1,
+        logits_to_keep=1,
+    )
+    first_logprobs = gathered_logprobs(first.logits[:, -1][rows], input_ids[:, prompt_width])
+    total = first_logprobs * score_mask[:, 0]
+    rest = [r for r in range(len(needed)) if needed[r] > 1]
+    if not rest:
+        return total
+    cache = getattr(first, "cache", None) or getattr(first, "past_key_values", None)
+    if cache is None:
+        return None
+    cache_keyword, prompt_lengths = _cache_keyword(model), distinct_mask.sum(-1).long()
+    sums = []
+    call_cost = CALL_COST_TOKENS.get(input_ids.device.type, DEFAULT_CALL_COST_TOKENS)
+    buckets = [[rest[k] for k in bucket] for bucket in length_buckets([needed[r] - 1 for r in rest], call_cost)]
+    for bucket in buckets:
+        index = torch.tensor(bucket, device=input_ids.device)
+        span = max(needed[r] for r in bucket) - 1  # completion tokens fed: c[0] .. c[span - 1]
+        bucket_cache = _select_rows(cache, rows[index])
+        if bucket_cache is None:
+            return None
+        completion = input_ids[index, prompt_width : prompt_width + span]
+        second = model(
+            input_ids=completion,
+            attention_mask=torch.cat(
+                [distinct_mask[rows[index]], attention_mask[index, prompt_width : prompt_width + span]], dim=1
+            ),
+            position_ids=prompt_lengths[rows[index]].unsqueeze(1) + torch.arange(span, device=input_ids.device),
+            use_cache=True,
+            logits_to_keep=span,
+            **{cache_keyword: bucket_cache},
+        )
+        targets = input_ids[index, prompt_width + 1 : prompt_width + 1 + span]
+        sums.append((gathered_logprobs(second.logits, targets) * score_mask[index, 1 : 1 + span]).sum(dim=-1))
+    order = torch.tensor([r for bucket in buckets for r in bucket], device=input_ids.device)
+    return total.index_add(0, order, torch.cat(sums))
+
+
+def _as_list(tokens) -> List[int]:
+    return tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+
+
 def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into ``(input_ids, attention_mask)``."""
+    sequences = [_as_list(s) for s in sequences]
     width = max(len(s) for s in sequences)
-    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        if seq:
-            input_ids[row, width - len(seq) :] = torch.as_tensor(seq, dtype=torch.long)
-            attention_mask[row, width - len(seq) :] = 1
-    return input_ids, attention_mask
+    input_ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in sequences], dtype=torch.long)
+    attention_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
+    return input_ids.view(len(sequences), width), attention_mask.view(len(sequences), width)
 
 
 def pack_sequences(
@@ -248,15 +407,14 @@ def pack_sequences(
     if any(len(p) == 0 for p in prompts):
         raise ValueError("Scoring a completion requires a non-empty tokenized prompt.")
     prompt_ids, prompt_mask = left_pad(prompts, pad_id)
+    completions = [_as_list(c) for c in completions]
     width = max(1, max(len(c) for c in completions))
-    completion_ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
-    completion_mask = torch.zeros((len(completions), width), dtype=torch.long)
-    score_mask = torch.zeros((len(completions), width), dtype=torch.float32)
-    for row, (completion, scored) in enumerate(zip(completions, scored_lengths)):
-        if completion:
-            completion_ids[row, : len(completion)] = torch.as_tensor(completion, dtype=torch.long)
-            completion_mask[row, : len(completion)] = 1
-        score_mask[row, :scored] = 1.0
+    rows = len(completions)
+    completion_ids = torch.tensor([c + [pad_id] * (width - len(c)) for c in completions], dtype=torch.long)
+    completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completions], dtype=torch.long)
+    scored = [min(max(int(n), 0), width) for n in scored_lengths]
+    score_mask = torch.tensor([[1.0] * n + [0.0] * (width - n) for n in scored], dtype=torch.float32)
+    completion_ids, completion_mask, score_mask = (t.view(rows, width) for t in (completion_ids, completion_mask, score_mask))
     return {
         "input_ids": torch.cat([prompt_ids, completion_ids], dim=1),
         "attention_mask": torch.cat([prompt_mask, completion_mask], dim=1),

@@ -1,0 +1,206 @@
+"""What both sides of the benchmark share: threads, sizes, the task, the pairs and the result line.
+
+This file is imported by ``ours.py`` (our venv) and ``reference.py`` (the reference's venv), so it
+needs nothing but the standard library until a function asks for torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import sys
+import time
+from typing import Any, Callable, Dict, List
+
+THREADS = 1
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+RESULT_PREFIX = "BENCH_RESULT "
+
+# ------------------------------------------------------------------------------------------------
+# Sizes. A "plan" is a dict of everything a job needs; run.py picks full or quick.
+
+MODELS = {
+    # Llama, char vocabulary (49 tokens); parameter counts are printed in the results.
+    "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4),
+    "small": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4),
+}
+
+FULL = dict(
+    models=["tiny", "small"],  # MADPO step and collection; the iterative run uses the tiny model
+    batch_sizes=[1, 4, 16],
+    step_min_pairs={"tiny": 64, "small": 32},  # timed pairs per window (3 windows, the best is reported)
+    step_min_seconds=1.5,
+    pair_pool=64,
+    completion_lengths=(8, 32),
+    collection=dict(items=16, candidates=16, max_new_tokens=32),
+    matmul_size=2048,
+    iterative=dict(items=16, rounds=3, candidates=8, pairs_per_sample=4, train_batch_size=8, max_new_tokens=24),
+)
+QUICK = dict(
+    models=["tiny"],
+    batch_sizes=[1, 4],
+    step_min_pairs={"tiny": 8, "small": 4},
+    step_min_seconds=0.1,
+    pair_pool=16,
+    completion_lengths=(4, 12),
+    collection=dict(items=2, candidates=4, max_new_tokens=8),
+    matmul_size=512,
+    iterative=dict(items=2, rounds=3, candidates=4, pairs_per_sample=2, train_batch_size=4, max_new_tokens=6),
+)
+GENERATION = dict(temperature=1.0, top_p=1.0, top_k=None)
+LEARNING_RATE = 1e-4
+DPO_BETA = 0.1
+
+
+def limit_threads() -> None:
+    """One compute thread everywhere (call before and after importing torch)."""
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(THREADS)
+    if "torch" in sys.modules:
+        import torch
+
+        torch.set_num_threads(THREADS)
+        try:
+            torch.set_num_interop_threads(THREADS)
+        except RuntimeError:  # already set in this process
+            pass
+
+
+# ------------------------------------------------------------------------------------------------
+# The task: the toy "vowels and lengths" task of the embedded default, written out here so the
+# reference's venv can use it without our package.
+
+WRITER_TEMPLATE = "topic: {prompt}\nwriter:"
+MATCHER_TEMPLATE = "topic: {prompt}\nmatcher:"
+VOWELS = set("aeiou")
+
+
+def items(count: int, seed: int = 0) -> List[Dict[str, str]]:
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return [{"prompt": "".join(rng.choice(letters) for _ in range(rng.randint(3, 6)))} for _ in range(count)]
+
+
+def writer_prompt(item: Dict[str, Any]) -> str:
+    return WRITER_TEMPLATE.format(**item)
+
+
+def matcher_prompt(item: Dict[str, Any]) -> str:
+    return MATCHER_TEMPLATE.format(**item)
+
+
+FORMATTERS: List[Callable[[Dict[str, Any]], str]] = [writer_prompt, matcher_prompt]
+
+
+def reward(writer: List[str], matcher: List[str]) -> List[float]:
+    """Vowel share of the writer minus the relative length gap between writer and matcher."""
+    values = []
+    for w, m in zip(writer, matcher):
+        vowels = sum(ch in VOWELS for ch in w) / len(w) if w else 0.0
+        values.append(vowels - abs(len(w) - len(m)) / max(len(w), len(m), 1))
+    return values
+
+
+# ------------------------------------------------------------------------------------------------
+# Pairs: the same token ids for both sides.
+
+
+def pair_ids(tokenizer, count: int, lengths: tuple, seed: int = 0) -> List[Dict[str, List[List[int]]]]:
+    """``count`` two-agent pairs: real prompt ids, random completion ids ending in EOS (as sampled).
+
+    Returns dicts with ``prompts`` (texts), ``prompt_ids``, ``winner_ids``, ``loser_ids`` (per agent).
+    """
+    rng = random.Random(seed)
+    eos = tokenizer.eos_token_id
+    specials = set(tokenizer.all_special_ids)
+    vocabulary = [i for i in range(len(tokenizer)) if i not in specials]
+    pairs = []
+    for item in items(count, seed):
+        prompts = [f(item) for f in FORMATTERS]
+        pair = {"prompts": prompts, "prompt_ids": [], "winner_ids": [], "loser_ids": []}
+        for prompt in prompts:
+            pair["prompt_ids"].append(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+            for key in ("winner_ids", "loser_ids"):
+                pair[key].append([rng.choice(vocabulary) for _ in range(rng.randint(*lengths))] + [eos])
+        pairs.append(pair)
+    return pairs
+
+
+def batches(pool: list, batch_size: int, count: int) -> List[list]:
+    """``count`` batches cycling through ``pool`` (the same sequence for both sides)."""
+    return [[pool[(b * batch_size + i) % len(pool)] for i in range(batch_size)] for b in range(count)]
+
+
+def time_steps(step: Callable[[list], None], pool: list, batch_size: int, min_pairs: int, min_seconds: float,
+               windows: int = 3, warmup: int = 2) -> Dict[str, float]:
+    """Throughput of ``step`` on pair batches: the best of ``windows`` timed windows.
+
+    Each window runs batches until at least ``min_pairs`` pairs and ``min_seconds`` have passed;
+    the best window is reported so a burst of load from other processes does not count.
+    """
+    plan = iter(batches(pool, batch_size, 100_000))
+    for _ in range(warmup):
+        step(next(plan))
+    rates = []
+    for _ in range(windows):
+        done, started = 0, time.perf_counter()
+        while True:
+            batch = next(plan)
+            step(batch)
+            done += len(batch)
+            elapsed = time.perf_counter() - started
+            if done >= min_pairs and elapsed >= min_seconds:
+                break
+        rates.append((done / elapsed, done, elapsed))
+    rate, done, elapsed = max(rates)
+    return {"pairs": done, "seconds": elapsed, "pairs_per_s": rate, "ms_per_pair": 1000 / rate,
+            "window_rates": [r[0] for r in rates]}
+
+
+def count_flops(function: Callable[[], None]) -> int:
+    """FLOPs of one call, counted by torch's FlopCounterMode (matmuls and attention)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        function()
+    return int(counter.get_total_flops())
+
+
+def matmul_peak(size: int = 2048, repeats: int = 10) -> Dict[str, float]:
+    """Best dense float32 ``torch.mm`` FLOP/s of this process (1 thread)."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    out = torch.empty(size, size)
+    for _ in range(2):
+        torch.mm(a, b, out=out)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.mm(a, b, out=out)
+        best = min(best, time.perf_counter() - started)
+    return {"size": size, "flops_per_s": 2 * size**3 / best}
+
+
+# ------------------------------------------------------------------------------------------------
+# Result protocol: a worker prints one line ``BENCH_RESULT {json}`` with its peak RSS added.
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kilobytes
+
+
+def emit(result: Dict[str, Any]) -> None:
+    result = dict(result, peak_rss_mb=peak_rss_mb())
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def worker_main(run_job: Callable[[Dict[str, Any]], Dict[str, Any]]) -> None:
+    """``python ours.py|reference.py '<job json>'``: run one job, print its result line."""
+    limit_threads()
+    job = json.loads(sys.argv[1])
+    emit(run_job(job))

@@ -1,0 +1,165 @@
+"""Our side of the benchmark: one job per process (``python ours.py '<job json>'``) or in-process.
+
+Jobs: ``madpo_step`` (collate + margins + loss + backward + AdamW, what Lightning's automatic
+optimization runs), ``madpo_fit`` (the same pairs through a real ``Trainer.fit``), ``collection``,
+``iterative`` (3 rounds, history comparator, ``Trainer.fit`` end to end) and ``matmul_peak``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from typing import Any, Dict
+
+import common
+
+common.limit_threads()
+
+import torch  # noqa: E402
+
+common.limit_threads()
+
+
+def _module(job: Dict[str, Any], **options):
+    from comlrl_lightning import MADPOModule
+
+    module = MADPOModule(agents=[job["model"]] * 2, dpo_beta=common.DPO_BETA,
+                         agent_learning_rate=common.LEARNING_RATE, **options)
+    module.configure_model()
+    return module
+
+
+def _pairs(job: Dict[str, Any], tokenizer):
+    from comlrl_lightning.pairs import PreferencePair
+
+    pairs = []
+    for raw in common.pair_ids(tokenizer, job["pair_pool"], tuple(job["completion_lengths"])):
+        texts = {k: [tokenizer.decode(ids, skip_special_tokens=True) for ids in raw[k]] for k in ("winner_ids", "loser_ids")}
+        pairs.append(PreferencePair(
+            prompts=raw["prompts"], winner_completions=texts["winner_ids"], loser_completions=texts["loser_ids"],
+            winner_reward=1.0, loser_reward=0.0, candidate_reward_mean=0.5,
+            prompt_ids=raw["prompt_ids"], winner_ids=raw["winner_ids"], loser_ids=raw["loser_ids"],
+        ))
+    return pairs
+
+
+def madpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
+    from comlrl_lightning.losses import madpo_loss
+
+    module = _module(job)
+    optimizer = module.configure_optimizers()
+    pool = _pairs(job, module.team.tokenizers[0])
+
+    def step(batch):
+        optimizer.zero_grad(set_to_none=True)
+        loss = madpo_loss(module.margins(module.collate_pairs(batch)), module.dpo_beta)
+        loss.backward()
+        optimizer.step()
+
+    result = common.time_steps(step, pool, job["batch_size"], job["min_pairs"], job["min_seconds"])
+    if job.get("count_flops"):
+        result["flops_per_step"] = common.count_flops(lambda: step(pool[: job["batch_size"]]))
+    return result
+
+
+def madpo_fit(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The same step inside ``Trainer.fit`` (logging, metrics, hooks); timed after two warm-up batches."""
+    from lightning.pytorch import Callback, LightningDataModule, Trainer
+    from torch.utils.data import DataLoader
+
+    module = _module(job)
+    pool = _pairs(job, module.team.tokenizers[0])
+    steps = 2 + max(1, -(-job["min_pairs"] // job["batch_size"]))
+    plan = [pair for batch in common.batches(pool, job["batch_size"], steps) for pair in batch]
+
+    class Pairs(LightningDataModule):
+        eval_items, eval_num_samples, eval_batch_size, task = [], 0, 1, None  # no evaluation
+
+        def train_dataloader(self):
+            return DataLoader(plan, batch_size=job["batch_size"], shuffle=False, collate_fn=module.collate_pairs)
+
+    class Clock(Callback):
+        times = []
+
+        def on_train_batch_end(self, *args):
+            self.times.append(time.perf_counter())
+
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as root:
+        Trainer(accelerator="cpu", devices=1, max_epochs=1, default_root_dir=root, logger=False,
+                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                callbacks=[clock]).fit(module, Pairs())
+    pairs = (len(clock.times) - 2) * job["batch_size"]
+    seconds = clock.times[-1] - clock.times[1]
+    return {"pairs": pairs, "seconds": seconds, "pairs_per_s": pairs / seconds, "ms_per_pair": 1000 * seconds / pairs}
+
+
+def collection(job: Dict[str, Any]) -> Dict[str, Any]:
+    """``PreferenceDataModule.collect``: sample K per agent and item, score joint responses, pick pairs."""
+    from comlrl_lightning import PreferenceDataModule
+
+    batching = {"generation_batch_size": job["generation_batch_size"]} if job.get("generation_batch_size") else {}
+    module = _module(job, max_new_tokens=job["max_new_tokens"], **common.GENERATION, **batching)
+    data = PreferenceDataModule(
+        train_dataset=common.items(job["items"]), formatters=list(common.FORMATTERS), reward_func=common.reward,
+        num_agents=2, preference_num_candidates=job["candidates"], preference_pairs_per_sample=16,
+        pair_selection="reward_gap", eval_num_samples=0,
+    )
+    data.setup("fit")
+    items = data.train_items
+    data.train_items = items[:1]
+    data.collect(module)  # warm-up
+    data.train_items = items
+    started = time.perf_counter()
+    result = data.collect(module)
+    seconds = time.perf_counter() - started
+    joint = len(items) * job["candidates"]
+    return {"joint_candidates": joint, "seconds": seconds, "per_s": joint / seconds, "pairs": len(result.pairs)}
+
+
+def iterative(job: Dict[str, Any]) -> Dict[str, Any]:
+    """``rounds`` rounds of iterative MADPO (history comparator, k=1) through ``Trainer.fit``."""
+    from lightning.pytorch import Trainer
+
+    from comlrl_lightning import IterativePreferenceDataModule, MADPOModule
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as root:
+        module = MADPOModule(agents=[job["model"]] * 2, dpo_beta=common.DPO_BETA, agent_learning_rate=common.LEARNING_RATE,
+                             max_new_tokens=job["max_new_tokens"], **common.GENERATION)
+        data = IterativePreferenceDataModule(
+            train_dataset=common.items(job["items"]), eval_dataset=None, formatters=list(common.FORMATTERS),
+            reward_func=common.reward, num_iterations=job["rounds"], num_train_epochs=1,
+            preference_num_candidates=job["candidates"], comparator_num_candidates=job["candidates"],
+            preference_pairs_per_sample=job["pairs_per_sample"], comparator_policy="history", comparator_history_k=1,
+            train_batch_size=job["train_batch_size"], eval_num_samples=0,
+        )
+        trainer = Trainer(accelerator="cpu", devices=1, max_epochs=job["rounds"], default_root_dir=root, logger=False,
+                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                          num_sanity_val_steps=0, reload_dataloaders_every_n_epochs=1)
+        trainer.fit(module, data)
+    return {"seconds": time.perf_counter() - started, "rounds": job["rounds"], "updates": trainer.global_step,
+            "pairs": data.total_generated}
+
+
+def matmul_peak(job: Dict[str, Any]) -> Dict[str, Any]:
+    return common.matmul_peak(job.get("size", 2048))
+
+
+def versions(job: Dict[str, Any]) -> Dict[str, Any]:
+    import lightning
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "lightning": lightning.__version__,
+            "threads": torch.get_num_threads()}
+
+
+JOBS = {f.__name__: f for f in (madpo_step, madpo_fit, collection, iterative, matmul_peak, versions)}
+
+
+def run_job(job: Dict[str, Any]) -> Dict[str, Any]:
+    return JOBS[job["job"]](job)
+
+
+if __name__ == "__main__":
+    common.worker_main(run_job)

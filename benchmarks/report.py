@@ -1,0 +1,165 @@
+"""Turn the collected measurements into the markdown table, the README section and the summary lines."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+SECTION = "## Performance"
+ANCHOR = "## Development"
+
+
+def _f(value: Optional[float], digits: int = 1, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:,.{digits}f}{suffix}"
+
+
+def _ratio(ours: Optional[float], reference: Optional[float]) -> Optional[float]:
+    return None if not ours or not reference else ours / reference
+
+
+def _percent(value: Optional[float]) -> Optional[float]:
+    return None if value is None else 100 * value
+
+
+def _rss(result: Optional[Dict[str, Any]]) -> Optional[float]:
+    return None if not result else result.get("peak_rss_mb")
+
+
+def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
+    """The machine-readable ``name: value`` lines (speedups are ours / reference, higher is better)."""
+    lines: List[Tuple[str, Optional[float]]] = []
+    steps, largest = results["madpo_step"], max(results["plan"]["batch_sizes"])
+    for model in results["plan"]["models"]:
+        sides = steps[model][largest]
+        lines.append((f"madpo_step_speedup_{model}", _ratio(sides["ours"]["pairs_per_s"], (sides.get("reference") or {}).get("pairs_per_s"))))
+    for model in results["plan"]["models"]:
+        sides = results["collection"][model]
+        name = "collection_speedup" if model == "tiny" else f"collection_speedup_{model}"
+        lines.append((name, _ratio(sides["ours"]["per_s"], (sides.get("reference") or {}).get("per_s"))))
+    iterative = results["iterative"]
+    reference_seconds = (iterative.get("reference") or {}).get("seconds")
+    lines.append(("iterative_speedup", _ratio(reference_seconds, iterative["ours"]["seconds"])))
+    for model in results["plan"]["models"]:
+        lines.append((f"madpo_pairs_per_s_{model}_ours", steps[model][largest]["ours"]["pairs_per_s"]))
+        lines.append((f"madpo_pairs_per_s_{model}_reference", (steps[model][largest].get("reference") or {}).get("pairs_per_s")))
+    flops = results.get("flops") or {}
+    lines.append(("matmul_peak_gflops", results["peak"]["flops_per_s"] / 1e9))
+    lines.append(("train_flops_fraction_of_peak_ours", flops.get("ours")))
+    lines.append(("train_flops_fraction_of_peak_reference", flops.get("reference")))
+    ratios = [_ratio(_rss(s.get("ours")), _rss(s.get("reference"))) for s in _all_pairs(results)]
+    ratios = [r for r in ratios if r is not None]
+    lines.append(("peak_rss_ours_over_reference_max", max(ratios) if ratios else None))
+    return lines
+
+
+def _all_pairs(results: Dict[str, Any]) -> List[Dict[str, Any]]:
+    pairs = [sides for per_model in results["madpo_step"].values() for sides in per_model.values()]
+    return pairs + [{k: s.get(k) for k in ("ours", "reference")} for s in results["collection"].values()] + [results["iterative"]]
+
+
+def markdown(results: Dict[str, Any]) -> str:
+    """The results as markdown (a ``## Performance`` section body, headed by its own title)."""
+    plan, machine, versions = results["plan"], results["machine"], results["versions"]
+    ours_v, ref_v = versions["ours"], versions.get("reference") or {}
+    largest = max(plan["batch_sizes"])
+    out = [
+        f"Measured by `python benchmarks/run.py{' --quick' if results['quick'] else ''}` on {machine['date']} "
+        f"(numbers below come from that run; {'smoke sizes' if results['quick'] else 'full sizes'}).",
+        "",
+        f"- Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gb']:.0f} GiB; Python {machine['python']}.",
+        f"- Threads: {ours_v['threads']} torch thread for both sides (`OMP_NUM_THREADS=MKL_NUM_THREADS=1`), CPU.",
+        f"- Ours: comlrl-lightning {machine['ours_version']}, torch {ours_v['torch']}, transformers {ours_v['transformers']}, "
+        f"lightning {ours_v['lightning']}.",
+        f"- Reference: comlrl {ref_v.get('comlrl', '-')} in its own venv, torch {ref_v.get('torch', '-')}, "
+        f"transformers {ref_v.get('transformers', '-')}.",
+        "- Models: randomly initialised Llamas saved once with `save_pretrained` and loaded by both sides "
+        + ", ".join(f"({name}: {info['parameters'] / 1e6:.2f}M parameters)" for name, info in results["models"].items())
+        + f"; 2 agents; a {results['vocab_size']}-token character tokenizer.",
+        f"- MADPO pairs: identical token ids on both sides; prompts of the toy task (~21 tokens), completions of "
+        f"{plan['completion_lengths'][0]}-{plan['completion_lengths'][1]} random tokens + EOS; AdamW lr 1e-4, beta 0.1. "
+        "Reference: `MADPOTrainer._update_from_preference_batch`; ours: `collate_pairs` + `margins` + `madpo_loss` + "
+        "backward + the module's AdamW step (what automatic optimization runs); best of 3 timed windows.",
+        "",
+        "| MADPO training | params | batch | reference pairs/s | ours pairs/s | speedup | ours in `Trainer.fit` pairs/s | peak RSS ref / ours (MB) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model in plan["models"]:
+        for batch in plan["batch_sizes"]:
+            sides = results["madpo_step"][model][batch]
+            ref, ours = sides.get("reference") or {}, sides["ours"]
+            fit = (results["madpo_fit"].get(model) or {}).get(batch) or {}
+            out.append(
+                f"| {model} | {results['models'][model]['parameters'] / 1e6:.2f}M | {batch} | {_f(ref.get('pairs_per_s'))} | "
+                f"{_f(ours['pairs_per_s'])} | {_f(_ratio(ours['pairs_per_s'], ref.get('pairs_per_s')), 2, 'x')} | "
+                f"{_f(fit.get('pairs_per_s'))} | {_f(_rss(ref), 0)} / {_f(_rss(ours), 0)} |"
+            )
+    collection = plan["collection"]
+    out += [
+        "",
+        f"Collection: {collection['items']} task items, K = {collection['candidates']} candidates per agent, "
+        f"max_new_tokens {collection['max_new_tokens']}, temperature 1.0, top_p 1.0, top_k unset; sample, score every "
+        "joint candidate with the task reward, select pairs (reward_gap, 16 per item). Reference: `_build_preference_dataset`; "
+        f"ours: `PreferenceDataModule.collect` with the default `generation_batch_size` (64 sequences per call: "
+        f"{max(1, 64 // collection['candidates'])} items share a call), and with it raised to hold every item at once.",
+        "",
+        "| Collection | reference joint candidates/s | ours joint candidates/s | speedup | ours, all items in one `generate()` per agent | peak RSS ref / ours (MB) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model in plan["models"]:
+        sides = results["collection"][model]
+        ref, ours, one = sides.get("reference") or {}, sides["ours"], sides["ours_one_call"]
+        out.append(
+            f"| {model} | {_f(ref.get('per_s'))} | {_f(ours['per_s'])} | {_f(_ratio(ours['per_s'], ref.get('per_s')), 2, 'x')} | "
+            f"{_f(one['per_s'])} ({_f(_ratio(one['per_s'], ref.get('per_s')), 2, 'x')}) | {_f(_rss(ref), 0)} / {_f(_rss(ours), 0)} |"
+        )
+    iterative = plan["iterative"]
+    ref, ours = results["iterative"].get("reference") or {}, results["iterative"]["ours"]
+    out += [
+        "",
+        f"Iterative MADPO, end to end (trainer construction, model loading, {iterative['rounds']} rounds of collect -> "
+        f"round file -> train, history comparator with k = 1): tiny model, {iterative['items']} items, K = K' = "
+        f"{iterative['candidates']}, {iterative['pairs_per_sample']} pairs per item, batch {iterative['train_batch_size']}, "
+        f"max_new_tokens {iterative['max_new_tokens']}, 1 epoch per round, no evaluation, no checkpoints. "
+        "Reference: `MADPOIterTrainer.train()`; ours: `Trainer.fit` with `IterativePreferenceDataModule`.",
+        "",
+        "| Iterative MADPO (3 rounds) | reference s | ours s | speedup | peak RSS ref / ours (MB) |",
+        "|---|---|---|---|---|",
+        f"| wall time | {_f(ref.get('seconds'), 2)} | {_f(ours['seconds'], 2)} | "
+        f"{_f(_ratio(ref.get('seconds'), ours['seconds']), 2, 'x')} | {_f(_rss(ref), 0)} / {_f(_rss(ours), 0)} |",
+    ]
+    peak, flops = results["peak"], results.get("flops") or {}
+    counted = results.get("flops_counted") or {}
+    out += [
+        "",
+        f"Compute efficiency: dense float32 `torch.mm` ({peak['size']}x{peak['size']}, 1 thread) peaks at "
+        f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s. MADPO step on the {plan['flops_model']} model at batch {largest} "
+        f"(FLOPs counted by `torch.utils.flop_counter`, matmuls): ours {_f(counted.get('ours'), 1)} GFLOP/step at "
+        f"{_f(_percent(flops.get('ours')), 0, '%')} of peak; reference {_f(counted.get('reference'), 1)} GFLOP/step at "
+        f"{_f(_percent(flops.get('reference')), 0, '%')} of peak.",
+        "",
+        "Speedups are ours / reference (higher is better); peak RSS is each measurement process's high-water mark.",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def write_results(path: Path, body: str) -> None:
+    path.write_text("# Benchmarks: comlrl-lightning vs the reference (comlrl 1.4.3)\n\n" + body, encoding="utf-8")
+
+
+def update_readme(readme: Path, body: str) -> None:
+    """Replace the README's ``## Performance`` section, or insert it just before ``## Development``.
+
+    The README is re-read right before the write; other sections are left exactly as they are.
+    """
+    text = readme.read_text(encoding="utf-8")
+    section = f"{SECTION}\n\n{body}\n"
+    existing = re.search(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", text, flags=re.S | re.M)
+    if existing:
+        text = text[: existing.start()] + section + text[existing.end():]
+    elif re.search(rf"^{re.escape(ANCHOR)}\b", text, flags=re.M):
+        anchor = re.search(rf"^{re.escape(ANCHOR)}\b", text, flags=re.M)
+        text = text[: anchor.start()] + section + text[anchor.start():]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    readme.write_text(text, encoding="utf-8")

@@ -1,0 +1,153 @@
+"""Side-by-side benchmarks of comlrl-lightning and the reference (comlrl 1.4.3), in one command.
+
+    python benchmarks/run.py            # full sizes (about 10 minutes)
+    python benchmarks/run.py --quick    # smoke sizes
+    python benchmarks/run.py --quick --ours-only --in-process   # no reference, no subprocesses (the test)
+
+Every measurement runs in its own process (so its peak RSS is its own) with 1 torch thread: ours with
+this interpreter, the reference with the interpreter of its own venv (``refenv.py``). Writes
+``benchmarks/RESULTS.md``, copies it into the README's ``## Performance`` section (full runs), and
+prints ``name: value`` summary lines last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import common  # noqa: E402
+import report  # noqa: E402
+
+common.limit_threads()
+
+
+class Runner:
+    """Runs one job on one side and returns its result dict."""
+
+    def __init__(self, reference_python: Optional[Path], in_process: bool) -> None:
+        self.reference_python, self.in_process = reference_python, in_process
+        self.env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        self.env.update({name: str(common.THREADS) for name in common.THREAD_VARIABLES})
+        self.env["TOKENIZERS_PARALLELISM"] = "false"
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), self.env.get("PYTHONPATH")]))
+
+    def __call__(self, side: str, job: Dict[str, Any]) -> Dict[str, Any]:
+        label = f"{side:9s} {job['job']:11s} " + " ".join(f"{k}={v}" for k, v in job.items() if k in ("model_name", "batch_size"))
+        print(f"  {label} ...", end="", flush=True)
+        if side == "ours" and self.in_process:
+            import ours
+
+            result = dict(ours.run_job(job), peak_rss_mb=None)
+        else:
+            python = sys.executable if side == "ours" else str(self.reference_python)
+            script = HERE / ("ours.py" if side == "ours" else "reference.py")
+            done = subprocess.run([python, str(script), json.dumps(job)], env=self.env, cwd=HERE, capture_output=True,
+                                  text=True, timeout=1800)
+            lines = [line for line in done.stdout.splitlines() if line.startswith(common.RESULT_PREFIX)]
+            if done.returncode != 0 or not lines:
+                raise RuntimeError(f"{side} {job} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+            result = json.loads(lines[-1][len(common.RESULT_PREFIX):])
+        shown = {k: round(v, 2) for k, v in result.items() if isinstance(v, float) and k != "peak_rss_mb"}
+        print(f" {shown} rss={result.get('peak_rss_mb') and round(result['peak_rss_mb'])}MB", flush=True)
+        return result
+
+
+def machine_info() -> Dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": memory, "python": platform.python_version(),
+            "ours_version": version("comlrl-lightning"), "date": datetime.date.today().isoformat()}
+
+
+def measure(plan: Dict[str, Any], run: Runner, sides: list, models: Dict[str, Dict], quick: bool) -> Dict[str, Any]:
+    largest = max(plan["batch_sizes"])
+    flops_model = "small" if "small" in plan["models"] else plan["models"][0]
+    results: Dict[str, Any] = {
+        "quick": quick, "plan": dict(plan, flops_model=flops_model), "machine": machine_info(),
+        "models": {name: {"parameters": models[name]["parameters"]} for name in plan["models"]},
+        "vocab_size": models["tiny"]["vocab_size"],
+        "versions": {side: run(side, {"job": "versions"}) for side in sides},
+        "peak": run("ours", {"job": "matmul_peak", "size": plan["matmul_size"]}),
+        "madpo_step": {}, "madpo_fit": {}, "collection": {},
+    }
+    for name in plan["models"]:
+        model = {"model": models[name]["path"], "model_name": name}
+        results["madpo_step"][name] = {}
+        for batch in plan["batch_sizes"]:
+            job = dict(model, job="madpo_step", batch_size=batch, pair_pool=plan["pair_pool"],
+                       completion_lengths=plan["completion_lengths"], min_pairs=plan["step_min_pairs"][name],
+                       min_seconds=plan["step_min_seconds"], count_flops=(name == flops_model and batch == largest))
+            results["madpo_step"][name][batch] = {side: run(side, job) for side in sides}
+        fit = dict(model, job="madpo_fit", batch_size=largest, pair_pool=plan["pair_pool"],
+                   completion_lengths=plan["completion_lengths"], min_pairs=3 * plan["step_min_pairs"][name])
+        results["madpo_fit"][name] = {largest: run("ours", fit)}
+        collection = dict(model, job="collection", **plan["collection"])
+        results["collection"][name] = {side: run(side, collection) for side in sides}
+        whole = plan["collection"]["items"] * plan["collection"]["candidates"]  # every item in one call per agent
+        results["collection"][name]["ours_one_call"] = run("ours", dict(collection, generation_batch_size=whole))
+    iterative = dict(job="iterative", model=models["tiny"]["path"], model_name="tiny", **plan["iterative"])
+    results["iterative"] = {side: run(side, iterative) for side in sides}
+    step = results["madpo_step"][flops_model][largest]
+    results["flops_counted"] = {side: step[side]["flops_per_step"] / 1e9 for side in sides}
+    results["flops"] = {
+        side: step[side]["flops_per_step"] * step[side]["pairs_per_s"] / largest / results["peak"]["flops_per_s"]
+        for side in sides
+    }
+    return results
+
+
+def main(argv=None) -> Dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke sizes (seconds, not minutes)")
+    parser.add_argument("--ours-only", action="store_true", help="skip the reference (no venv needed)")
+    parser.add_argument("--in-process", action="store_true", help="run our jobs in this process (implies --ours-only)")
+    parser.add_argument("--out", type=Path, default=HERE, help="folder for RESULTS.md (default: benchmarks/)")
+    parser.add_argument("--readme", type=Path, default=HERE.parent / "README.md")
+    parser.add_argument("--no-readme", action="store_true", help="do not update the README")
+    parser.add_argument("--reference-venv", type=Path, default=None)
+    args = parser.parse_args(argv)
+    ours_only = args.ours_only or args.in_process
+    plan = common.QUICK if args.quick else common.FULL
+    reference_python = None
+    if not ours_only:
+        import refenv
+
+        reference_python = refenv.ensure(args.reference_venv or refenv.DEFAULT_DIR)
+    sides = ["ours"] if ours_only else ["ours", "reference"]
+    import models as model_builder
+
+    with tempfile.TemporaryDirectory(prefix="comlrl-bench-") as root:
+        models = model_builder.build(Path(root), sorted(set(plan["models"]) | {"tiny"}))
+        print(f"benchmarks ({'quick' if args.quick else 'full'}; sides: {', '.join(sides)}):", flush=True)
+        results = measure(plan, Runner(reference_python, args.in_process), sides, models, args.quick)
+    body = report.markdown(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.write_results(args.out / "RESULTS.md", body)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    if not (args.quick or ours_only or args.no_readme):
+        report.update_readme(args.readme, body)
+    print("\n" + body)
+    for name, value in report.summary(results):
+        print(f"{name}: {'n/a' if value is None else round(value, 4)}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
