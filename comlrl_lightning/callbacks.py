@@ -37,14 +37,15 @@ class RewardCurvePlot(Callback):
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # after the module's own on_train_end, which runs the final evaluation
         self._record(trainer, getattr(pl_module, "final_eval_reward", None), trainer.global_step)
-        self.plot(trainer)
+        # trainer.log_dir is a collective call under DDP: every rank asks, rank 0 plots
+        self.plot(Path(trainer.log_dir or trainer.default_root_dir))
 
     def _record(self, trainer: Trainer, value: Optional[float], step: int) -> None:
         if value is not None and (not self.points or self.points[-1] != (step, value)):
             self.points.append((step, value))
 
     @rank_zero_only
-    def plot(self, trainer: Trainer) -> Optional[Path]:
+    def plot(self, directory: Path) -> Optional[Path]:
         if not self.points:
             return None
         import matplotlib
@@ -60,7 +61,7 @@ class RewardCurvePlot(Callback):
         axis.set_title("evaluation task reward")
         axis.grid(alpha=0.3)
         figure.tight_layout()
-        path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
+        path = directory / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(path, dpi=120)
         plt.close(figure)
