@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from .collection import CollectionResult, build_pairs_within, merge_results, sample_candidates
-from .distributed import gather_objects, rank_and_world, shard
+from .distributed import gather_results, rank_and_world, shard
 from .defaults import EMBEDDED
 from .oracle import CallableSpec
 from .options import at_least, choice, require
@@ -289,15 +289,18 @@ class PreferenceDataModule(TaskDataModule):
             done += count
             rank_zero_info(f"collecting: {done}/{total} agent prompts sampled ({time.perf_counter() - started:.1f}s)")
 
-        with module.generation_context():
-            candidates = sample_candidates(
-                module.team, self.task, items, self.preference_num_candidates, module.generation_settings, stream, progress
+        def collect_shard() -> CollectionResult:
+            with module.generation_context():
+                candidates = sample_candidates(
+                    module.team, self.task, items, self.preference_num_candidates, module.generation_settings, stream,
+                    progress,
+                )
+            return build_pairs_within(
+                candidates, module.collection_oracle(self.task), items, self.pair_selection,
+                self.preference_pairs_per_sample, stream,
             )
-        local = build_pairs_within(
-            candidates, module.collection_oracle(self.task), items, self.pair_selection,
-            self.preference_pairs_per_sample, stream,
-        )
-        result = merge_results(gather_objects(local, world), world)
+
+        result = merge_results(gather_results(collect_shard, world), world)
         rank_zero_info(
             f"collected {len(result.pairs)} preference pairs from {len(self.train_items)} items "
             f"(candidate reward mean {result.reward_mean:.4f}) in {time.perf_counter() - started:.1f}s"

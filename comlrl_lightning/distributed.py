@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple, TypeVar
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import torch.distributed as dist
 
@@ -28,6 +28,28 @@ def gather_objects(value: Any, world: int) -> List[Any]:
     gathered: List[Any] = [None] * world
     dist.all_gather_object(gathered, value)
     return gathered
+
+
+def gather_results(compute: Callable[[], T], world: int) -> List[T]:
+    """Run ``compute`` on every rank and gather the results; if any rank fails, every rank raises.
+
+    Without this, a rank whose collection fails (an API error, say) would leave the others
+    waiting forever in the gather.
+    """
+    failure: Optional[BaseException] = None
+    value: Any = None
+    try:
+        value = compute()
+    except Exception as error:  # re-raised below, after the other ranks have been told
+        failure = error
+    gathered = gather_objects((value, None if failure is None else f"{type(failure).__name__}: {failure}"), world)
+    if failure is not None:
+        raise failure
+    messages = [(rank, message) for rank, (_, message) in enumerate(gathered) if message]
+    if messages:
+        rank, message = messages[0]
+        raise RuntimeError(f"collection failed on process {rank}: {message}")
+    return [part for part, _ in gathered]
 
 
 def unshard(per_rank: Sequence[Sequence[T]], world: int) -> List[T]:

@@ -23,7 +23,7 @@ from .comparators import (
     validate_comparator_options,
 )
 from .data import PreferenceDataModule
-from .distributed import barrier, gather_objects, rank_and_world, shard
+from .distributed import barrier, gather_objects, gather_results, rank_and_world, shard
 from .options import at_least
 from .replay import ReplayBuffer, validate_replay_options
 from .rng import RandomStream, derived_seed
@@ -273,18 +273,20 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             done += count
             rank_zero_info(f"round {round_index + 1}: sampled {done}/{total} agent prompts")
 
-        with module.generation_context():
-            current = sample_candidates(
-                team, self.task, items, self.preference_num_candidates, module.generation_settings, stream, progress
+        def collect_shard():
+            with module.generation_context():
+                current = sample_candidates(
+                    team, self.task, items, self.preference_num_candidates, module.generation_settings, stream, progress
+                )
+                comparator = self.comparator.sample(items, current.prompts, num_comparator, module.generation_settings)
+                progress(len(items) * team.num_agents)
+            self.comparator.end_round()
+            return build_pairs_against(
+                current, comparator, module.collection_oracle(self.task), items, self.pair_selection,
+                self.preference_pairs_per_sample, stream,
             )
-            comparator = self.comparator.sample(items, current.prompts, num_comparator, module.generation_settings)
-            progress(len(items) * team.num_agents)
-        self.comparator.end_round()
-        local = build_pairs_against(
-            current, comparator, module.collection_oracle(self.task), items, self.pair_selection,
-            self.preference_pairs_per_sample, stream,
-        )
-        result = merge_results(gather_objects(local, world), world)
+
+        result = merge_results(gather_results(collect_shard, world), world)
         records = [pair.to_record() for pair in result.pairs]
         path = self.replay.write_round(round_index + 1, records, publish=self.trainer.is_global_zero)
         barrier(self.trainer)  # the round file is in place before any rank reads it

@@ -139,3 +139,21 @@ def test_cli_runs_with_the_plain_ddp_strategy_flag(tmp_path):
     assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == ["iteration_0001.json",
                                                                                  "iteration_0002.json"]
     assert list(tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt"))
+
+
+def reward_failing_on_rank_1(writer, matcher):
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_rank() == 1:
+        raise ValueError("the scoring service is down")
+    return [float(len(writer[0]))]
+
+
+def test_a_collection_failure_on_one_process_stops_every_process(tmp_path):
+    import torch.multiprocessing
+
+    module = MADPOModule(**TINY_MODEL)
+    datamodule = PreferenceDataModule(**dict(TINY_DATA, reward_func=reward_failing_on_rank_1))
+    with pytest.raises(torch.multiprocessing.ProcessRaisedException) as error:
+        _ddp_trainer(tmp_path).fit(module, datamodule)
+    assert "the scoring service is down" in str(error.value)
