@@ -15,7 +15,8 @@ from ..defaults import EMBEDDED
 from ..distributed import gather_objects, rank_and_world, shard
 from ..options import at_least, positive, require
 from ..rng import RandomStream
-from ..team import GenerationSettings, Team
+from ..lora import agent_parameters, build_lora_agents
+from ..team import GenerationSettings, Team, load_tokenizer
 
 
 class TeamModule(LightningModule):
@@ -35,6 +36,11 @@ class TeamModule(LightningModule):
         top_p: nucleus sampling mass in (0, 1].
         top_k: top-k sampling (``None``: off).
         generation_batch_size: sequences per ``generate()`` call; items share calls.
+        lora_r: build the team as ONE base model with one LoRA adapter of this rank per agent
+            (``None``: every agent is a full model). All agents must then share one model source.
+        lora_alpha: LoRA scaling numerator.
+        lora_dropout: dropout on the LoRA path.
+        lora_target_modules: module names that get adapters (default: peft's choice for the model type).
         num_turns: must be 1.
         collaboration_mode: ``decentralized`` (one model per agent).
         seed: seed of the evaluation (and rollout) sampling streams, derived per step and rank.
@@ -54,6 +60,10 @@ class TeamModule(LightningModule):
         top_p: float = 0.6,
         top_k: Optional[int] = 50,
         generation_batch_size: int = 64,
+        lora_r: Optional[int] = None,
+        lora_alpha: int = 16,
+        lora_dropout: float = 0.0,
+        lora_target_modules: Optional[List[str]] = None,
         num_turns: int = 1,
         collaboration_mode: str = "decentralized",
         seed: int = 0,
@@ -86,6 +96,15 @@ class TeamModule(LightningModule):
         for rate in rates:
             positive("agent_learning_rate", rate)
         self.learning_rates = [float(rate) for rate in rates]
+        if lora_r is not None:
+            at_least("lora_r", lora_r, 1, allow_none=True)
+            require(
+                len({str(source) for source in self.agent_sources}) == 1,
+                "lora_r: a LoRA team needs one base model for all agents (use agent_model, or identical agents).",
+            )
+        self.lora_options = None if lora_r is None else dict(
+            r=lora_r, alpha=lora_alpha, dropout=lora_dropout, target_modules=lora_target_modules
+        )
         self.tokenizer_objects = tokenizers
         self.dtype_name = dtype
         self.generation_settings = GenerationSettings(max_new_tokens, temperature, top_p, top_k, generation_batch_size)
@@ -104,7 +123,13 @@ class TeamModule(LightningModule):
     @property
     def team(self) -> Team:
         if self._team is None:
-            self._team = Team(self.agent_sources, self.tokenizer_objects, self.dtype_name)
+            if self.lora_options is None:
+                self._team = Team(self.agent_sources, self.tokenizer_objects, self.dtype_name)
+            else:
+                source = self.agent_sources[0]
+                agents = build_lora_agents(source, self.num_agents, dtype=self.dtype_name, **self.lora_options)
+                tokenizers = self.tokenizer_objects if self.tokenizer_objects is not None else load_tokenizer(source)
+                self._team = Team(agents, tokenizers)
         return self._team
 
     @property
@@ -117,7 +142,7 @@ class TeamModule(LightningModule):
 
     def configure_optimizers(self):
         groups = [
-            {"params": [p for p in agent.parameters() if p.requires_grad], "lr": lr, "name": f"agent_{i}"}
+            {"params": agent_parameters(agent), "lr": lr, "name": f"agent_{i}"}
             for i, (agent, lr) in enumerate(zip(self.team.agents, self.learning_rates))
         ]
         return torch.optim.AdamW(groups, weight_decay=self.hparams.weight_decay)

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from ..comparators import DeviceSpec, resolve_devices
+from ..lora import is_lora_team
 from ..losses import group_advantages, k3_kl, policy_gradient_loss
 from ..options import OptionError, at_least, choice, require
 from ..rng import RandomStream
@@ -69,7 +70,7 @@ class MAGRPOModule(TeamModule):
 
     def configure_model(self) -> None:
         super().configure_model()
-        if self.reference_kl_enabled and self.reference is None:
+        if self.reference_kl_enabled and self.reference is None and not is_lora_team(self.team.agents):
             # a frozen copy of the initial policy (configure_model runs before a checkpoint is restored)
             devices = resolve_devices(
                 self.reference_devices, self.num_agents, "reference_devices",
@@ -77,6 +78,12 @@ class MAGRPOModule(TeamModule):
             )
             agents = [copy.deepcopy(agent).to(device) for agent, device in zip(self.team.agents, devices)]
             self.reference = Team(agents, tokenizers=list(self.team.tokenizers)).requires_grad_(False).eval()
+
+    def reference_model(self, agent: int):
+        """The frozen initial policy of ``agent``: a copy, or for a LoRA team the base with adapters disabled."""
+        if self.reference is not None:
+            return self.reference.agents[agent]
+        return self.team.agents[agent].base_model_view()
 
     # ------------------------------------------------------------------------------------------
     # Rollouts
@@ -108,10 +115,10 @@ class MAGRPOModule(TeamModule):
             width = batch["score_mask"].shape[1]
             token_logprobs = self.team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], width)
             agent_returns = returns
-            if self.reference is not None:
+            if self.reference_kl_enabled:
                 with torch.no_grad():
                     reference = self.team.token_logprobs(
-                        agent, batch["input_ids"], batch["attention_mask"], width, model=self.reference.agents[agent]
+                        agent, batch["input_ids"], batch["attention_mask"], width, model=self.reference_model(agent)
                     )
                 kl = k3_kl(token_logprobs.detach(), reference, batch["score_mask"]).view(size, group)
                 agent_returns = returns - self.reference_kl_coef * kl
