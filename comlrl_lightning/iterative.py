@@ -15,14 +15,13 @@ from .comparators import (
     Comparator,
     CurrentComparator,
     CurrentCopyComparator,
-    DeviceSpec,
     HistoryComparator,
     ModelComparator,
     build_centralized_comparator,
-    resolve_devices,
     validate_comparator_options,
 )
 from .data import PreferenceDataModule
+from .devices import DeviceSpec, resolve_devices
 from .distributed import barrier, gather_objects, gather_results, rank_and_world, shard
 from .options import at_least
 from .replay import ReplayBuffer, validate_replay_options

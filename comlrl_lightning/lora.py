@@ -34,6 +34,10 @@ class LoraAgent(nn.Module):
     def config(self):
         return self.shared.config
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.shared.parameters()).device
+
     def activate(self) -> None:
         if self.shared.active_adapter != self.adapter:
             self.shared.set_adapter(self.adapter)
@@ -67,6 +71,10 @@ class BaseModelView:
 
     def __init__(self, shared: nn.Module) -> None:
         self.shared = shared
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.shared.parameters()).device
 
     def __call__(self, *args: Any, **kwargs: Any):
         try:

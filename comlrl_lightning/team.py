@@ -144,8 +144,9 @@ class Team(nn.Module):
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
         )
-        if settings.top_k is not None:
-            sampling["top_k"] = settings.top_k
+        # top_k None means "off" (README); left out, generate() would apply the generation config's
+        # top_k (50 by default) and pay for a top-k filter on every step. 0 disables it.
+        sampling["top_k"] = settings.top_k if settings.top_k is not None else 0
         results: List[List[Completion]] = []
         was_training = model.training
         model.eval()
@@ -203,12 +204,16 @@ class Team(nn.Module):
             input_ids, attention_mask: ``[M, P + C]``.
             score_mask: ``[M, C]``, 1 where a completion token is scored.
         """
-        model = self.agents[agent_index]
+        model, home = self.agents[agent_index], input_ids.device
+        # an agent may live on its own device (agent_devices); results come back to the batch's
+        device = self.device_of(agent_index)
+        input_ids, attention_mask, score_mask = input_ids.to(device), attention_mask.to(device), score_mask.to(device)
         if _can_share_prompts(model):
             shared = _shared_prompt_logprobs(model, input_ids, attention_mask, score_mask)
             if shared is not None:
-                return shared
-        return (self.token_logprobs(agent_index, input_ids, attention_mask, score_mask.shape[1]) * score_mask).sum(dim=-1)
+                return shared.to(home)
+        token_logprobs = self.token_logprobs(agent_index, input_ids, attention_mask, score_mask.shape[1])
+        return (token_logprobs * score_mask).sum(dim=-1).to(home)
 
     def token_logprobs(
         self, agent_index: int, input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, model=None
@@ -217,8 +222,12 @@ class Team(nn.Module):
 
         ``model`` scores with another model of the same vocabulary (a frozen reference policy).
         """
+        home = input_ids.device
+        model = model if model is not None else self.agents[agent_index]
+        device = getattr(model, "device", None) or self.device_of(agent_index)
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        output = (model or self.agents[agent_index])(
+        output = model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
@@ -226,7 +235,7 @@ class Team(nn.Module):
             logits_to_keep=width + 1,
         )
         logits = output.logits[:, -(width + 1) : -1]
-        return gathered_logprobs(logits, input_ids[:, -width:])
+        return gathered_logprobs(logits, input_ids[:, -width:]).to(home)
 
 
 def _can_share_prompts(model: nn.Module) -> bool:
@@ -256,13 +265,22 @@ def _cache_keyword(model: nn.Module) -> str:
     return _forward_keyword(type(base))
 
 
-CALL_COST_TOKENS = {"cpu": 64}
-"""Price of one more stage-2 forward call in padded token positions, per device type (see
-``length_buckets``); devices not listed use ``DEFAULT_CALL_COST_TOKENS`` (kernel launches dominate there)."""
-DEFAULT_CALL_COST_TOKENS = 2048
+CPU_CALL_COST = 5e7
+"""On CPU one more stage-2 forward call costs about ``CPU_CALL_COST / parameters`` padded token
+positions (a fixed per-call cost against a per-token cost that grows with the model), clamped to
+``[8, 512]``; see :func:`length_buckets`."""
+ACCELERATOR_CALL_COST_TOKENS = 2048
+"""On accelerators kernel launches dominate small calls: bucket only when padding is large."""
 
 
-def length_buckets(lengths: Sequence[int], call_cost: int = DEFAULT_CALL_COST_TOKENS) -> List[List[int]]:
+def call_cost_tokens(model: nn.Module, device: torch.device) -> int:
+    if device.type != "cpu":
+        return ACCELERATOR_CALL_COST_TOKENS
+    parameters = sum(p.numel() for p in model.parameters())
+    return int(min(max(CPU_CALL_COST / max(parameters, 1), 8), 512))
+
+
+def length_buckets(lengths: Sequence[int], call_cost: int = ACCELERATOR_CALL_COST_TOKENS) -> List[List[int]]:
     """Split rows into buckets (lists of row indices) that each run padded to their longest row.
 
     Minimises ``sum(rows * width) + call_cost * buckets`` over splits of the rows sorted by length
@@ -355,7 +373,7 @@ def _shared_prompt_logprobs(
         return None
     cache_keyword, prompt_lengths = _cache_keyword(model), distinct_mask.sum(-1).long()
     sums = []
-    call_cost = CALL_COST_TOKENS.get(input_ids.device.type, DEFAULT_CALL_COST_TOKENS)
+    call_cost = call_cost_tokens(model, input_ids.device)
     buckets = [[rest[k] for k in bucket] for bucket in length_buckets([needed[r] - 1 for r in rest], call_cost)]
     for bucket in buckets:
         index = torch.tensor(bucket, device=input_ids.device)

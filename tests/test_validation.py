@@ -82,3 +82,17 @@ def test_cli_rejects_a_literal_api_key_option(capsys, tmp_path):
               "--trainer.default_root_dir", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "sk-123" not in capsys.readouterr().out
+
+
+def test_agent_devices_forms():
+    assert MADPOModule(agent_devices="cpu").agent_devices == ["cpu", "cpu"]
+    assert MADPOModule(agent_devices=["cpu"]).agent_devices == ["cpu", "cpu"]
+    assert MADPOModule(agent_devices="auto").agent_devices is None
+    with pytest.raises(OptionError, match=r"agent_devices length \(3\) must be 1 or 2."):
+        MADPOModule(agent_devices=["cpu", "cpu", "cpu"])
+
+
+def test_agent_devices_place_each_agent(tiny_run):
+    module, datamodule, trainer = tiny_run(model=dict(agent_devices=["cpu", "cpu"]), trainer=dict(max_epochs=1))
+    trainer.fit(module, datamodule)
+    assert trainer.global_step > 0 and all(str(module.team.device_of(i)) == "cpu" for i in range(2))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Union
 
+from ..devices import DeviceSpec, resolve_devices
 from ..options import OptionError, at_least, choice, require
 from .api import ApiComparator, ApiOptions, validate_api_options
 from .api_client import ComparatorApiError
@@ -33,18 +34,6 @@ _GENERATION_ALIASES = {
     "centralised": "centralized", "single_agent": "centralized", "single-agent": "centralized",
 }
 
-DeviceSpec = Union[str, List[str], None]
-
-
-def resolve_devices(spec: DeviceSpec, count: int, option: str, default: Sequence[str]) -> List[str]:
-    """SPEC 2.1 device forms: ``None``/``auto`` -> ``default``; a string for all; a list of 1 or N."""
-    if spec is None or spec == "auto":
-        return list(default)
-    if isinstance(spec, str):
-        return [spec] * count
-    devices = list(spec)
-    require(len(devices) in (1, count), f"{option} length ({len(devices)}) must be 1 or {count}.")
-    return devices * count if len(devices) == 1 else devices
 
 
 @dataclass

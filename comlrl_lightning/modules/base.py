@@ -12,6 +12,7 @@ from torchmetrics import MeanMetric
 
 from ..data import DATA_STATE_MARKER
 from ..defaults import EMBEDDED
+from ..devices import DeviceSpec, resolve_devices
 from ..distributed import gather_objects, rank_and_world, shard
 from ..options import at_least, positive, require
 from ..rng import RandomStream
@@ -29,6 +30,9 @@ class TeamModule(LightningModule):
         num_agents: team size (default: ``len(agents)``, else 2); must match ``agents`` when both are given.
         tokenizers: tokenizer object(s) for model objects (Python API only).
         dtype: torch dtype name for loaded models (``bfloat16``, ``float32``...); default: as saved.
+        agent_devices: one device per agent inside one process (``None``/``auto``: the strategy's
+            device; a device for all; a list of 1 or N). Single-process runs only: with DDP every
+            process drives one device.
         agent_learning_rate: AdamW learning rate, one for all agents or one per agent.
         weight_decay: AdamW weight decay (torch's default, as the reference).
         max_new_tokens: tokens sampled per completion (collection and evaluation).
@@ -53,6 +57,7 @@ class TeamModule(LightningModule):
         num_agents: Optional[int] = None,
         tokenizers: Optional[Any] = None,
         dtype: Optional[str] = None,
+        agent_devices: DeviceSpec = None,
         agent_learning_rate: Union[float, List[float]] = 5e-6,
         weight_decay: float = 0.01,
         max_new_tokens: int = 256,
@@ -96,6 +101,9 @@ class TeamModule(LightningModule):
         for rate in rates:
             positive("agent_learning_rate", rate)
         self.learning_rates = [float(rate) for rate in rates]
+        self.agent_devices = None
+        if agent_devices is not None and agent_devices != "auto":
+            self.agent_devices = resolve_devices(agent_devices, len(self.agent_sources), "agent_devices", [])
         if lora_r is not None:
             at_least("lora_r", lora_r, 1, allow_none=True)
             require(
@@ -139,6 +147,15 @@ class TeamModule(LightningModule):
     def configure_model(self) -> None:
         # from_pretrained returns models in eval mode; training runs in train mode like the reference.
         self.team.train(self.training)
+
+    def on_fit_start(self) -> None:
+        if self.agent_devices is not None:
+            require(
+                self.trainer.world_size == 1,
+                "agent_devices places the agents of one process; with several processes (DDP) leave it null.",
+            )
+            for agent, device in zip(self.team.agents, self.agent_devices):
+                agent.to(device)
 
     def configure_optimizers(self):
         groups = [

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ..comparators import DeviceSpec, resolve_devices
+from ..devices import DeviceSpec, resolve_devices
 from ..lora import is_lora_team
 from ..losses import group_advantages, k3_kl, policy_gradient_loss
 from ..options import OptionError, at_least, choice, require
