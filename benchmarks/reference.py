@@ -66,9 +66,7 @@ def collection(job: Dict[str, Any]) -> Dict[str, Any]:
     trainer.train_dataset = items[:1]
     trainer._build_preference_dataset()  # warm-up
     trainer.train_dataset = items
-    started = time.perf_counter()
-    pairs = trainer._build_preference_dataset()
-    seconds = time.perf_counter() - started
+    seconds, pairs = common.best_of(trainer._build_preference_dataset)
     joint = len(items) * job["candidates"]
     return {"joint_candidates": joint, "seconds": seconds, "per_s": joint / seconds, "pairs": len(pairs)}
 
