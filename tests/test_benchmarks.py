@@ -58,7 +58,7 @@ def test_readme_section_is_inserted_then_replaced(bench, tmp_path):
 
 
 def test_length_buckets_cover_every_row_once():
-    from comlrl_lightning.team import length_buckets
+    from comlrl_lightning.shared_prompt import length_buckets
 
     lengths = [3, 30, 4, 31, 5, 29, 3, 30]
     buckets = length_buckets(lengths, call_cost=8)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional
 
 from ..devices import DeviceSpec, resolve_devices
 from ..options import OptionError, at_least, choice, require
