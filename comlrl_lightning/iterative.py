@@ -172,7 +172,6 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         self.replay: Optional[ReplayBuffer] = None
         self.snapshots: Optional[PolicySnapshots] = None
         self.comparator: Optional[Comparator] = None
-        self.total_generated = 0
 
     @classmethod
     def allowed_pair_selections(cls):
@@ -297,7 +296,6 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         if self.snapshots is not None and self.comparator_policy == "history" and self.trainer.is_global_zero:
             # keep what the next round needs, plus one round more so a resume from the previous round works
             self.snapshots.prune(max(round_index + 1 - self.comparator_history_k, 0) - 1)
-        self.total_generated += len(result.pairs)
         self.last_collection, self.pairs, self.built_round = result, training, round_index
         comparator_metrics: Dict[str, float] = {}
         for part in gather_objects(self.comparator.metrics(), world):
@@ -324,7 +322,6 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         state = super().state_dict()
         state.update(
             built_round=self.built_round,
-            total_generated=self.total_generated,
             replay=self.replay.state_dict() if self.replay is not None else None,
             comparator=self.comparator.state_dict() if self.comparator is not None else None,
             snapshots=self.snapshots.state_dict() if self.snapshots is not None else None,
@@ -333,7 +330,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.built_round, self.total_generated = state["built_round"], state["total_generated"]
+        self.built_round = state["built_round"]
         if state.get("replay") is not None:
             self.replay.load_state_dict(state["replay"])
         if state.get("comparator") is not None:

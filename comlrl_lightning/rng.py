@@ -63,12 +63,6 @@ class RandomStream:
         self.python = random.Random(self.seed)
         self._torch_states = {}
 
-    def torch_generator(self) -> torch.Generator:
-        """A CPU ``torch.Generator`` seeded from this stream's Python RNG (for samplers and shuffles)."""
-        generator = torch.Generator()
-        generator.manual_seed(self.python.getrandbits(63))
-        return generator
-
     def state_dict(self) -> Dict[str, Any]:
         return {
             "seed": self.seed,
