@@ -7,7 +7,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
 from lightning.pytorch import LightningModule
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
 from ..data import DATA_STATE_MARKER
@@ -121,6 +121,7 @@ class TeamModule(LightningModule):
             {"eval/turn_1/reward_mean": MeanMetric(), "eval/turn_1/expected_return": MeanMetric()}
         )
         self._team: Optional[Team] = None
+        self.skipped_steps = 0  # identical on every process: they all skip together
         self.save_hyperparameters(ignore=["agents", "tokenizers"])
         if all(isinstance(source, str) for source in self.agent_sources):
             self.hparams["agents"] = self.agent_sources
@@ -178,6 +179,19 @@ class TeamModule(LightningModule):
                 torch.nn.utils.clip_grad_value_(group["params"], gradient_clip_val)
             else:
                 torch.nn.utils.clip_grad_norm_(group["params"], gradient_clip_val)
+
+    def skip_nonfinite(self, loss: torch.Tensor) -> bool:
+        """True (with a warning and ``train/skipped_nonfinite_steps``) when the step must be skipped.
+
+        Every process must agree, or the others would wait forever in the gradient all-reduce.
+        A NaN/Inf loss is never replaced by a constant (the reference silently used 0.1).
+        """
+        if self.trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss)), all=True):
+            return False
+        self.skipped_steps += 1
+        self.log("train/skipped_nonfinite_steps", float(self.skipped_steps), on_step=True, on_epoch=False)
+        rank_zero_warn(f"non-finite loss ({loss.item()}) at step {self.global_step}; update skipped.")
+        return True
 
     @contextlib.contextmanager
     def generation_context(self) -> Iterator[None]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
-from torchmetrics import MeanMetric, SumMetric
+from torchmetrics import MeanMetric
 
 from ..losses import madpo_loss
 from ..options import positive
@@ -38,7 +37,6 @@ class MADPOModule(TeamModule):
         self.score_last_token = score_last_token
         self.save_hyperparameters(ignore=["agents", "tokenizers"])
         self.preference_accuracy = MeanMetric()
-        self.skipped_steps = SumMetric()
 
     # ------------------------------------------------------------------------------------------
     # Batches
@@ -73,10 +71,7 @@ class MADPOModule(TeamModule):
         size = batch["candidate_reward_mean"].shape[0]
         margins = self.margins(batch)
         loss = madpo_loss(margins, self.dpo_beta)
-        if not torch.isfinite(loss):
-            self.skipped_steps.update(1.0)
-            self.log("train/skipped_nonfinite_steps", self.skipped_steps, on_step=True, on_epoch=False)
-            rank_zero_warn(f"MADPO: non-finite loss ({loss.item()}) at step {self.global_step}; update skipped.")
+        if self.skip_nonfinite(loss):
             return None
         joint = margins.detach().sum(dim=-1)
         self.preference_accuracy.update((joint > 0).float())

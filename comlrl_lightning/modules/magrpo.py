@@ -94,7 +94,7 @@ class MAGRPOModule(TeamModule):
         rows = [oracle.score([per_agent[k] for per_agent in texts], prompts[k], item)[1] for k, item in enumerate(items)]
         return torch.tensor(rows, dtype=torch.float32, device=self.device)
 
-    def training_step(self, items: List[Dict[str, Any]], batch_idx: int) -> torch.Tensor:
+    def training_step(self, items: List[Dict[str, Any]], batch_idx: int) -> Optional[torch.Tensor]:
         task = self.trainer.datamodule.task
         prompts = [task.prompts(item) for item in items]
         size, group = len(items), self.num_generations
@@ -126,6 +126,8 @@ class MAGRPOModule(TeamModule):
             advantages = group_advantages(agent_returns, self.baseline, self.advantage_normalization)
             sequence_logprobs = (token_logprobs * batch["score_mask"]).sum(dim=-1)
             loss = loss + policy_gradient_loss(sequence_logprobs, advantages.reshape(-1))
+        if self.skip_nonfinite(loss):
+            return None
         metrics = {"train/loss": loss.detach(), "turn_1/reward_mean": returns.mean(), "turn_1/expected_return": returns.mean()}
         if kl_means:
             kl_mean = torch.stack(kl_means).mean()
