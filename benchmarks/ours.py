@@ -137,7 +137,7 @@ def iterative(job: Dict[str, Any]) -> Dict[str, Any]:
                           num_sanity_val_steps=0, reload_dataloaders_every_n_epochs=1)
         trainer.fit(module, data)
     return {"seconds": time.perf_counter() - started, "rounds": job["rounds"], "updates": trainer.global_step,
-            "pairs": data.total_generated}
+            "pairs": data.replay.total_pairs}
 
 
 def matmul_peak(job: Dict[str, Any]) -> Dict[str, Any]:
