@@ -154,12 +154,13 @@ def test_generic_body_json_safe_item_dotted_field_and_custom_key_header(team):
     assert provider.requests[0].path == "/generate"
     assert provider.requests[0].headers["x-token"] == KEY
     assert "authorization" not in provider.requests[0].headers
-    assert provider.bodies()[0] == {
+    bodies = sorted(provider.bodies(), key=lambda body: body["agent_idx"])  # requests run concurrently
+    assert bodies[0] == {
         "prompt": "write: sun", "agent_idx": 0, "num_return_sequences": 3, "max_new_tokens": 7,
         "temperature": 0.9, "top_p": 0.95, "top_k": None,
         "batch_item": {"prompt": "sun", "vec": [1.5, 2.0], "n": 3, "tags": ["b"], "score": "nan", "when": "stamp"},
     }  # no "model": none was configured
-    assert [b["agent_idx"] for b in provider.bodies()] == [0, 1]
+    assert [b["agent_idx"] for b in bodies] == [0, 1]
     assert texts(result) == [[[fake_text(PROMPTS[0][a], j) for j in range(3)]] for a in range(2)]
 
 
