@@ -38,10 +38,10 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     candidate ``j`` of each side is compared with candidate ``j`` of the other (either side may win,
     ties are dropped). The round's pairs go to ``<preference_replay_dir>/iteration_NNNN.json``
     (atomically, also when empty), and the replay buffer picks the round's training pairs. The
-    round is derived from ``trainer.current_epoch``, and the round's pairs, the replay index,
-    the comparator and snapshot index are in each checkpoint and every random stream is derived from
-    ``(seed, round, rank)``, so a resumed run continues exactly; raising ``num_iterations`` and
-    resuming extends a finished run.
+    round is derived from ``trainer.current_epoch``; the round's pairs, the replay index and the
+    snapshot index are in each checkpoint, and every random stream (the comparator's too) is
+    derived from ``(seed, round, rank)``, so a resumed run continues exactly; raising
+    ``num_iterations`` and resuming extends a finished run.
 
     Args:
         num_iterations: rounds (>= 1); the CLI sets ``trainer.max_epochs = num_iterations * num_train_epochs``.
@@ -323,7 +323,6 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         state.update(
             built_round=self.built_round,
             replay=self.replay.state_dict() if self.replay is not None else None,
-            comparator=self.comparator.state_dict() if self.comparator is not None else None,
             snapshots=self.snapshots.state_dict() if self.snapshots is not None else None,
         )
         return state
@@ -333,8 +332,6 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         self.built_round = state["built_round"]
         if state.get("replay") is not None:
             self.replay.load_state_dict(state["replay"])
-        if state.get("comparator") is not None:
-            self.comparator.load_state_dict(state["comparator"])
         if state.get("snapshots") is not None and self.snapshots is not None:
             self.snapshots.load_state_dict(state["snapshots"])
             if self.comparator_policy == "history" and self.built_round is not None:

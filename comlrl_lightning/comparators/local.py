@@ -59,12 +59,6 @@ class Comparator:
         """Round metrics of this comparator (logged with the ``iter/`` metrics), e.g. shortfalls."""
         return {}
 
-    def state_dict(self) -> Dict[str, Any]:
-        return {"stream": self.stream.state_dict()}
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.stream.load_state_dict(state["stream"])
-
 
 class CurrentComparator(Comparator):
     """``current``: the live agents (same weights as the current side), their own random stream."""
