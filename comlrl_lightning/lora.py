@@ -38,6 +38,10 @@ class LoraAgent(nn.Module):
     def device(self) -> torch.device:
         return next(self.shared.parameters()).device
 
+    def get_base_model(self) -> nn.Module:
+        """The transformers model under the adapters (its forward signature, generation config, checkpointing)."""
+        return self.shared.get_base_model()
+
     def activate(self) -> None:
         if self.shared.active_adapter != self.adapter:
             self.shared.set_adapter(self.adapter)

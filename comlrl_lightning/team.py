@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Union
 
@@ -12,7 +13,8 @@ from torch import nn
 from .defaults import EMBEDDED, embedded_model_path
 from .losses import gathered_logprobs
 from .rng import RandomStream
-from .shared_prompt import can_share_prompts, shared_prompt_logprobs
+from .packed_scoring import packed_logprobs
+from .shared_prompt import sample_with_shared_prompts
 
 ModelSource = Union[str, nn.Module]
 
@@ -25,8 +27,50 @@ class GenerationSettings:
     temperature: float = 0.6
     top_p: float = 0.6
     top_k: Optional[int] = 50
-    generation_batch_size: int = 64
-    """Sequences per ``generate()`` call (prompts x samples); prompts of many items share a call."""
+    generation_batch_size: Optional[int] = None
+    """Sequences per ``generate()`` call (prompts x samples); prompts of many items share a call.
+    ``None``: as many as :func:`auto_generation_batch_size` lets the device's memory hold."""
+
+
+KV_CACHE_MEMORY_SHARE = 0.25
+"""Automatic generation batches: one call's KV caches and logits may use this share of the device's memory."""
+FALLBACK_GENERATION_BATCH_SIZE = 64
+"""Sequences per call when the memory of the device or the size of the model's cache is unknown."""
+
+
+def auto_generation_batch_size(model: nn.Module, device: torch.device, sequence_length: int) -> int:
+    """How many sequences of ``sequence_length`` tokens one ``generate()`` call may sample at once.
+
+    Estimated from the model's config: per sequence, its key/value cache (counted twice, as a
+    growing cache is reallocated while the old one is alive) plus a few float32 logit rows,
+    against :data:`KV_CACHE_MEMORY_SHARE` of the device's *total* memory. Total, not free, memory
+    keeps the choice (and with it the sampled tokens) the same when a run resumes on the same
+    kind of machine; set ``generation_batch_size`` to pin it across machines.
+    """
+    config = getattr(model, "config", None)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers, heads, hidden = (getattr(config, name, None) for name in ("num_hidden_layers", "num_attention_heads", "hidden_size"))
+    memory = device_memory(device)
+    if not (layers and heads and hidden and memory):
+        return FALLBACK_GENERATION_BATCH_SIZE
+    key_value_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    element = next(model.parameters()).element_size()
+    per_sequence = 2 * (2 * layers * key_value_heads * head_dim * element) * sequence_length
+    per_sequence += 3 * 4 * (getattr(config, "vocab_size", None) or 0)
+    return max(1, int(memory * KV_CACHE_MEMORY_SHARE // max(per_sequence, 1)))
+
+
+def device_memory(device: torch.device) -> Optional[int]:
+    """Total bytes of ``device`` (host RAM for the CPU), or ``None`` when unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return None
+    return None
 
 
 @dataclass
@@ -126,20 +170,23 @@ class Team(nn.Module):
         """Sample ``num_samples`` completions for every prompt with agent ``agent_index``.
 
         Prompts of many items share one left-padded ``generate()`` call of at most
-        ``settings.generation_batch_size`` sequences. Sampling draws from ``stream`` when given.
+        ``settings.generation_batch_size`` sequences, and each prompt is encoded once for all its
+        samples (:func:`sample_with_shared_prompts`). Sampling draws from ``stream`` when given.
         Returns ``result[prompt][sample]``.
         """
         model = self.agents[agent_index]
         tokenizer = self.tokenizers[agent_index]
         device = self.device_of(agent_index)
         encoded = self.encode_prompts(agent_index, prompts)
-        prompts_per_call = max(1, settings.generation_batch_size // num_samples)
+        batch_size = settings.generation_batch_size or auto_generation_batch_size(
+            model, device, max(map(len, encoded), default=0) + settings.max_new_tokens
+        )
+        prompts_per_call = max(1, batch_size // num_samples)
         sampling = dict(
             do_sample=True,
             temperature=settings.temperature,
             top_p=settings.top_p,
             max_new_tokens=settings.max_new_tokens,
-            num_return_sequences=num_samples,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
         )
@@ -153,8 +200,8 @@ class Team(nn.Module):
             with stream.active(device) if stream is not None else contextlib.nullcontext():
                 for start in range(0, len(encoded), prompts_per_call):
                     input_ids, attention_mask = left_pad(encoded[start : start + prompts_per_call], tokenizer.pad_token_id)
-                    output = model.generate(
-                        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **sampling
+                    output = sample_with_shared_prompts(
+                        model, input_ids.to(device), attention_mask.to(device), num_samples, sampling
                     )
                     generated = output[:, input_ids.shape[1] :].tolist()
                     for offset in range(0, len(generated), num_samples):
@@ -195,9 +242,11 @@ class Team(nn.Module):
     ) -> torch.Tensor:
         """Summed log-probabilities of the scored completion tokens, one value per row.
 
-        The batch layout (see :func:`pack_sequences`) puts every completion at the same columns:
-        prompts left-padded to width ``P``, completions right-padded to width ``C``, so only the
-        last ``C + 1`` positions need the LM head. Log-softmax runs in float32 whatever the dtype.
+        Computed packed (:func:`~comlrl_lightning.packed_scoring.packed_logprobs`: each distinct
+        prompt once, no padding) when the model allows it, else with one padded forward: the batch
+        layout (see :func:`pack_sequences`) puts every completion at the same columns, prompts
+        left-padded to width ``P``, completions right-padded to width ``C``, so only the last
+        ``C + 1`` positions need the LM head. Log-softmax runs in float32 whatever the dtype.
 
         Args:
             input_ids, attention_mask: ``[M, P + C]``.
@@ -207,10 +256,9 @@ class Team(nn.Module):
         # an agent may live on its own device (agent_devices); results come back to the batch's
         device = self.device_of(agent_index)
         input_ids, attention_mask, score_mask = input_ids.to(device), attention_mask.to(device), score_mask.to(device)
-        if can_share_prompts(model):
-            shared = shared_prompt_logprobs(model, input_ids, attention_mask, score_mask)
-            if shared is not None:
-                return shared.to(home)
+        packed = packed_logprobs(model, input_ids, attention_mask, score_mask)
+        if packed is not None:
+            return packed.to(home)
         token_logprobs = self.token_logprobs(agent_index, input_ids, attention_mask, score_mask.shape[1])
         return (token_logprobs * score_mask).sum(dim=-1).to(home)
 

@@ -55,13 +55,3 @@ def test_readme_section_is_inserted_then_replaced(bench, tmp_path):
     assert readme.read_text() == "# x\n\n## Usage\n\nu\n\n## Performance\n\nfirst\n\n## Development\n\ndev\n"
     bench.report.update_readme(readme, "second\n")
     assert readme.read_text() == "# x\n\n## Usage\n\nu\n\n## Performance\n\nsecond\n\n## Development\n\ndev\n"
-
-
-def test_length_buckets_cover_every_row_once():
-    from comlrl_lightning.shared_prompt import length_buckets
-
-    lengths = [3, 30, 4, 31, 5, 29, 3, 30]
-    buckets = length_buckets(lengths, call_cost=8)
-    assert sorted(r for b in buckets for r in b) == list(range(len(lengths)))
-    assert len(buckets) == 2 and {lengths[r] for r in buckets[0]} == {3, 4, 5}
-    assert length_buckets(lengths, call_cost=10**6) == [sorted(range(8), key=lambda r: lengths[r])]

@@ -34,7 +34,7 @@ MODEL_RULES = [
     (dict(top_p=0.0), "top_p must be in (0, 1]."),
     (dict(top_p=1.5), "top_p must be in (0, 1]."),
     (dict(top_k=0), "top_k must be >= 1 or null."),
-    (dict(generation_batch_size=0), "generation_batch_size must be >= 1."),
+    (dict(generation_batch_size=0), "generation_batch_size must be >= 1 or null."),
     (dict(agent_learning_rate=0.0), "agent_learning_rate must be > 0."),
     (dict(agent_learning_rate=[1e-3, 1e-3, 1e-3]), "agent_learning_rate must be one value or one per agent (2)."),
 ]

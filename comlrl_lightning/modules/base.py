@@ -14,6 +14,7 @@ from ..data import DATA_STATE_MARKER
 from ..defaults import EMBEDDED
 from ..devices import DeviceSpec, resolve_devices
 from ..distributed import gather_objects, rank_and_world, shard
+from ..optim import adamw
 from ..options import at_least, positive, require
 from ..rng import RandomStream
 from ..lora import agent_parameters, build_lora_agents
@@ -39,7 +40,8 @@ class TeamModule(LightningModule):
         temperature: sampling temperature (> 0).
         top_p: nucleus sampling mass in (0, 1].
         top_k: top-k sampling (``None``: off).
-        generation_batch_size: sequences per ``generate()`` call; items share calls.
+        generation_batch_size: sequences per ``generate()`` call; items share calls (``None``: as
+            many as a quarter of the device's total memory holds, estimated from the model's config).
         lora_r: build the team as ONE base model with one LoRA adapter of this rank per agent
             (``None``: every agent is a full model). All agents must then share one model source.
         lora_alpha: LoRA scaling numerator.
@@ -64,7 +66,7 @@ class TeamModule(LightningModule):
         temperature: float = 0.6,
         top_p: float = 0.6,
         top_k: Optional[int] = 50,
-        generation_batch_size: int = 64,
+        generation_batch_size: Optional[int] = None,
         lora_r: Optional[int] = None,
         lora_alpha: int = 16,
         lora_dropout: float = 0.0,
@@ -91,7 +93,7 @@ class TeamModule(LightningModule):
         require(0 < top_p <= 1, "top_p must be in (0, 1].")
         if top_k is not None:
             at_least("top_k", top_k, 1, allow_none=True)
-        at_least("generation_batch_size", generation_batch_size, 1)
+        at_least("generation_batch_size", generation_batch_size, 1, allow_none=True)
         self.agent_sources = list(agents) if agents else [agent_model] * (num_agents or 2)
         rates = agent_learning_rate if isinstance(agent_learning_rate, (list, tuple)) else [agent_learning_rate] * len(self.agent_sources)
         require(
@@ -163,8 +165,7 @@ class TeamModule(LightningModule):
             {"params": agent_parameters(agent), "lr": lr, "name": f"agent_{i}"}
             for i, (agent, lr) in enumerate(zip(self.team.agents, self.learning_rates))
         ]
-        # foreach: one fused loop over all tensors (torch uses it by default on CUDA only)
-        return torch.optim.AdamW(groups, weight_decay=self.hparams.weight_decay, foreach=True)
+        return adamw(groups, weight_decay=self.hparams.weight_decay)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Clip each agent's gradients on its own (``trainer.gradient_clip_val``).

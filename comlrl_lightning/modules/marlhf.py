@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from ..optim import adamw
 from ..options import at_least, choice, positive
 from ..reward_model import RewardModelOracle, RewardScorer
 from .magrpo import MAGRPOModule
@@ -100,7 +101,7 @@ class MARLHFModule(MAGRPOModule):
             model.head.bias.zero_()
         model.head.requires_grad_(True)
         model.backbone.requires_grad_(not self.reward_freeze_backbone)
-        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=self.reward_learning_rate)
+        optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=self.reward_learning_rate)
         model.train()
         totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
         with torch.enable_grad():

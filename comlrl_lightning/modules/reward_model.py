@@ -11,6 +11,7 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from torch.utils.data import DataLoader
 
 from ..defaults import EMBEDDED
+from ..optim import adamw
 from ..options import at_least, positive, require
 from ..pairs import PreferencePair
 from ..reward_model import RewardScorer
@@ -67,8 +68,7 @@ class RewardModelModule(LightningModule):
         self._step(pairs, "val/")
 
     def configure_optimizers(self):
-        return torch.optim.AdamW([p for p in self.reward_model.parameters() if p.requires_grad],
-                                 lr=self.hparams.reward_learning_rate)
+        return adamw([p for p in self.reward_model.parameters() if p.requires_grad], lr=self.hparams.reward_learning_rate)
 
 
 class RoundFilesDataModule(LightningDataModule):

@@ -1,0 +1,190 @@
+"""Packed scoring: every distinct prompt and every completion token runs exactly once, unpadded.
+
+:meth:`Team.sequence_logprobs` needs, per row, the summed log-probabilities of scored completion
+tokens. One padded forward of ``[winners; losers]`` computes each prompt twice (winner and loser
+share it) and pads every completion to the longest. Here the tokens are laid out as ONE sequence:
+the distinct prompts, then each row's completion up to the last token it scores. Everything in a
+transformer but attention works token by token, so only attention needs the structure back: a
+registered attention function gathers, for every prompt and every completion, its queries and the
+keys it may see (its prompt's, then its own, causally) into a small padded batch, runs SDPA on it
+and scatters the result back. The model's own code does the rest (embeddings, rotary positions
+from ``position_ids``, norms, MLPs, LoRA layers), and the LM head only runs on the positions that
+predict a scored token (``logits_to_keep`` as indices).
+
+It is exact up to float rounding (tested against the padded forward). Models whose attention
+needs more than a mask (soft-capping, attention sinks, a sliding window shorter than the rows)
+are refused at their first call and scored the padded way from then on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .losses import gathered_logprobs
+
+ATTENTION_NAME = "comlrl_packed"
+_UNSUPPORTED: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+
+
+class PackingUnsupported(RuntimeError):
+    """The model's attention needs something the packed attention does not do."""
+
+
+@dataclass
+class PackedLayout:
+    """Where every token of the packed sequence goes: built once per batch, shared by every layer."""
+
+    input_ids: torch.Tensor  # [1, T] distinct prompts, then each row's fed completion tokens
+    position_ids: torch.Tensor  # [1, T] each token's position in its own (prompt + completion)
+    query_index: torch.Tensor  # [R, Q] packed position of each attention row's queries (R = prompts + rows)
+    key_index: torch.Tensor  # [R, K] packed position of the keys each attention row sees
+    mask: torch.Tensor  # [R, 1, Q, K] bool, True where a query may attend to a key
+    slots: torch.Tensor  # [T] the flat (row, query) slot of every packed token
+    keep: torch.Tensor  # [S] packed positions whose logits predict a scored-or-masked target
+    targets: torch.Tensor  # [S] the token each kept position predicts
+    weights: torch.Tensor  # [S] score_mask of that target
+    owner: torch.Tensor  # [S] the batch row the target belongs to
+
+
+def build_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor) -> Optional[PackedLayout]:
+    """The packed layout of a :func:`~comlrl_lightning.team.pack_sequences` batch, or ``None`` if nothing is scored.
+
+    Rows feed their completion only up to the token before their last scored one; a row whose
+    first completion token is its last scored one only needs its prompt's last logit.
+    """
+    device = input_ids.device
+    rows_count, width = score_mask.shape
+    prompt_width = input_ids.shape[1] - width
+    scored = score_mask != 0
+    if prompt_width < 1 or not bool(scored.any()):
+        return None
+    columns = torch.arange(width, device=device)
+    needed = torch.where(scored, columns + 1, 0).amax(dim=1)  # targets per row (0: none)
+    span = (needed - 1).clamp(min=0)  # completion tokens fed per row
+    prompt_keys = input_ids[:, :prompt_width].masked_fill(attention_mask[:, :prompt_width] == 0, -1)
+    distinct, prompt_of = torch.unique(prompt_keys, dim=0, return_inverse=True)
+    prompt_present = distinct >= 0
+    prompt_length = prompt_present.sum(dim=1)
+    if bool((prompt_length == 0).any()):
+        return None
+    # the packed sequence: prompts (row-major keeps each prompt's tokens in order), then completions
+    fed = columns < span.unsqueeze(1)
+    completion_ids = input_ids[:, prompt_width:]
+    packed = torch.cat([distinct[prompt_present], completion_ids[fed]])
+    prompt_positions = prompt_present.long().cumsum(dim=1) - 1
+    completion_positions = prompt_length[prompt_of].unsqueeze(1) + columns
+    position_ids = torch.cat([prompt_positions[prompt_present], completion_positions[fed]])
+    prompt_start = prompt_length.cumsum(0) - prompt_length
+    completion_start = int(prompt_length.sum()) + span.cumsum(0) - span
+
+    # attention rows: each distinct prompt, then each batch row's completion
+    query_length = torch.cat([prompt_length, span])
+    query_start = torch.cat([prompt_start, completion_start])
+    offset = torch.cat([torch.zeros_like(prompt_length), prompt_length[prompt_of]])  # keys before the first query
+    prefix_start = torch.cat([prompt_start, prompt_start[prompt_of]])
+    queries = max(int(query_length.max()), 1)
+    keys = int((offset + query_length).max())
+    q = torch.arange(queries, device=device)
+    k = torch.arange(keys, device=device)
+    last = packed.shape[0] - 1
+    query_index = (query_start.unsqueeze(1) + q).clamp(max=last)
+    key_index = torch.where(
+        k < offset.unsqueeze(1), prefix_start.unsqueeze(1) + k, query_start.unsqueeze(1) + k - offset.unsqueeze(1)
+    ).clamp(min=0, max=last)
+    mask = (k.view(1, 1, keys) <= (offset.view(-1, 1, 1) + q.view(1, queries, 1))).unsqueeze(1)
+    real_query = q < query_length.unsqueeze(1)
+    slots = (torch.arange(query_length.shape[0], device=device).unsqueeze(1) * queries + q)[real_query]
+
+    # logits: target c of row r is predicted by its prompt's last token (c = 0) or completion token c - 1
+    target_present = columns < needed.unsqueeze(1)
+    predictor = torch.where(
+        columns == 0,
+        (prompt_start + prompt_length - 1)[prompt_of].unsqueeze(1),
+        completion_start.unsqueeze(1) + columns - 1,
+    )
+    owner = torch.arange(rows_count, device=device).unsqueeze(1).expand(rows_count, width)
+    return PackedLayout(
+        input_ids=packed.unsqueeze(0), position_ids=position_ids.unsqueeze(0), query_index=query_index,
+        key_index=key_index, mask=mask, slots=slots, keep=predictor[target_present],
+        targets=completion_ids[target_present], weights=score_mask[target_present], owner=owner[target_present],
+    )
+
+
+def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
+                     packed_layout: Optional[PackedLayout] = None, **kwargs) -> tuple:
+    """Attention of a packed sequence (registered with transformers' ``AttentionInterface``).
+
+    ``query`` is ``[1, heads, T, d]``, ``key``/``value`` ``[1, kv_heads, T, d]``; returns ``[1, T, heads, d]``.
+    """
+    layout = packed_layout
+    if layout is None:
+        raise PackingUnsupported("the model does not pass attention keyword arguments through")
+    window = kwargs.get("sliding_window")
+    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None or (window and window < layout.mask.shape[-1]):
+        raise PackingUnsupported("the attention needs soft-capping, sinks or a sliding window")
+    q = query[0].transpose(0, 1)[layout.query_index].transpose(1, 2)  # [R, heads, Q, d]
+    k = key[0].transpose(0, 1)[layout.key_index].transpose(1, 2)
+    v = value[0].transpose(0, 1)[layout.key_index].transpose(1, 2)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=layout.mask, dropout_p=dropout, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
+    )
+    out = out.transpose(1, 2).flatten(0, 1)  # [R * Q, heads, d]
+    return out[layout.slots].unsqueeze(0), None
+
+
+def _register() -> bool:
+    import transformers
+
+    # transformers 5 passes attention keyword arguments through every model and takes logit indices
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return False
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, packed_attention)
+    return True
+
+
+_REGISTERED = _register()
+
+
+@contextlib.contextmanager
+def _packed_attention(config) -> Iterator[None]:
+    previous = config._attn_implementation
+    config._attn_implementation = ATTENTION_NAME
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+def packed_logprobs(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor
+) -> Optional[torch.Tensor]:
+    """``[M]`` summed log-probabilities of the scored tokens, computed packed; ``None`` when not possible."""
+    config = getattr(model, "config", None)
+    if not _REGISTERED or model in _UNSUPPORTED or not hasattr(config, "_attn_implementation"):
+        return None
+    if getattr(config, "is_encoder_decoder", False):
+        return None
+    layout = build_layout(input_ids, attention_mask, score_mask)
+    if layout is None:
+        return None
+    try:
+        with _packed_attention(config):
+            output = model(
+                input_ids=layout.input_ids, position_ids=layout.position_ids, use_cache=False,
+                logits_to_keep=layout.keep, packed_layout=layout,
+            )
+    except (PackingUnsupported, TypeError):  # TypeError: a forward that takes no extra keyword arguments
+        _UNSUPPORTED.add(model)
+        return None
+    logprobs = gathered_logprobs(output.logits[0], layout.targets) * layout.weights
+    return logprobs.new_zeros(score_mask.shape[0]).index_add(0, layout.owner, logprobs)

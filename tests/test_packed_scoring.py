@@ -1,0 +1,118 @@
+"""Packed scoring equals the padded forward (values and gradients), and refuses what it cannot do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comlrl_lightning import packed_scoring
+from comlrl_lightning.defaults import build_char_tokenizer
+from comlrl_lightning.team import Team, pack_sequences
+
+
+def _llama(**overrides):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_char_tokenizer()
+    options = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                   pad_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+    options.update(overrides)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**options)), tokenizer
+
+
+def _batch(tokenizer):
+    """Shared prompts (winner/loser), distinct ones, a one-token prompt, an unscored row, a row
+    whose only scored token is its first, and every-token scoring with the EOS."""
+    encode = lambda text: tokenizer(text)["input_ids"]  # noqa: E731
+    eos = tokenizer.eos_token_id
+    prompts = [encode("topic: abc\nwriter:"), encode("topic: abc\nwriter:"), encode("topic: qq\nmatcher:"),
+               encode("a"), encode("topic: abc\nwriter:"), encode("topic: long prompt here\nwriter:")]
+    completions = [encode(" aeiou") + [eos], encode(" xy") + [eos], encode(" hello there") + [eos],
+                   encode(" b") + [eos], encode(" zzzz") + [eos], encode(" q") + [eos]]
+    scored = [6, 3, 12, 2, 0, 1]
+    return pack_sequences(prompts, completions, scored, eos)
+
+
+def _padded(team, batch):
+    """The reference: one padded forward, no packing."""
+    token = team.token_logprobs(0, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
+    return (token * batch["score_mask"]).sum(dim=-1)
+
+
+@pytest.mark.parametrize("source", ["llama", "embedded"])
+def test_packed_logprobs_and_gradients_equal_the_padded_forward(source):
+    if source == "llama":
+        model, tokenizer = _llama()
+        team = Team([model], tokenizers=tokenizer)
+    else:
+        team = Team(["embedded"])
+        tokenizer = team.tokenizers[0]
+    batch = _batch(tokenizer)
+    model = team.agents[0]
+    calls = []
+    original = packed_scoring.packed_attention
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(packed_scoring.ATTENTION_NAME, counting)
+    try:
+        packed = team.sequence_logprobs(0, **batch)
+    finally:
+        AttentionInterface.register(packed_scoring.ATTENTION_NAME, original)
+    assert len(calls) == model.config.num_hidden_layers  # one packed call per layer: the packed path ran
+    padded = _padded(team, batch)
+    assert packed[4] == 0.0 and packed[5] != 0.0
+    torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-4)
+
+    weights = torch.linspace(0.5, 1.5, packed.shape[0])
+    grads = []
+    for scorer in (lambda: team.sequence_logprobs(0, **batch), lambda: _padded(team, batch)):
+        model.zero_grad(set_to_none=True)
+        (scorer() * weights).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-5, msg=name)
+    assert model.config._attn_implementation != packed_scoring.ATTENTION_NAME  # restored
+
+
+def test_the_layout_feeds_each_distinct_prompt_once_and_no_padding():
+    tokenizer = build_char_tokenizer()
+    batch = _batch(tokenizer)
+    layout = packed_scoring.build_layout(batch["input_ids"], batch["attention_mask"], batch["score_mask"])
+    width = batch["score_mask"].shape[1]
+    prompts = batch["input_ids"][:, :-width]
+    distinct = {tuple(row[mask.bool()].tolist()) for row, mask in zip(prompts, batch["attention_mask"][:, :-width])}
+    scored = (6, 3, 12, 2, 0, 1)
+    fed = [max(n - 1, 0) for n in scored]  # completion tokens up to the one before the last scored
+    assert len(distinct) == 4
+    assert layout.input_ids.shape[1] == sum(len(p) for p in distinct) + sum(fed)
+    assert layout.keep.shape[0] == sum(scored) == int(layout.weights.sum())
+    assert sorted(set(layout.owner.tolist())) == [0, 1, 2, 3, 5]  # row 4 scores nothing
+
+
+def test_a_short_sliding_window_falls_back_to_the_padded_forward():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(0)
+    model = MistralForCausalLM(MistralConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, sliding_window=4, pad_token_id=tokenizer.eos_token_id))
+    team = Team([model], tokenizers=tokenizer)
+    batch = _batch(tokenizer)
+    assert packed_scoring.packed_logprobs(model, **batch) is None and model in packed_scoring._UNSUPPORTED
+    torch.testing.assert_close(team.sequence_logprobs(0, **batch), _padded(team, batch))
+    assert model.config._attn_implementation != packed_scoring.ATTENTION_NAME
+
+
+def test_nothing_scored_or_no_prompt_means_no_layout():
+    tokenizer = build_char_tokenizer()
+    batch = pack_sequences([[1, 2]], [[3, 4]], [0], tokenizer.eos_token_id)
+    assert packed_scoring.build_layout(**batch) is None
