@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -38,15 +38,23 @@ class PackingUnsupported(RuntimeError):
 
 
 @dataclass
+class AttentionGroup:
+    """Attention rows of alike size, gathered into one padded SDPA call."""
+
+    query_index: torch.Tensor  # [R, Q] packed position of each row's queries
+    key_index: torch.Tensor  # [R, K] packed position of the keys each row sees
+    mask: torch.Tensor  # [R, 1, Q, K] bool, True where a query may attend to a key
+    slots: torch.Tensor  # the flat (row, query) slot of each real query, in packed order
+
+
+@dataclass
 class PackedLayout:
     """Where every token of the packed sequence goes: built once per batch, shared by every layer."""
 
     input_ids: torch.Tensor  # [1, T] distinct prompts, then each row's fed completion tokens
     position_ids: torch.Tensor  # [1, T] each token's position in its own (prompt + completion)
-    query_index: torch.Tensor  # [R, Q] packed position of each attention row's queries (R = prompts + rows)
-    key_index: torch.Tensor  # [R, K] packed position of the keys each attention row sees
-    mask: torch.Tensor  # [R, 1, Q, K] bool, True where a query may attend to a key
-    slots: torch.Tensor  # [T] the flat (row, query) slot of every packed token
+    groups: List[AttentionGroup]  # the distinct prompts; the rows' completions (after their prompt)
+    slots: torch.Tensor  # [T] every packed token's slot in the groups' concatenated outputs
     keep: torch.Tensor  # [S] packed positions whose logits predict a scored-or-masked target
     targets: torch.Tensor  # [S] the token each kept position predicts
     weights: torch.Tensor  # [S] score_mask of that target
@@ -84,23 +92,16 @@ def build_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_ma
     prompt_start = prompt_length.cumsum(0) - prompt_length
     completion_start = int(prompt_length.sum()) + span.cumsum(0) - span
 
-    # attention rows: each distinct prompt, then each batch row's completion
-    query_length = torch.cat([prompt_length, span])
-    query_start = torch.cat([prompt_start, completion_start])
-    offset = torch.cat([torch.zeros_like(prompt_length), prompt_length[prompt_of]])  # keys before the first query
-    prefix_start = torch.cat([prompt_start, prompt_start[prompt_of]])
-    queries = max(int(query_length.max()), 1)
-    keys = int((offset + query_length).max())
-    q = torch.arange(queries, device=device)
-    k = torch.arange(keys, device=device)
+    # attention: the distinct prompts, and the batch rows' completions (each padded to its own group's size)
     last = packed.shape[0] - 1
-    query_index = (query_start.unsqueeze(1) + q).clamp(max=last)
-    key_index = torch.where(
-        k < offset.unsqueeze(1), prefix_start.unsqueeze(1) + k, query_start.unsqueeze(1) + k - offset.unsqueeze(1)
-    ).clamp(min=0, max=last)
-    mask = (k.view(1, 1, keys) <= (offset.view(-1, 1, 1) + q.view(1, queries, 1))).unsqueeze(1)
-    real_query = q < query_length.unsqueeze(1)
-    slots = (torch.arange(query_length.shape[0], device=device).unsqueeze(1) * queries + q)[real_query]
+    zeros = torch.zeros_like(prompt_length)
+    groups = [_attention_group(prompt_start, prompt_length, prompt_start, zeros, last)]
+    if bool((span > 0).any()):
+        groups.append(_attention_group(completion_start, span, prompt_start[prompt_of], prompt_length[prompt_of], last))
+    slots, first_slot = [], 0
+    for group in groups:
+        slots.append(group.slots + first_slot)
+        first_slot += group.query_index.numel()
 
     # logits: target c of row r is predicted by its prompt's last token (c = 0) or completion token c - 1
     target_present = columns < needed.unsqueeze(1)
@@ -111,10 +112,30 @@ def build_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_ma
     )
     owner = torch.arange(rows_count, device=device).unsqueeze(1).expand(rows_count, width)
     return PackedLayout(
-        input_ids=packed.unsqueeze(0), position_ids=position_ids.unsqueeze(0), query_index=query_index,
-        key_index=key_index, mask=mask, slots=slots, keep=predictor[target_present],
-        targets=completion_ids[target_present], weights=score_mask[target_present], owner=owner[target_present],
+        input_ids=packed.unsqueeze(0), position_ids=position_ids.unsqueeze(0), groups=groups, slots=torch.cat(slots),
+        keep=predictor[target_present], targets=completion_ids[target_present], weights=score_mask[target_present],
+        owner=owner[target_present],
     )
+
+
+def _attention_group(query_start: torch.Tensor, query_length: torch.Tensor, prefix_start: torch.Tensor,
+                     prefix_length: torch.Tensor, last: int) -> AttentionGroup:
+    """Rows whose queries are ``query_length`` packed tokens from ``query_start``, each seeing its
+    ``prefix_length`` prefix tokens from ``prefix_start`` and, causally, its own queries."""
+    device = query_start.device
+    queries = max(int(query_length.max()), 1)
+    keys = int((prefix_length + query_length).max())
+    q = torch.arange(queries, device=device)
+    k = torch.arange(keys, device=device)
+    query_index = (query_start.unsqueeze(1) + q).clamp(max=last)
+    prefix = k < prefix_length.unsqueeze(1)
+    key_index = torch.where(
+        prefix, prefix_start.unsqueeze(1) + k, query_start.unsqueeze(1) + k - prefix_length.unsqueeze(1)
+    ).clamp(min=0, max=last)
+    mask = (k.view(1, 1, keys) <= (prefix_length.view(-1, 1, 1) + q.view(1, queries, 1))).unsqueeze(1)
+    real = q < query_length.unsqueeze(1)
+    slots = (torch.arange(query_length.shape[0], device=device).unsqueeze(1) * queries + q)[real]
+    return AttentionGroup(query_index=query_index, key_index=key_index, mask=mask, slots=slots)
 
 
 def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -128,16 +149,20 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if layout is None:
         raise PackingUnsupported("the model does not pass attention keyword arguments through")
     window = kwargs.get("sliding_window")
-    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None or (window and window < layout.mask.shape[-1]):
+    widest = max(group.mask.shape[-1] for group in layout.groups)
+    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None or (window and window < widest):
         raise PackingUnsupported("the attention needs soft-capping, sinks or a sliding window")
-    q = query[0].transpose(0, 1)[layout.query_index].transpose(1, 2)  # [R, heads, Q, d]
-    k = key[0].transpose(0, 1)[layout.key_index].transpose(1, 2)
-    v = value[0].transpose(0, 1)[layout.key_index].transpose(1, 2)
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=layout.mask, dropout_p=dropout, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
-    )
-    out = out.transpose(1, 2).flatten(0, 1)  # [R * Q, heads, d]
-    return out[layout.slots].unsqueeze(0), None
+    query, key, value = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, heads, d]
+    outputs = []
+    for group in layout.groups:
+        q = query[group.query_index].transpose(1, 2)  # [R, heads, Q, d]
+        k = key[group.key_index].transpose(1, 2)
+        v = value[group.key_index].transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=group.mask, dropout_p=dropout, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
+        )
+        outputs.append(out.transpose(1, 2).flatten(0, 1))  # [R * Q, heads, d]
+    return torch.cat(outputs)[layout.slots].unsqueeze(0), None
 
 
 def _register() -> bool:

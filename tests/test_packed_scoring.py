@@ -116,3 +116,22 @@ def test_nothing_scored_or_no_prompt_means_no_layout():
     tokenizer = build_char_tokenizer()
     batch = pack_sequences([[1, 2]], [[3, 4]], [0], tokenizer.eos_token_id)
     assert packed_scoring.build_layout(**batch) is None
+
+
+def test_lora_agents_are_scored_packed_through_their_adapter():
+    from comlrl_lightning.lora import build_lora_agents
+
+    team = Team(build_lora_agents("embedded", 2, r=4), tokenizers=Team(["embedded"]).tokenizers[0])
+    batch = _batch(team.tokenizers[0])
+    with torch.no_grad():
+        for adapter in team.agents[1].trainable_parameters():
+            adapter.add_(0.05)  # agent 1's adapter differs from agent 0's
+    for agent in range(2):
+        packed = packed_scoring.packed_logprobs(team.agents[agent], **batch)
+        assert packed is not None and team.agents[agent] not in packed_scoring._UNSUPPORTED
+        torch.testing.assert_close(packed, _padded_agent(team, batch, agent), rtol=1e-5, atol=1e-4)
+
+
+def _padded_agent(team, batch, agent):
+    token = team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
+    return (token * batch["score_mask"]).sum(dim=-1)
