@@ -35,9 +35,9 @@ def _batch(tokenizer):
     return pack_sequences(prompts, completions, scored, eos)
 
 
-def _padded(team, batch):
+def _padded(team, batch, agent=0):
     """The reference: one padded forward, no packing."""
-    token = team.token_logprobs(0, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
+    token = team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
     return (token * batch["score_mask"]).sum(dim=-1)
 
 
@@ -129,9 +129,4 @@ def test_lora_agents_are_scored_packed_through_their_adapter():
     for agent in range(2):
         packed = packed_scoring.packed_logprobs(team.agents[agent], **batch)
         assert packed is not None and team.agents[agent] not in packed_scoring._UNSUPPORTED
-        torch.testing.assert_close(packed, _padded_agent(team, batch, agent), rtol=1e-5, atol=1e-4)
-
-
-def _padded_agent(team, batch, agent):
-    token = team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
-    return (token * batch["score_mask"]).sum(dim=-1)
+        torch.testing.assert_close(packed, _padded(team, batch, agent), rtol=1e-5, atol=1e-4)
