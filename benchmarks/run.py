@@ -100,8 +100,8 @@ def measure(plan: Dict[str, Any], run: Runner, sides: list, models: Dict[str, Di
         results["madpo_fit"][name] = {largest: run("ours", fit)}
         collection = dict(model, job="collection", **plan["collection"])
         results["collection"][name] = {side: run(side, collection) for side in sides}
-        whole = plan["collection"]["items"] * plan["collection"]["candidates"]  # every item in one call per agent
-        results["collection"][name]["ours_one_call"] = run("ours", dict(collection, generation_batch_size=whole))
+        # the old fixed default: 64 sequences per generate() call (4 items of K = 16 share a call)
+        results["collection"][name]["ours_batch_64"] = run("ours", dict(collection, generation_batch_size=64))
     iterative = dict(job="iterative", model=models["tiny"]["path"], model_name="tiny", **plan["iterative"])
     results["iterative"] = {side: run(side, iterative) for side in sides}
     step = results["madpo_step"][flops_model][largest]

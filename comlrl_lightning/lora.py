@@ -77,6 +77,10 @@ class BaseModelView:
         self.shared = shared
 
     @property
+    def config(self):
+        return self.shared.config
+
+    @property
     def device(self) -> torch.device:
         return next(self.shared.parameters()).device
 

@@ -55,10 +55,10 @@ class PackedLayout:
     position_ids: torch.Tensor  # [1, T] each token's position in its own (prompt + completion)
     groups: List[AttentionGroup]  # the distinct prompts; the rows' completions (after their prompt)
     slots: torch.Tensor  # [T] every packed token's slot in the groups' concatenated outputs
-    keep: torch.Tensor  # [S] packed positions whose logits predict a scored-or-masked target
+    keep: torch.Tensor  # [S] packed positions whose logits predict a target (a completion token up to the last scored)
     targets: torch.Tensor  # [S] the token each kept position predicts
-    weights: torch.Tensor  # [S] score_mask of that target
-    owner: torch.Tensor  # [S] the batch row the target belongs to
+    owner: torch.Tensor  # [S] the batch row of that target
+    column: torch.Tensor  # [S] its completion column
 
 
 def build_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor) -> Optional[PackedLayout]:
@@ -113,8 +113,8 @@ def build_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_ma
     owner = torch.arange(rows_count, device=device).unsqueeze(1).expand(rows_count, width)
     return PackedLayout(
         input_ids=packed.unsqueeze(0), position_ids=position_ids.unsqueeze(0), groups=groups, slots=torch.cat(slots),
-        keep=predictor[target_present], targets=completion_ids[target_present], weights=score_mask[target_present],
-        owner=owner[target_present],
+        keep=predictor[target_present], targets=completion_ids[target_present], owner=owner[target_present],
+        column=columns.expand(rows_count, width)[target_present],
     )
 
 
@@ -190,10 +190,11 @@ def _packed_attention(config) -> Iterator[None]:
         config._attn_implementation = previous
 
 
-def packed_logprobs(
-    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor
+def packed_token_logprobs(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor
 ) -> Optional[torch.Tensor]:
-    """``[M]`` summed log-probabilities of the scored tokens, computed packed; ``None`` when not possible."""
+    """``[M, C]`` float32 log-probabilities of each row's completion tokens up to its last scored
+    one (0 after it), computed packed; ``None`` when the model cannot be scored that way."""
     config = getattr(model, "config", None)
     if not _REGISTERED or model in _UNSUPPORTED or not hasattr(config, "_attn_implementation"):
         return None
@@ -211,5 +212,5 @@ def packed_logprobs(
     except (PackingUnsupported, TypeError):  # TypeError: a forward that takes no extra keyword arguments
         _UNSUPPORTED.add(model)
         return None
-    logprobs = gathered_logprobs(output.logits[0], layout.targets) * layout.weights
-    return logprobs.new_zeros(score_mask.shape[0]).index_add(0, layout.owner, logprobs)
+    logprobs = gathered_logprobs(output.logits[0], layout.targets)
+    return logprobs.new_zeros(score_mask.shape).index_put((layout.owner, layout.column), logprobs)

@@ -13,7 +13,7 @@ from torch import nn
 from .defaults import EMBEDDED, embedded_model_path
 from .losses import gathered_logprobs
 from .rng import RandomStream
-from .packed_scoring import packed_logprobs
+from .packed_scoring import packed_token_logprobs
 from .shared_prompt import sample_with_shared_prompts
 
 ModelSource = Union[str, nn.Module]
@@ -170,7 +170,7 @@ class Team(nn.Module):
         """Sample ``num_samples`` completions for every prompt with agent ``agent_index``.
 
         Prompts of many items share one left-padded ``generate()`` call of at most
-        ``settings.generation_batch_size`` sequences, and each prompt is encoded once for all its
+        ``settings.generation_batch_size`` sequences, and each prompt is prefilled once for all its
         samples (:func:`sample_with_shared_prompts`). Sampling draws from ``stream`` when given.
         Returns ``result[prompt][sample]``.
         """
@@ -242,8 +242,8 @@ class Team(nn.Module):
     ) -> torch.Tensor:
         """Summed log-probabilities of the scored completion tokens, one value per row.
 
-        Computed packed (:func:`~comlrl_lightning.packed_scoring.packed_logprobs`: each distinct
-        prompt once, no padding) when the model allows it, else with one padded forward: the batch
+        Computed packed (:func:`~comlrl_lightning.packed_scoring.packed_token_logprobs`: each
+        distinct prompt once, no padding) when the model allows it, else with one padded forward: the batch
         layout (see :func:`pack_sequences`) puts every completion at the same columns, prompts
         left-padded to width ``P``, completions right-padded to width ``C``, so only the last
         ``C + 1`` positions need the LM head. Log-softmax runs in float32 whatever the dtype.
@@ -252,27 +252,34 @@ class Team(nn.Module):
             input_ids, attention_mask: ``[M, P + C]``.
             score_mask: ``[M, C]``, 1 where a completion token is scored.
         """
-        model, home = self.agents[agent_index], input_ids.device
-        # an agent may live on its own device (agent_devices); results come back to the batch's
-        device = self.device_of(agent_index)
-        input_ids, attention_mask, score_mask = input_ids.to(device), attention_mask.to(device), score_mask.to(device)
-        packed = packed_logprobs(model, input_ids, attention_mask, score_mask)
-        if packed is not None:
-            return packed.to(home)
-        token_logprobs = self.token_logprobs(agent_index, input_ids, attention_mask, score_mask.shape[1])
-        return (token_logprobs * score_mask).sum(dim=-1).to(home)
+        token_logprobs = self.token_logprobs(agent_index, input_ids, attention_mask, score_mask.shape[1], score_mask=score_mask)
+        return (token_logprobs * score_mask.to(token_logprobs.device)).sum(dim=-1)
 
     def token_logprobs(
-        self, agent_index: int, input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, model=None
+        self,
+        agent_index: int,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        width: int,
+        model=None,
+        score_mask: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """``[M, width]`` float32 log-probabilities of the last ``width`` tokens of each row.
 
         ``model`` scores with another model of the same vocabulary (a frozen reference policy).
+        With ``score_mask`` (``[M, width]``) the batch is scored packed when the model allows it
+        (:func:`~comlrl_lightning.packed_scoring.packed_token_logprobs`: each distinct prompt
+        once, no padding, nothing after a row's last scored token, which then reads 0).
         """
         home = input_ids.device
         model = model if model is not None else self.agents[agent_index]
+        # an agent may live on its own device (agent_devices); results come back to the batch's
         device = getattr(model, "device", None) or self.device_of(agent_index)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        if score_mask is not None:
+            packed = packed_token_logprobs(model, input_ids, attention_mask, score_mask.to(device))
+            if packed is not None:
+                return packed.to(home)
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         output = model(
             input_ids=input_ids,

@@ -82,6 +82,18 @@ def test_packed_logprobs_and_gradients_equal_the_padded_forward(source):
     assert model.config._attn_implementation != packed_scoring.ATTENTION_NAME  # restored
 
 
+def test_token_logprobs_match_the_padded_ones_up_to_the_last_scored_token():
+    model, tokenizer = _llama()
+    team = Team([model], tokenizers=tokenizer)
+    batch = _batch(tokenizer)
+    width = batch["score_mask"].shape[1]
+    packed = team.token_logprobs(0, batch["input_ids"], batch["attention_mask"], width, score_mask=batch["score_mask"])
+    padded = team.token_logprobs(0, batch["input_ids"], batch["attention_mask"], width)
+    fed = torch.arange(width) < torch.tensor([6, 3, 12, 2, 0, 1]).unsqueeze(1)
+    torch.testing.assert_close(packed[fed], padded[fed], rtol=1e-5, atol=1e-4)
+    assert bool((packed[~fed] == 0).all())
+
+
 def test_the_layout_feeds_each_distinct_prompt_once_and_no_padding():
     tokenizer = build_char_tokenizer()
     batch = _batch(tokenizer)
@@ -93,7 +105,8 @@ def test_the_layout_feeds_each_distinct_prompt_once_and_no_padding():
     fed = [max(n - 1, 0) for n in scored]  # completion tokens up to the one before the last scored
     assert len(distinct) == 4
     assert layout.input_ids.shape[1] == sum(len(p) for p in distinct) + sum(fed)
-    assert layout.keep.shape[0] == sum(scored) == int(layout.weights.sum())
+    assert layout.keep.shape[0] == sum(scored)
+    assert all(int(c) < scored[int(r)] for r, c in zip(layout.owner, layout.column))
     assert sorted(set(layout.owner.tolist())) == [0, 1, 2, 3, 5]  # row 4 scores nothing
 
 
@@ -107,7 +120,7 @@ def test_a_short_sliding_window_falls_back_to_the_padded_forward():
         num_key_value_heads=2, sliding_window=4, pad_token_id=tokenizer.eos_token_id))
     team = Team([model], tokenizers=tokenizer)
     batch = _batch(tokenizer)
-    assert packed_scoring.packed_logprobs(model, **batch) is None and model in packed_scoring._UNSUPPORTED
+    assert packed_scoring.packed_token_logprobs(model, **batch) is None and model in packed_scoring._UNSUPPORTED
     torch.testing.assert_close(team.sequence_logprobs(0, **batch), _padded(team, batch))
     assert model.config._attn_implementation != packed_scoring.ATTENTION_NAME
 
@@ -127,6 +140,15 @@ def test_lora_agents_are_scored_packed_through_their_adapter():
         for adapter in team.agents[1].trainable_parameters():
             adapter.add_(0.05)  # agent 1's adapter differs from agent 0's
     for agent in range(2):
-        packed = packed_scoring.packed_logprobs(team.agents[agent], **batch)
+        packed = packed_scoring.packed_token_logprobs(team.agents[agent], **batch)
         assert packed is not None and team.agents[agent] not in packed_scoring._UNSUPPORTED
+        packed = (packed * batch["score_mask"]).sum(dim=-1)
         torch.testing.assert_close(packed, _padded(team, batch, agent), rtol=1e-5, atol=1e-4)
+    # the reference policy of a LoRA team (adapters disabled) is scored packed too
+    view, width = team.agents[1].base_model_view(), batch["score_mask"].shape[1]
+    args = (1, batch["input_ids"], batch["attention_mask"], width)
+    packed = team.token_logprobs(*args, model=view, score_mask=batch["score_mask"])
+    padded = team.token_logprobs(*args, model=view)
+    assert view not in packed_scoring._UNSUPPORTED
+    torch.testing.assert_close((packed * batch["score_mask"]).sum(-1), (padded * batch["score_mask"]).sum(-1), rtol=1e-5, atol=1e-4)
+    assert not torch.allclose((padded * batch["score_mask"]).sum(-1), _padded(team, batch, 1))  # the adapter mattered

@@ -112,13 +112,14 @@ class MAGRPOModule(TeamModule):
             completions = [c.ids for row in samples[agent] for c in row]
             batch = pack_sequences(prompt_ids, completions, [len(c) for c in completions], self.team.tokenizers[agent].pad_token_id)
             batch = {k: v.to(self.device) for k, v in batch.items()}
-            width = batch["score_mask"].shape[1]
-            token_logprobs = self.team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], width)
+            width, score_mask = batch["score_mask"].shape[1], batch["score_mask"]
+            token_logprobs = self.team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], width, score_mask=score_mask)
             agent_returns = returns
             if self.reference_kl_enabled:
                 with torch.no_grad():
                     reference = self.team.token_logprobs(
-                        agent, batch["input_ids"], batch["attention_mask"], width, model=self.reference_model(agent)
+                        agent, batch["input_ids"], batch["attention_mask"], width, model=self.reference_model(agent),
+                        score_mask=score_mask,
                     )
                 kl = k3_kl(token_logprobs.detach(), reference, batch["score_mask"]).view(size, group)
                 agent_returns = returns - self.reference_kl_coef * kl
