@@ -30,6 +30,8 @@ from torch import nn
 from .losses import gathered_logprobs
 
 ATTENTION_NAME = "comlrl_packed"
+COMPLETION_GROUPS = 3
+"""Completions are attended in at most this many SDPA calls, grouped by length (less padding per call)."""
 _UNSUPPORTED: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
 
 
@@ -44,7 +46,8 @@ class AttentionGroup:
     query_index: torch.Tensor  # [R, Q] packed position of each row's queries
     key_index: torch.Tensor  # [R, K] packed position of the keys each row sees
     mask: torch.Tensor  # [R, 1, Q, K] bool, True where a query may attend to a key
-    slots: torch.Tensor  # the flat (row, query) slot of each real query, in packed order
+    slots: torch.Tensor  # the flat (row, query) slot of each real query
+    positions: torch.Tensor  # the packed position of each real query (same order)
 
 
 @dataclass
@@ -53,7 +56,7 @@ class PackedLayout:
 
     input_ids: torch.Tensor  # [1, T] distinct prompts, then each row's fed completion tokens
     position_ids: torch.Tensor  # [1, T] each token's position in its own (prompt + completion)
-    groups: List[AttentionGroup]  # the distinct prompts; the rows' completions (after their prompt)
+    groups: List[AttentionGroup]  # the distinct prompts; the rows' completions by length (after their prompt)
     slots: torch.Tensor  # [T] every packed token's slot in the groups' concatenated outputs
     keep: torch.Tensor  # [S] packed positions whose logits predict a target (a completion token up to the last scored)
     targets: torch.Tensor  # [S] the token each kept position predicts
@@ -92,15 +95,18 @@ def build_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_ma
     prompt_start = prompt_length.cumsum(0) - prompt_length
     completion_start = int(prompt_length.sum()) + span.cumsum(0) - span
 
-    # attention: the distinct prompts, and the batch rows' completions (each padded to its own group's size)
+    # attention: the distinct prompts in one group; the rows' completions in groups of alike length
     last = packed.shape[0] - 1
     zeros = torch.zeros_like(prompt_length)
     groups = [_attention_group(prompt_start, prompt_length, prompt_start, zeros, last)]
-    if bool((span > 0).any()):
-        groups.append(_attention_group(completion_start, span, prompt_start[prompt_of], prompt_length[prompt_of], last))
-    slots, first_slot = [], 0
+    for rows in completion_groups(span.tolist()):
+        index = torch.tensor(rows, device=device, dtype=torch.long)
+        groups.append(_attention_group(
+            completion_start[index], span[index], prompt_start[prompt_of[index]], prompt_length[prompt_of[index]], last
+        ))
+    slots, first_slot = torch.empty(packed.shape[0], dtype=torch.long, device=device), 0
     for group in groups:
-        slots.append(group.slots + first_slot)
+        slots[group.positions] = group.slots + first_slot
         first_slot += group.query_index.numel()
 
     # logits: target c of row r is predicted by its prompt's last token (c = 0) or completion token c - 1
@@ -112,7 +118,7 @@ def build_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_ma
     )
     owner = torch.arange(rows_count, device=device).unsqueeze(1).expand(rows_count, width)
     return PackedLayout(
-        input_ids=packed.unsqueeze(0), position_ids=position_ids.unsqueeze(0), groups=groups, slots=torch.cat(slots),
+        input_ids=packed.unsqueeze(0), position_ids=position_ids.unsqueeze(0), groups=groups, slots=slots,
         keep=predictor[target_present], targets=completion_ids[target_present], owner=owner[target_present],
         column=columns.expand(rows_count, width)[target_present],
     )
@@ -135,7 +141,33 @@ def _attention_group(query_start: torch.Tensor, query_length: torch.Tensor, pref
     mask = (k.view(1, 1, keys) <= (prefix_length.view(-1, 1, 1) + q.view(1, queries, 1))).unsqueeze(1)
     real = q < query_length.unsqueeze(1)
     slots = (torch.arange(query_length.shape[0], device=device).unsqueeze(1) * queries + q)[real]
-    return AttentionGroup(query_index=query_index, key_index=key_index, mask=mask, slots=slots)
+    return AttentionGroup(query_index=query_index, key_index=key_index, mask=mask, slots=slots,
+                          positions=query_index[real])
+
+
+def completion_groups(spans: List[int], groups: int = COMPLETION_GROUPS) -> List[List[int]]:
+    """Rows with completion tokens to feed, split by length into at most ``groups`` groups of
+    consecutive lengths that minimise the padded query positions (dynamic programming)."""
+    rows = sorted((r for r, n in enumerate(spans) if n > 0), key=lambda r: spans[r])
+    if not rows:
+        return []
+    lengths = [spans[r] for r in rows]
+    count = len(rows)
+    # cost[g][end]: least padded positions of rows[:end] in g groups; a group [begin, end) pads to lengths[end - 1]
+    cost = [[0.0] + [float("inf")] * count] + [[float("inf")] * (count + 1) for _ in range(groups)]
+    cut = [[0] * (count + 1) for _ in range(groups + 1)]
+    for g in range(1, groups + 1):
+        for end in range(1, count + 1):
+            for begin in range(end):
+                value = cost[g - 1][begin] + (end - begin) * lengths[end - 1]
+                if value < cost[g][end]:
+                    cost[g][end], cut[g][end] = value, begin
+    best = min(range(1, groups + 1), key=lambda g: cost[g][count])
+    bounds, end = [], count
+    for g in range(best, 0, -1):
+        bounds.append((cut[g][end], end))
+        end = cut[g][end]
+    return [rows[begin:end] for begin, end in reversed(bounds) if end > begin]
 
 
 def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
