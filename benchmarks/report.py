@@ -150,7 +150,11 @@ def markdown(results: Dict[str, Any]) -> str:
         f"{_f(_percent(flops.get('ours')), 0, '%')} of peak; reference {_f(counted.get('reference'), 1)} GFLOP/step at "
         f"{_f(_percent(flops.get('reference')), 0, '%')} of peak.",
         "",
-        "Speedups are ours / reference (higher is better); peak RSS is each measurement process's high-water mark.",
+        "Speedups are ours / reference (higher is better); peak RSS is each measurement process's high-water mark. "
+        "Collection's default automatic generation batch samples a shard's items at once, so its peak memory grows "
+        "with the KV caches of all those sequences; the `generation_batch_size: 64` column shows the memory-capped "
+        "setting. Training holds every agent's graph until the one backward of the joint loss (the reference holds "
+        "one agent's at a time, at the cost of an extra no-grad forward of every agent).",
         "",
         "Where the time goes (`torch.profiler`, cProfile): the reference runs every sequence alone (batch 1), four "
         "forwards per pair and agent, so it is bound by per-call overhead on the tiny model and by small matmuls on the "
