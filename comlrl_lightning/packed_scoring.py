@@ -13,7 +13,8 @@ predict a scored token (``logits_to_keep`` as indices).
 
 It is exact up to float rounding (tested against the padded forward). Models whose attention
 needs more than a mask (soft-capping, attention sinks, a sliding window shorter than the rows)
-are refused at their first call and scored the padded way from then on.
+are refused at their first call and scored the padded way from then on, and so are models with
+activation checkpointing on (the recomputation in backward would not see the packed attention).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .losses import gathered_logprobs
+from .shared_prompt import is_checkpointing
 
 ATTENTION_NAME = "comlrl_packed"
 COMPLETION_GROUPS = 3
@@ -230,7 +232,8 @@ def packed_token_logprobs(
     config = getattr(model, "config", None)
     if not _REGISTERED or model in _UNSUPPORTED or not hasattr(config, "_attn_implementation"):
         return None
-    if getattr(config, "is_encoder_decoder", False):
+    # a checkpointed layer recomputes its forward during backward, after the packed attention is switched off
+    if getattr(config, "is_encoder_decoder", False) or is_checkpointing(model):
         return None
     layout = build_layout(input_ids, attention_mask, score_mask)
     if layout is None:

@@ -15,14 +15,15 @@ from torch import nn
 def can_share_prompts(model: nn.Module) -> bool:
     """Whether ``model`` can reuse a prompt's KV cache (HF causal LMs can, unless gradient
     checkpointing turns the cache off)."""
+    return bool(getattr(_base_model(model), "_supports_cache_class", True)) and not is_checkpointing(model)
+
+
+def is_checkpointing(model: nn.Module) -> bool:
+    """Whether ``model`` (or the transformers model under its adapters) recomputes activations in backward."""
     base = _base_model(model)
-    return bool(getattr(base, "_supports_cache_class", True)) and not _checkpointing(base)
-
-
-def _checkpointing(model: nn.Module) -> bool:
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new name first (no warning)
-        if hasattr(type(model), name) or name in vars(model):
-            return bool(getattr(model, name))
+        if hasattr(type(base), name) or name in vars(base):
+            return bool(getattr(base, name))
     return False
 
 

@@ -152,3 +152,19 @@ def test_lora_agents_are_scored_packed_through_their_adapter():
     assert view not in packed_scoring._UNSUPPORTED
     torch.testing.assert_close((packed * batch["score_mask"]).sum(-1), (padded * batch["score_mask"]).sum(-1), rtol=1e-5, atol=1e-4)
     assert not torch.allclose((padded * batch["score_mask"]).sum(-1), _padded(team, batch, 1))  # the adapter mattered
+
+
+def test_activation_checkpointing_scores_the_padded_way_with_the_same_gradients():
+    model, tokenizer = _llama()
+    batch = _batch(tokenizer)
+    team = Team([model], tokenizers=tokenizer)
+    model.zero_grad(set_to_none=True)
+    team.sequence_logprobs(0, **batch).sum().backward()  # packed
+    packed = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.gradient_checkpointing_enable()
+    model.train()
+    assert packed_scoring.packed_token_logprobs(model, **batch) is None  # recomputation would miss the packing
+    model.zero_grad(set_to_none=True)
+    team.sequence_logprobs(0, **batch).sum().backward()
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(parameter.grad, packed[name], rtol=1e-4, atol=1e-5, msg=name)
