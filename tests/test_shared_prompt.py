@@ -29,14 +29,39 @@ def _record_forward_rows(model):
     return rows, handle
 
 
-def test_one_prefill_per_prompt_samples_what_plain_generate_samples(team, monkeypatch):
+def _llama_team():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from comlrl_lightning.defaults import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, pad_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id))
+    return Team([model.eval()], tokenizers=tokenizer)
+
+
+@pytest.mark.parametrize("cache", ["static", "growing"])
+@pytest.mark.parametrize("source", ["embedded", "llama"])
+def test_one_prefill_per_prompt_samples_what_plain_generate_samples(source, cache, monkeypatch):
+    team = Team(["embedded"]) if source == "embedded" else _llama_team()
     model = team.agents[0]
+    copies = []
+    static_copy = shared_prompt._static_copy
+
+    def recorded_copy(*args):  # "growing": as if no static cache could be built
+        copies.append(static_copy(*args) if cache == "static" else None)
+        return copies[-1]
+
+    monkeypatch.setattr(shared_prompt, "_static_copy", recorded_copy)
     rows, handle = _record_forward_rows(model)
     try:
         shared = team.generate(0, PROMPTS, 4, SETTINGS, RandomStream(7))
     finally:
         handle.remove()
     width = max(len(p) for p in team.encode_prompts(0, PROMPTS))
+    assert (type(copies[0]).__name__ == "StaticCache") == (cache == "static")
     assert rows[0] == (3, width - 1)  # the prompts once, without their last token
     assert rows[1] == (12, 1)  # generate() goes on from the repeated cache: last prompt token only
     assert all(shape[1] == 1 for shape in rows[1:])
