@@ -189,14 +189,21 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     query, key, value = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, heads, d]
     outputs = []
     for group in layout.groups:
-        q = query[group.query_index].transpose(1, 2)  # [R, heads, Q, d]
-        k = key[group.key_index].transpose(1, 2)
-        v = value[group.key_index].transpose(1, 2)
+        q = _rows(query, group.query_index).transpose(1, 2)  # [R, heads, Q, d]
+        k = _rows(key, group.key_index).transpose(1, 2)
+        v = _rows(value, group.key_index).transpose(1, 2)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=group.mask, dropout_p=dropout, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
         )
         outputs.append(out.transpose(1, 2).flatten(0, 1))  # [R * Q, heads, d]
-    return torch.cat(outputs)[layout.slots].unsqueeze(0), None
+    return torch.cat(outputs).index_select(0, layout.slots).unsqueeze(0), None
+
+
+def _rows(tokens: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``tokens[index]`` for an index of any shape. ``index_select``: its backward adds repeated
+    rows in a fixed order, where advanced indexing's backward (an accumulating ``index_put``)
+    adds them in thread order on the CPU, and runs would not repeat bit for bit."""
+    return tokens.index_select(0, index.flatten()).view(*index.shape, *tokens.shape[1:])
 
 
 def _register() -> bool:
@@ -238,14 +245,16 @@ def packed_token_logprobs(
     layout = build_layout(input_ids, attention_mask, score_mask)
     if layout is None:
         return None
+    # the model indexes its hidden states with logits_to_keep: distinct positions keep that deterministic
+    positions, position_of = torch.unique(layout.keep, return_inverse=True)
     try:
         with _packed_attention(config):
             output = model(
                 input_ids=layout.input_ids, position_ids=layout.position_ids, use_cache=False,
-                logits_to_keep=layout.keep, packed_layout=layout,
+                logits_to_keep=positions, packed_layout=layout,
             )
     except (PackingUnsupported, TypeError):  # TypeError: a forward that takes no extra keyword arguments
         _UNSUPPORTED.add(model)
         return None
-    logprobs = gathered_logprobs(output.logits[0], layout.targets)
+    logprobs = gathered_logprobs(output.logits[0].index_select(0, position_of), layout.targets)
     return logprobs.new_zeros(score_mask.shape).index_put((layout.owner, layout.column), logprobs)

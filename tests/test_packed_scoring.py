@@ -168,3 +168,35 @@ def test_activation_checkpointing_scores_the_padded_way_with_the_same_gradients(
     team.sequence_logprobs(0, **batch).sum().backward()
     for name, parameter in model.named_parameters():
         torch.testing.assert_close(parameter.grad, packed[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+
+def _repeated_gradients(team, batch, runs):
+    model, grads = team.agents[0], []
+    for _ in range(runs):
+        model.zero_grad(set_to_none=True)
+        team.sequence_logprobs(0, **batch).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    return grads
+
+
+def test_packed_gradients_repeat_bit_for_bit_on_several_threads(monkeypatch):
+    """Sixteen rows share each prompt (pairs of one item), so the same keys are gathered into many
+    rows; their gradients must add up in a fixed order for runs to repeat (and resume) exactly."""
+    team = Team(["embedded"])
+    tokenizer = team.tokenizers[0]
+    encode = lambda text: tokenizer(text)["input_ids"]  # noqa: E731
+    prompts = [encode(f"topic: {'abcdefgh'[k % 8] * (3 + k % 5)}\nwriter:") for k in range(8)] * 16
+    completions = [encode(" " + "aeiouxyz"[k % 8] * (5 + k % 27)) + [tokenizer.eos_token_id] for k in range(128)]
+    batch = pack_sequences(prompts, completions, [len(c) - 1 for c in completions], tokenizer.eos_token_id)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = _repeated_gradients(team, batch, runs=6)
+        assert all(torch.equal(grads[0], g) for g in grads[1:])
+        # the check can fail: gathering with advanced indexing (an accumulating index_put in backward) does
+        monkeypatch.setattr(packed_scoring, "_rows", lambda tokens, index: tokens[index])
+        grads = _repeated_gradients(team, batch, runs=12)  # differed in 20 of 20 trials
+        assert not all(torch.equal(grads[0], g) for g in grads[1:])
+    finally:
+        torch.set_num_threads(threads)
