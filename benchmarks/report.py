@@ -168,9 +168,10 @@ def markdown(results: Dict[str, Any]) -> str:
         "the Hugging Face layers. 10x the reference there would need the whole step in about the time its matmuls and "
         "attention take alone, which eager PyTorch on one CPU thread does not reach (`torch.compile` gained about 10% "
         "on the old layout and nothing on the small model). Collection: ours samples a shard's items in as few "
-        "`generate()` calls as the memory allows and prefills each prompt once for its K samples; what remains is "
-        "`generate()`'s per-token decode loop (KV-cache concatenation about a fifth, attention over the cache, the "
-        "matmuls, Hugging Face's per-step bookkeeping). The iterative run gains most from loading the history "
+        "`generate()` calls as the memory allows, prefills each prompt once for its K samples and, on the CPU, "
+        "continues from a preallocated static cache (a growing one is reallocated at every token); what remains is "
+        "`generate()`'s per-token decode loop (the matmuls, attention over the cache, Hugging Face's per-step "
+        "bookkeeping). The iterative run gains most from loading the history "
         "comparator once per round (the reference reloads it from disk for every item).",
     ]
     return "\n".join(out) + "\n"
