@@ -60,6 +60,10 @@ class PackedLayout:
     position_ids: torch.Tensor  # [1, T] each token's position in its own (prompt + completion)
     groups: List[AttentionGroup]  # the distinct prompts; the rows' completions by length (after their prompt)
     slots: torch.Tensor  # [T] every packed token's slot in the groups' concatenated outputs
+    query_gather: torch.Tensor  # every group's query_index, flattened and concatenated
+    query_sizes: List[int]
+    key_gather: torch.Tensor  # every group's key_index, flattened and concatenated
+    key_sizes: List[int]
     keep: torch.Tensor  # [S] packed positions whose logits predict a target (a completion token up to the last scored)
     targets: torch.Tensor  # [S] the token each kept position predicts
     owner: torch.Tensor  # [S] the batch row of that target
@@ -121,6 +125,8 @@ def build_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, score_ma
     owner = torch.arange(rows_count, device=device).unsqueeze(1).expand(rows_count, width)
     return PackedLayout(
         input_ids=packed.unsqueeze(0), position_ids=position_ids.unsqueeze(0), groups=groups, slots=slots,
+        query_gather=torch.cat([g.query_index.flatten() for g in groups]), query_sizes=[g.query_index.numel() for g in groups],
+        key_gather=torch.cat([g.key_index.flatten() for g in groups]), key_sizes=[g.key_index.numel() for g in groups],
         keep=predictor[target_present], targets=completion_ids[target_present], owner=owner[target_present],
         column=columns.expand(rows_count, width)[target_present],
     )
@@ -187,23 +193,26 @@ def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None or (window and window < widest):
         raise PackingUnsupported("the attention needs soft-capping, sinks or a sliding window")
     query, key, value = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, heads, d]
+    queries = _gather(query, layout.query_gather).split(layout.query_sizes)  # one gather for all groups
+    keys = _gather(key, layout.key_gather).split(layout.key_sizes)
+    values = _gather(value, layout.key_gather).split(layout.key_sizes)
     outputs = []
-    for group in layout.groups:
-        q = _rows(query, group.query_index).transpose(1, 2)  # [R, heads, Q, d]
-        k = _rows(key, group.key_index).transpose(1, 2)
-        v = _rows(value, group.key_index).transpose(1, 2)
+    for group, q, k, v in zip(layout.groups, queries, keys, values):
+        q = q.view(*group.query_index.shape, *q.shape[1:]).transpose(1, 2)  # [R, heads, Q, d]
+        k = k.view(*group.key_index.shape, *k.shape[1:]).transpose(1, 2)
+        v = v.view(*group.key_index.shape, *v.shape[1:]).transpose(1, 2)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=group.mask, dropout_p=dropout, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
         )
         outputs.append(out.transpose(1, 2).flatten(0, 1))  # [R * Q, heads, d]
-    return torch.cat(outputs).index_select(0, layout.slots).unsqueeze(0), None
+    return _gather(torch.cat(outputs), layout.slots).unsqueeze(0), None
 
 
-def _rows(tokens: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``tokens[index]`` for an index of any shape. ``index_select``: its backward adds repeated
-    rows in a fixed order, where advanced indexing's backward (an accumulating ``index_put``)
-    adds them in thread order on the CPU, and runs would not repeat bit for bit."""
-    return tokens.index_select(0, index.flatten()).view(*index.shape, *tokens.shape[1:])
+def _gather(tokens: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``tokens[index]`` with ``index_select``: its backward adds repeated rows in a fixed order,
+    where advanced indexing's backward (an accumulating ``index_put``) adds them in thread order
+    on the CPU, and runs would not repeat bit for bit."""
+    return tokens.index_select(0, index)
 
 
 def _register() -> bool:
