@@ -22,13 +22,10 @@ def adapter_name(agent_index: int) -> str:
     return f"agent_{agent_index}"
 
 
-class LoraAgent(nn.Module):
-    """Agent ``adapter``'s view of a shared peft model."""
+class _SharedModelView:
+    """What every view of the shared peft model reports as its own: the config and the device."""
 
-    def __init__(self, shared: nn.Module, adapter: str) -> None:
-        super().__init__()
-        self.shared = shared  # registered in every view; parameters() and state saving de-duplicate it
-        self.adapter = adapter
+    shared: nn.Module
 
     @property
     def config(self):
@@ -37,6 +34,15 @@ class LoraAgent(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.shared.parameters()).device
+
+
+class LoraAgent(_SharedModelView, nn.Module):
+    """Agent ``adapter``'s view of a shared peft model."""
+
+    def __init__(self, shared: nn.Module, adapter: str) -> None:
+        super().__init__()
+        self.shared = shared  # registered in every view; parameters() and state saving de-duplicate it
+        self.adapter = adapter
 
     def get_base_model(self) -> nn.Module:
         """The transformers model under the adapters (its forward signature, generation config, checkpointing)."""
@@ -70,19 +76,11 @@ class LoraAgent(nn.Module):
         merged.save_pretrained(directory)
 
 
-class BaseModelView:
+class BaseModelView(_SharedModelView):
     """Calls the shared model with its adapters disabled."""
 
     def __init__(self, shared: nn.Module) -> None:
         self.shared = shared
-
-    @property
-    def config(self):
-        return self.shared.config
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.shared.parameters()).device
 
     def __call__(self, *args: Any, **kwargs: Any):
         try:

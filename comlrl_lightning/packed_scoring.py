@@ -155,19 +155,26 @@ def _attention_group(query_start: torch.Tensor, query_length: torch.Tensor, pref
 
 def completion_groups(spans: List[int], groups: int = COMPLETION_GROUPS) -> List[List[int]]:
     """Rows with completion tokens to feed, split by length into at most ``groups`` groups of
-    consecutive lengths that minimise the padded query positions (dynamic programming)."""
+    consecutive lengths that minimise the padded query positions.
+
+    Dynamic programming over the distinct lengths (at most the longest completion, usually far
+    fewer than the rows): ``cost[g][e]`` is the least padding of the rows of the ``e`` shortest
+    lengths in ``g`` groups, a group padding its rows to its longest length.
+    """
     rows = sorted((r for r, n in enumerate(spans) if n > 0), key=lambda r: spans[r])
     if not rows:
         return []
-    lengths = [spans[r] for r in rows]
-    count = len(rows)
-    # cost[g][end]: least padded positions of rows[:end] in g groups; a group [begin, end) pads to lengths[end - 1]
+    widths = sorted({spans[r] for r in rows})
+    upto = [0] * (len(widths) + 1)  # upto[e]: rows whose length is among the e shortest widths
+    for e, width in enumerate(widths, start=1):
+        upto[e] = upto[e - 1] + sum(1 for r in rows if spans[r] == width)
+    count = len(widths)
     cost = [[0.0] + [float("inf")] * count] + [[float("inf")] * (count + 1) for _ in range(groups)]
     cut = [[0] * (count + 1) for _ in range(groups + 1)]
     for g in range(1, groups + 1):
         for end in range(1, count + 1):
             for begin in range(end):
-                value = cost[g - 1][begin] + (end - begin) * lengths[end - 1]
+                value = cost[g - 1][begin] + (upto[end] - upto[begin]) * widths[end - 1]
                 if value < cost[g][end]:
                     cost[g][end], cut[g][end] = value, begin
     best = min(range(1, groups + 1), key=lambda g: cost[g][count])
@@ -175,7 +182,7 @@ def completion_groups(spans: List[int], groups: int = COMPLETION_GROUPS) -> List
     for g in range(best, 0, -1):
         bounds.append((cut[g][end], end))
         end = cut[g][end]
-    return [rows[begin:end] for begin, end in reversed(bounds) if end > begin]
+    return [rows[upto[begin]:upto[end]] for begin, end in reversed(bounds) if end > begin]
 
 
 def packed_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
