@@ -46,7 +46,8 @@ def _pairs(job: Dict[str, Any], tokenizer):
 def madpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
     from comlrl_lightning.losses import madpo_loss
 
-    module = _module(job)
+    every = job.get("checkpoint_every_n_layers")
+    module = _module(job, **({"gradient_checkpointing": True, "checkpoint_every_n_layers": every} if every else {}))
     optimizer = module.configure_optimizers()
     pool = _pairs(job, module.team.tokenizers[0])
 

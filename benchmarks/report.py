@@ -47,9 +47,18 @@ def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
     lines.append(("matmul_peak_gflops", results["peak"]["flops_per_s"] / 1e9))
     lines.append(("train_flops_fraction_of_peak_ours", flops.get("ours")))
     lines.append(("train_flops_fraction_of_peak_reference", flops.get("reference")))
+    for model, settings in (results.get("madpo_checkpointing") or {}).items():
+        reference = steps[model][largest].get("reference") or {}
+        for every, ours in settings.items():
+            lines.append((f"madpo_step_speedup_{model}_checkpoint_every_{every}", _ratio(ours["pairs_per_s"], reference.get("pairs_per_s"))))
+            lines.append((f"madpo_step_peak_rss_ours_over_reference_{model}_checkpoint_every_{every}", _ratio(_rss(ours), _rss(reference))))
     lines.append(("peak_rss_ours_over_reference_max", _max_rss_ratio(_all_pairs(results))))
     # the same with collection's generation batch capped at 64 sequences
     lines.append(("peak_rss_ours_over_reference_max_batch_64", _max_rss_ratio(_all_pairs(results, collection="ours_batch_64"))))
+    # ... and the largest training batch with every 2nd layer checkpointed
+    if results.get("madpo_checkpointing"):
+        lines.append(("peak_rss_ours_over_reference_max_batch_64_checkpoint_every_2",
+                      _max_rss_ratio(_all_pairs(results, collection="ours_batch_64", checkpoint_every=2))))
     return lines
 
 
@@ -59,9 +68,16 @@ def _max_rss_ratio(pairs: List[Dict[str, Any]]) -> Optional[float]:
     return max(ratios) if ratios else None
 
 
-def _all_pairs(results: Dict[str, Any], collection: str = "ours") -> List[Dict[str, Any]]:
-    """Every (ours, reference) measurement; ``collection`` picks which of our collection runs counts."""
-    pairs = [sides for per_model in results["madpo_step"].values() for sides in per_model.values()]
+def _all_pairs(results: Dict[str, Any], collection: str = "ours", checkpoint_every: Optional[int] = None) -> List[Dict[str, Any]]:
+    """Every (ours, reference) measurement; ``collection`` picks which of our collection runs counts,
+    ``checkpoint_every`` the checkpointed run that replaces ours at the largest training batch."""
+    largest = max(results["plan"]["batch_sizes"])
+    pairs = []
+    for model, per_model in results["madpo_step"].items():
+        for batch, sides in per_model.items():
+            if checkpoint_every is not None and batch == largest:
+                sides = dict(sides, ours=results["madpo_checkpointing"][model][checkpoint_every])
+            pairs.append(sides)
     collected = [{"ours": s.get(collection), "reference": s.get("reference")} for s in results["collection"].values()]
     return pairs + collected + [results["iterative"]]
 
@@ -103,6 +119,28 @@ def markdown(results: Dict[str, Any]) -> str:
                 f"{_f(ours['pairs_per_s'])} | {_f(_ratio(ours['pairs_per_s'], ref.get('pairs_per_s')), 2, 'x')} | "
                 f"{_f(fit.get('pairs_per_s'))} | {_f(_rss(ref), 0)} / {_f(_rss(ours), 0)} |"
             )
+    checkpointing = results.get("madpo_checkpointing") or {}
+    if checkpointing:
+        out += [
+            "",
+            f"The same step at batch {largest} with `gradient_checkpointing: true` (transformers' activation checkpointing, "
+            "scoring still packed): `checkpoint_every_n_layers` n recomputes every n-th layer's activations in backward "
+            "instead of keeping them.",
+            "",
+            "| MADPO training, batch " + str(largest) + " | setting | ours pairs/s | speedup | peak RSS ref / ours (MB) |",
+            "|---|---|---|---|---|",
+        ]
+        for model, settings in checkpointing.items():
+            sides = results["madpo_step"][model][largest]
+            ref = sides.get("reference") or {}
+            rows = [("default (no checkpointing)", sides["ours"])] + [
+                (f"`checkpoint_every_n_layers: {every}`", ours) for every, ours in settings.items()
+            ]
+            for label, ours in rows:
+                out.append(
+                    f"| {model} | {label} | {_f(ours['pairs_per_s'])} | {_f(_ratio(ours['pairs_per_s'], ref.get('pairs_per_s')), 2, 'x')} | "
+                    f"{_f(_rss(ref), 0)} / {_f(_rss(ours), 0)} |"
+                )
     collection = plan["collection"]
     out += [
         "",
@@ -154,7 +192,8 @@ def markdown(results: Dict[str, Any]) -> str:
         "Collection's default automatic generation batch samples a shard's items at once, so its peak memory grows "
         "with the KV caches of all those sequences; the `generation_batch_size: 64` column shows the memory-capped "
         "setting. Training holds every agent's graph until the one backward of the joint loss (the reference holds "
-        "one agent's at a time, at the cost of an extra no-grad forward of every agent).",
+        "one agent's at a time, at the cost of an extra no-grad forward of every agent); activation checkpointing "
+        "trades that memory back for recomputation, as the second table shows.",
         "",
         "Where the time goes (`torch.profiler`, cProfile): the reference runs every sequence alone (batch 1), four "
         "forwards per pair and agent, so it is bound by per-call overhead on the tiny model and by small matmuls on the "

@@ -32,6 +32,9 @@ import report  # noqa: E402
 
 common.limit_threads()
 
+CHECKPOINT_EVERY = (2, 1)
+"""Training is also measured with activation checkpointing of every n-th layer, for these n."""
+
 
 class Runner:
     """Runs one job on one side and returns its result dict."""
@@ -44,7 +47,7 @@ class Runner:
         self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), self.env.get("PYTHONPATH")]))
 
     def __call__(self, side: str, job: Dict[str, Any]) -> Dict[str, Any]:
-        label = f"{side:9s} {job['job']:11s} " + " ".join(f"{k}={v}" for k, v in job.items() if k in ("model_name", "batch_size"))
+        label = f"{side:9s} {job['job']:11s} " + " ".join(f"{k}={v}" for k, v in job.items() if k in ("model_name", "batch_size", "checkpoint_every_n_layers"))
         print(f"  {label} ...", end="", flush=True)
         if side == "ours" and self.in_process:
             import ours
@@ -85,7 +88,7 @@ def measure(plan: Dict[str, Any], run: Runner, sides: list, models: Dict[str, Di
         "vocab_size": models["tiny"]["vocab_size"],
         "versions": {side: run(side, {"job": "versions"}) for side in sides},
         "peak": run("ours", {"job": "matmul_peak", "size": plan["matmul_size"]}),
-        "madpo_step": {}, "madpo_fit": {}, "collection": {},
+        "madpo_step": {}, "madpo_fit": {}, "madpo_checkpointing": {}, "collection": {},
     }
     for name in plan["models"]:
         model = {"model": models[name]["path"], "model_name": name}
@@ -95,6 +98,11 @@ def measure(plan: Dict[str, Any], run: Runner, sides: list, models: Dict[str, Di
                        completion_lengths=plan["completion_lengths"], min_pairs=plan["step_min_pairs"][name],
                        min_seconds=plan["step_min_seconds"], count_flops=(name == flops_model and batch == largest))
             results["madpo_step"][name][batch] = {side: run(side, job) for side in sides}
+        # activation checkpointing of every 2nd / every layer: memory traded for speed (ours only)
+        step = dict(job, batch_size=largest, count_flops=False)
+        results["madpo_checkpointing"][name] = {
+            every: run("ours", dict(step, checkpoint_every_n_layers=every)) for every in CHECKPOINT_EVERY
+        }
         fit = dict(model, job="madpo_fit", batch_size=largest, pair_pool=plan["pair_pool"],
                    completion_lengths=plan["completion_lengths"], min_pairs=3 * plan["step_min_pairs"][name])
         results["madpo_fit"][name] = {largest: run("ours", fit)}

@@ -4,17 +4,20 @@ Each agent is a :class:`LoraAgent`, a thin view of the shared ``PeftModel`` that
 adapter before every forward and ``generate()``. peft's ``set_adapter()`` marks every *other* adapter
 ``requires_grad=False``; since MADPO runs all agents' forwards before one backward, that would
 silently train only the last agent (and, under DDP, let the replicas drift apart with no error).
-The view therefore re-enables every adapter's parameters after switching.
+The view therefore re-enables every adapter's parameters after switching, and activates its
+adapter again for the recomputation of checkpointed layers in backward.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence
 
 import torch
 from torch import nn
 
+from .checkpointing import recomputed_inside
 from .team import ModelSource, load_model
 
 
@@ -53,9 +56,15 @@ class LoraAgent(_SharedModelView, nn.Module):
             self.shared.set_adapter(self.adapter)
             train_every_adapter(self.shared)
 
-    def forward(self, *args: Any, **kwargs: Any):
+    @contextlib.contextmanager
+    def _active(self) -> Iterator[None]:
         self.activate()
-        return self.shared(*args, **kwargs)
+        yield
+
+    def forward(self, *args: Any, **kwargs: Any):
+        # checkpointed layers recompute in backward, when another agent's adapter may be active
+        with recomputed_inside(self.shared, self._active), self._active():
+            return self.shared(*args, **kwargs)
 
     def generate(self, *args: Any, **kwargs: Any):
         self.activate()

@@ -13,13 +13,15 @@ predict a scored token (``logits_to_keep`` as indices).
 
 It is exact up to float rounding (tested against the padded forward). Models whose attention
 needs more than a mask (soft-capping, attention sinks, a sliding window shorter than the rows)
-are refused at their first call and scored the padded way from then on, and so are models with
-activation checkpointing on (the recomputation in backward would not see the packed attention).
+are refused at their first call and scored the padded way from then on. Activation checkpointing
+works: the recomputation of a checkpointed layer in backward switches the packed attention on
+again (:func:`~comlrl_lightning.checkpointing.recomputed_inside`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from dataclasses import dataclass
 from typing import Iterator, List, Optional
@@ -29,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .losses import gathered_logprobs
-from .shared_prompt import is_checkpointing
+from .checkpointing import recomputed_inside
 
 ATTENTION_NAME = "comlrl_packed"
 COMPLETION_GROUPS = 3
@@ -238,13 +240,20 @@ _REGISTERED = _register()
 
 
 @contextlib.contextmanager
-def _packed_attention(config) -> Iterator[None]:
+def _switched(config) -> Iterator[None]:
     previous = config._attn_implementation
     config._attn_implementation = ATTENTION_NAME
     try:
         yield
     finally:
         config._attn_implementation = previous
+
+
+@contextlib.contextmanager
+def _packed_attention(model: nn.Module, config) -> Iterator[None]:
+    """The packed attention for this call, and for the recomputation of its checkpointed layers."""
+    with recomputed_inside(model, functools.partial(_switched, config)), _switched(config):
+        yield
 
 
 def packed_token_logprobs(
@@ -255,8 +264,7 @@ def packed_token_logprobs(
     config = getattr(model, "config", None)
     if not _REGISTERED or model in _UNSUPPORTED or not hasattr(config, "_attn_implementation"):
         return None
-    # a checkpointed layer recomputes its forward during backward, after the packed attention is switched off
-    if getattr(config, "is_encoder_decoder", False) or is_checkpointing(model):
+    if getattr(config, "is_encoder_decoder", False):
         return None
     layout = build_layout(input_ids, attention_mask, score_mask)
     if layout is None:
@@ -264,7 +272,7 @@ def packed_token_logprobs(
     # the model indexes its hidden states with logits_to_keep: distinct positions keep that deterministic
     positions, position_of = torch.unique(layout.keep, return_inverse=True)
     try:
-        with _packed_attention(config):
+        with _packed_attention(model, config):
             output = model(
                 input_ids=layout.input_ids, position_ids=layout.position_ids, use_cache=False,
                 logits_to_keep=positions, packed_layout=layout,

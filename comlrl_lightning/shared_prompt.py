@@ -11,20 +11,15 @@ import inspect
 import torch
 from torch import nn
 
+from .checkpointing import base_model, is_checkpointing
+
 
 def can_share_prompts(model: nn.Module) -> bool:
-    """Whether ``model`` can reuse a prompt's KV cache (HF causal LMs can, unless gradient
-    checkpointing turns the cache off)."""
-    return bool(getattr(_base_model(model), "_supports_cache_class", True)) and not is_checkpointing(model)
-
-
-def is_checkpointing(model: nn.Module) -> bool:
-    """Whether ``model`` (or the transformers model under its adapters) recomputes activations in backward."""
-    base = _base_model(model)
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new name first (no warning)
-        if hasattr(type(base), name) or name in vars(base):
-            return bool(getattr(base, name))
-    return False
+    """Whether ``model`` can reuse a prompt's KV cache (HF causal LMs can, unless activation
+    checkpointing turns the cache off: it does while training with grad enabled)."""
+    base = base_model(model)
+    checkpointing = is_checkpointing(model) and base.training and torch.is_grad_enabled()
+    return bool(getattr(base, "_supports_cache_class", True)) and not checkpointing
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,12 +31,8 @@ def _forward_keyword(model_type: type) -> str:
         return "past_key_values"
 
 
-def _base_model(model: nn.Module) -> nn.Module:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
 def _cache_keyword(model: nn.Module) -> str:
-    return _forward_keyword(type(_base_model(model)))
+    return _forward_keyword(type(base_model(model)))
 
 
 def sample_with_shared_prompts(
@@ -80,7 +71,7 @@ def _static_copy(model: nn.Module, cache, num_samples: int, length: int):
     freed blocks, so its peak memory ends well above the cache's final size (90 MB more for 256
     sequences of the 3M-parameter benchmark model). A preallocated cache is written in place.
     """
-    base = _base_model(model)
+    base = base_model(model)
     if not getattr(base, "_can_compile_fullgraph", False) or any(getattr(cache, "is_sliding", None) or ()):
         return None
     try:
@@ -96,7 +87,7 @@ def _static_copy(model: nn.Module, cache, num_samples: int, length: int):
 
 def _prompt_prefix_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor):
     """The KV cache of every prompt but its last token, or ``None`` if generate() could not resume from it."""
-    base = _base_model(model)
+    base = base_model(model)
     generation_config = getattr(base, "generation_config", None)
     if (
         not can_share_prompts(model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 
@@ -80,6 +81,33 @@ def test_the_set_adapter_trap_that_the_agent_view_avoids():
     for agent in agents:  # our views re-enable every adapter
         agent.activate()
     assert all(p.requires_grad for n, p in shared.named_parameters() if "lora_" in n)
+
+
+def _joint_gradients(team, batch):
+    team.zero_grad(set_to_none=True)
+    sum(team.sequence_logprobs(agent, **batch).sum() for agent in range(2)).backward()
+    return {n: p.grad.clone() for n, p in team.named_parameters() if p.grad is not None}
+
+
+def test_checkpointed_lora_agents_recompute_through_their_own_adapter(monkeypatch):
+    """Backward recomputes agent 0's layers after agent 1's forward left agent 1's adapter active."""
+    from comlrl_lightning import checkpointing, lora
+
+    torch.manual_seed(0)
+    agents = build_lora_agents("embedded", 2, r=4, target_modules=["c_attn"])
+    team = Team(agents, tokenizers=load_tokenizer("embedded")).train()
+    with torch.no_grad():
+        for agent, shift in zip(agents, (0.05, -0.05)):  # distinct adapters
+            for parameter in agent.trainable_parameters():
+                parameter.add_(shift)
+    batch = pack_sequences([[3, 4, 5], [3, 9]], [[6, 7, 8], [8, 9]], [3, 2], 0)
+    plain = _joint_gradients(team, batch)
+    checkpointing.enable_activation_checkpointing(agents[0])
+    torch.testing.assert_close(_joint_gradients(team, batch), plain, rtol=1e-5, atol=1e-7)
+    # negative control: recomputing under whichever adapter is active trains agent 0 on agent 1's
+    monkeypatch.setattr(lora, "recomputed_inside", lambda model, state: contextlib.nullcontext())
+    wrong = _joint_gradients(team, batch)
+    assert not all(torch.allclose(wrong[n], plain[n], rtol=1e-5, atol=1e-7) for n in plain if ".agent_0." in n)
 
 
 def test_reference_log_probs_come_from_the_base_with_adapters_disabled(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from comlrl_lightning import MADPOModule
@@ -52,3 +53,26 @@ def test_policy_gradient_steps_skip_non_finite_losses_too(tmp_path, recwarn):
         module, TaskDataModule(train_dataset="embedded", train_batch_size=4, num_train_epochs=1))
     assert module.skipped_steps == 2
     assert all(torch.equal(before[k], v) for k, v in module.team.state_dict().items())
+
+
+@pytest.mark.parametrize("lora, every", [(False, 1), (True, 1), (False, 2)])
+def test_gradient_checkpointing_recomputes_packed_and_trains_the_same_weights(tiny_run, monkeypatch, lora, every):
+    from comlrl_lightning import checkpointing
+    from comlrl_lightning.checkpointing import is_checkpointing
+
+    recomputed = []
+    original = checkpointing._checkpoint_inside
+    monkeypatch.setattr(checkpointing, "_checkpoint_inside", lambda *args: recomputed.append(1) or original(*args))
+    weights = []
+    for enabled in (False, True):
+        torch.manual_seed(0)  # the same initial LoRA adapters
+        options = dict(gradient_checkpointing=enabled, checkpoint_every_n_layers=every, **({"lora_r": 4} if lora else {}))
+        module, datamodule, trainer = tiny_run(model=options, trainer=dict(max_epochs=1, limit_train_batches=2))
+        trainer.fit(module, datamodule)
+        assert all(is_checkpointing(agent) == enabled for agent in module.team.agents)
+        weights.append(module.team.state_dict())
+    layers = module.team.agents[0].get_base_model().config.num_hidden_layers if lora else 2
+    # 2 steps x 2 agents x every (every-th) layer, recomputed with the packed attention (and the agent's adapter)
+    assert len(recomputed) == 2 * 2 * (layers // every) * (2 if lora else 1)
+    for name, value in weights[0].items():
+        torch.testing.assert_close(weights[1][name], value, rtol=1e-5, atol=1e-6, msg=name)

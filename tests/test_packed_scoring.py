@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
+from torch.utils.checkpoint import CheckpointError
 
-from comlrl_lightning import packed_scoring
+from comlrl_lightning import checkpointing, packed_scoring
 from comlrl_lightning.defaults import build_char_tokenizer
 from comlrl_lightning.team import Team, pack_sequences
 
@@ -35,6 +38,23 @@ def _batch(tokenizer):
     return pack_sequences(prompts, completions, scored, eos)
 
 
+@contextlib.contextmanager
+def _counting_packed_calls():
+    from transformers import AttentionInterface
+
+    calls, original = [], packed_scoring.packed_attention
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    AttentionInterface.register(packed_scoring.ATTENTION_NAME, counting)
+    try:
+        yield calls
+    finally:
+        AttentionInterface.register(packed_scoring.ATTENTION_NAME, original)
+
+
 def _padded(team, batch, agent=0):
     """The reference: one padded forward, no packing."""
     token = team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
@@ -51,20 +71,8 @@ def test_packed_logprobs_and_gradients_equal_the_padded_forward(source):
         tokenizer = team.tokenizers[0]
     batch = _batch(tokenizer)
     model = team.agents[0]
-    calls = []
-    original = packed_scoring.packed_attention
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(packed_scoring.ATTENTION_NAME, counting)
-    try:
+    with _counting_packed_calls() as calls:
         packed = team.sequence_logprobs(0, **batch)
-    finally:
-        AttentionInterface.register(packed_scoring.ATTENTION_NAME, original)
     assert len(calls) == model.config.num_hidden_layers  # one packed call per layer: the packed path ran
     padded = _padded(team, batch)
     assert packed[4] == 0.0 and packed[5] != 0.0
@@ -154,21 +162,35 @@ def test_lora_agents_are_scored_packed_through_their_adapter():
     assert not torch.allclose((padded * batch["score_mask"]).sum(-1), _padded(team, batch, 1))  # the adapter mattered
 
 
-def test_activation_checkpointing_scores_the_padded_way_with_the_same_gradients():
+def _gradients(team, batch):
+    model = team.agents[0]
+    model.zero_grad(set_to_none=True)
+    team.sequence_logprobs(0, **batch).sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_recomputes_packed_with_the_same_gradients(monkeypatch, reentrant):
     model, tokenizer = _llama()
     batch = _batch(tokenizer)
     team = Team([model], tokenizers=tokenizer)
-    model.zero_grad(set_to_none=True)
-    team.sequence_logprobs(0, **batch).sum().backward()  # packed
-    packed = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.gradient_checkpointing_enable()
     model.train()
-    assert packed_scoring.packed_token_logprobs(model, **batch) is None  # recomputation would miss the packing
-    model.zero_grad(set_to_none=True)
-    team.sequence_logprobs(0, **batch).sum().backward()
-    for name, parameter in model.named_parameters():
-        torch.testing.assert_close(parameter.grad, packed[name], rtol=1e-4, atol=1e-5, msg=name)
-
+    packed = _gradients(team, batch)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    with _counting_packed_calls() as calls:
+        checkpointed = _gradients(team, batch)
+    assert len(calls) == 2 * 2  # two layers, each attended in the forward and again in its recomputation
+    assert model not in packed_scoring._UNSUPPORTED
+    for name, grad in checkpointed.items():
+        torch.testing.assert_close(grad, packed[name], rtol=1e-4, atol=1e-5, msg=name)
+    for layer in model.model.layers:  # the call leaves the model's own checkpoint function in place
+        assert layer._gradient_checkpointing_func.func is not checkpointing._checkpoint_inside
+    if reentrant:
+        return
+    # negative control: a recomputation that does not attend packed is caught (it saves other tensors)
+    monkeypatch.setattr(checkpointing, "_checkpoint_inside", lambda checkpoint, state, function, *args: checkpoint(function, *args))
+    with pytest.raises(CheckpointError, match="different number of tensors"):
+        _gradients(team, batch)
 
 
 def _repeated_gradients(team, batch, runs):

@@ -35,6 +35,7 @@ MODEL_RULES = [
     (dict(top_p=1.5), "top_p must be in (0, 1]."),
     (dict(top_k=0), "top_k must be >= 1 or null."),
     (dict(generation_batch_size=0), "generation_batch_size must be >= 1 or null."),
+    (dict(gradient_checkpointing=True, checkpoint_every_n_layers=0), "checkpoint_every_n_layers must be >= 1."),
     (dict(agent_learning_rate=0.0), "agent_learning_rate must be > 0."),
     (dict(agent_learning_rate=[1e-3, 1e-3, 1e-3]), "agent_learning_rate must be one value or one per agent (2)."),
 ]

@@ -10,6 +10,7 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
+from ..checkpointing import enable_activation_checkpointing
 from ..data import DATA_STATE_MARKER
 from ..defaults import EMBEDDED
 from ..devices import DeviceSpec, resolve_devices
@@ -47,6 +48,11 @@ class TeamModule(LightningModule):
         lora_alpha: LoRA scaling numerator.
         lora_dropout: dropout on the LoRA path.
         lora_target_modules: module names that get adapters (default: peft's choice for the model type).
+        gradient_checkpointing: recompute each agent layer's activations during backward
+            (transformers' activation checkpointing, non-reentrant): the activation memory of
+            training falls to about one layer's, for about one more forward per step.
+        checkpoint_every_n_layers: with ``gradient_checkpointing``, checkpoint only every n-th
+            layer; the others keep their activations (memory traded back for speed).
         num_turns: must be 1.
         collaboration_mode: ``decentralized`` (one model per agent).
         seed: seed of the evaluation (and rollout) sampling streams, derived per step and rank.
@@ -71,6 +77,8 @@ class TeamModule(LightningModule):
         lora_alpha: int = 16,
         lora_dropout: float = 0.0,
         lora_target_modules: Optional[List[str]] = None,
+        gradient_checkpointing: bool = False,
+        checkpoint_every_n_layers: int = 1,
         num_turns: int = 1,
         collaboration_mode: str = "decentralized",
         seed: int = 0,
@@ -94,6 +102,7 @@ class TeamModule(LightningModule):
         if top_k is not None:
             at_least("top_k", top_k, 1, allow_none=True)
         at_least("generation_batch_size", generation_batch_size, 1, allow_none=True)
+        at_least("checkpoint_every_n_layers", checkpoint_every_n_layers, 1)
         self.agent_sources = list(agents) if agents else [agent_model] * (num_agents or 2)
         rates = agent_learning_rate if isinstance(agent_learning_rate, (list, tuple)) else [agent_learning_rate] * len(self.agent_sources)
         require(
@@ -141,6 +150,9 @@ class TeamModule(LightningModule):
                 agents = build_lora_agents(source, self.num_agents, dtype=self.dtype_name, **self.lora_options)
                 tokenizers = self.tokenizer_objects if self.tokenizer_objects is not None else load_tokenizer(source)
                 self._team = Team(agents, tokenizers)
+            if self.hparams.gradient_checkpointing:
+                for agent in self._team.agents:
+                    enable_activation_checkpointing(agent, self.hparams.checkpoint_every_n_layers)
         return self._team
 
     @property
