@@ -9,6 +9,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from comlrl_lightning import (IterativePreferenceDataModule, MAGRPOModule, MARLHFModule, OptionError,
                               PreferenceDataModule, TaskDataModule)
+from comlrl_lightning.checkpointing import is_checkpointing
 from comlrl_lightning.reward_model import RewardModelOracle
 
 SAMPLING = dict(agent_model="embedded", max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None)
@@ -80,6 +81,21 @@ def test_magrpo_trains_on_the_plain_task_reward_without_preferences(tmp_path):
     reference = module.reference.state_dict()
     assert all(torch.equal(before[k], reference[k]) for k in before)  # the KL reference stays the initial policy
     assert torch.isfinite(torch.tensor(fit.callback_metrics["train/loss"].item()))
+
+
+def test_policy_gradient_with_gradient_checkpointing_trains_the_same_weights(tmp_path):
+    """Rollouts are sampled in eval mode (prompts still shared); their packed scoring with grad and
+    the reference KL recompute the checkpointed layers in backward."""
+    weights = []
+    for checkpointing in (False, True):
+        module = MAGRPOModule(**{**SAMPLING, "agent_learning_rate": 3e-3, "gradient_checkpointing": checkpointing,
+                                 "reference_kl_enabled": True, "reference_kl_coef": 0.05})
+        data = TaskDataModule(train_dataset="embedded", train_batch_size=4, num_train_epochs=1)
+        trainer(tmp_path / str(checkpointing), max_epochs=1, limit_train_batches=2, limit_val_batches=0).fit(module, data)
+        assert all(is_checkpointing(agent) == checkpointing for agent in module.team.agents)
+        weights.append(module.team.state_dict())
+    for name, value in weights[0].items():
+        torch.testing.assert_close(weights[1][name], value, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def _state(module):
