@@ -7,6 +7,7 @@ optimization runs), ``madpo_fit`` (the same pairs through a real ``Trainer.fit``
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from typing import Any, Dict
@@ -57,10 +58,29 @@ def madpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
         loss.backward()
         optimizer.step()
 
-    result = common.time_steps(step, pool, job["batch_size"], job["min_pairs"], job["min_seconds"])
+    with _attention_free() if job.get("attention_free") else contextlib.nullcontext():
+        result = common.time_steps(step, pool, job["batch_size"], job["min_pairs"], job["min_seconds"])
     if job.get("count_flops"):
         result["flops_per_step"] = common.count_flops(lambda: step(pool[: job["batch_size"]]))
     return result
+
+
+@contextlib.contextmanager
+def _attention_free():
+    """A bound, not a model: the packed attention replaced by passing the values through, so the
+    step costs everything but attention (collation, layout, the model's other layers, loss, AdamW)."""
+    from transformers import AttentionInterface
+
+    from comlrl_lightning import packed_scoring
+
+    def values(module, query, key, value, attention_mask, **kwargs):
+        return value.repeat_interleave(query.shape[1] // value.shape[1], dim=1).transpose(1, 2), None
+
+    AttentionInterface.register(packed_scoring.ATTENTION_NAME, values)
+    try:
+        yield
+    finally:
+        AttentionInterface.register(packed_scoring.ATTENTION_NAME, packed_scoring.packed_attention)
 
 
 def madpo_fit(job: Dict[str, Any]) -> Dict[str, Any]:

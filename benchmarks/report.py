@@ -52,6 +52,9 @@ def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
         for every, ours in settings.items():
             lines.append((f"madpo_step_speedup_{model}_checkpoint_every_{every}", _ratio(ours["pairs_per_s"], reference.get("pairs_per_s"))))
             lines.append((f"madpo_step_peak_rss_ours_over_reference_{model}_checkpoint_every_{every}", _ratio(_rss(ours), _rss(reference))))
+    for model, bound in (results.get("madpo_attention_free") or {}).items():
+        reference = steps[model][largest].get("reference") or {}
+        lines.append((f"madpo_step_speedup_{model}_attention_free_bound", _ratio(bound["pairs_per_s"], reference.get("pairs_per_s"))))
     lines.append(("peak_rss_ours_over_reference_max", _max_rss_ratio(_all_pairs(results))))
     # the same with collection's generation batch capped at 64 sequences
     lines.append(("peak_rss_ours_over_reference_max_batch_64", _max_rss_ratio(_all_pairs(results, collection="ours_batch_64"))))
@@ -125,7 +128,9 @@ def markdown(results: Dict[str, Any]) -> str:
             "",
             f"The same step at batch {largest} with `gradient_checkpointing: true` (transformers' activation checkpointing, "
             "scoring still packed): `checkpoint_every_n_layers` n recomputes every n-th layer's activations in backward "
-            "instead of keeping them.",
+            "instead of keeping them. The last row of each model is a bound, not a model: the packed attention replaced "
+            "by passing the values through, so it costs everything but attention (collation, layout, the other layers, "
+            "loss, AdamW).",
             "",
             "| MADPO training, batch " + str(largest) + " | setting | ours pairs/s | speedup | peak RSS ref / ours (MB) |",
             "|---|---|---|---|---|",
@@ -136,6 +141,9 @@ def markdown(results: Dict[str, Any]) -> str:
             rows = [("default (no checkpointing)", sides["ours"])] + [
                 (f"`checkpoint_every_n_layers: {every}`", ours) for every, ours in settings.items()
             ]
+            bound = (results.get("madpo_attention_free") or {}).get(model)
+            if bound:
+                rows.append(("bound: no attention", bound))
             for label, ours in rows:
                 out.append(
                     f"| {model} | {label} | {_f(ours['pairs_per_s'])} | {_f(_ratio(ours['pairs_per_s'], ref.get('pairs_per_s')), 2, 'x')} | "
@@ -203,10 +211,12 @@ def markdown(results: Dict[str, Any]) -> str:
         "and per completion. So it does fewer FLOPs at a higher share of the matmul peak. On the small model the "
         "matmuls take about two thirds of the step at 85-90% of the peak; attention (the CPU flash kernel, forward and "
         "backward) is about a tenth. On the tiny model (hidden size 64, 1.1 GFLOP per step) the matmuls take about a "
-        "third of the step and attention a fifth; the rest is the elementwise ops, gathers and autograd bookkeeping of "
-        "the Hugging Face layers. 10x the reference there would need the whole step in about the time its matmuls and "
-        "attention take alone, which eager PyTorch on one CPU thread does not reach (`torch.compile` gained about 10% "
-        "on the old layout and nothing on the small model). Collection: ours samples a shard's items in as few "
+        "third of the step, attention's kernels (CPU flash, forward and backward, on 16-wide heads) about a sixth and "
+        "its gathers about a tenth; the rest is the elementwise ops and autograd bookkeeping of the Hugging Face layers. "
+        "The bound row (\"no attention\") is the step with attention made free: the tiny model's speedup cannot "
+        "exceed it whatever the attention layout, so 10x needs that row well above 10x. SDPA's math kernel is slower "
+        "than the flash one here, and `torch.compile` gained about 10% on the old layout and nothing on the small "
+        "model. Collection: ours samples a shard's items in as few "
         "`generate()` calls as the memory allows, prefills each prompt once for its K samples and, on the CPU, "
         "continues from a preallocated static cache (a growing one is reallocated at every token); what remains is "
         "`generate()`'s per-token decode loop (the matmuls, attention over the cache, Hugging Face's per-step "

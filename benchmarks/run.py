@@ -47,7 +47,7 @@ class Runner:
         self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), self.env.get("PYTHONPATH")]))
 
     def __call__(self, side: str, job: Dict[str, Any]) -> Dict[str, Any]:
-        label = f"{side:9s} {job['job']:11s} " + " ".join(f"{k}={v}" for k, v in job.items() if k in ("model_name", "batch_size", "checkpoint_every_n_layers"))
+        label = f"{side:9s} {job['job']:11s} " + " ".join(f"{k}={v}" for k, v in job.items() if k in ("model_name", "batch_size", "checkpoint_every_n_layers", "attention_free"))
         print(f"  {label} ...", end="", flush=True)
         if side == "ours" and self.in_process:
             import ours
@@ -88,7 +88,7 @@ def measure(plan: Dict[str, Any], run: Runner, sides: list, models: Dict[str, Di
         "vocab_size": models["tiny"]["vocab_size"],
         "versions": {side: run(side, {"job": "versions"}) for side in sides},
         "peak": run("ours", {"job": "matmul_peak", "size": plan["matmul_size"]}),
-        "madpo_step": {}, "madpo_fit": {}, "madpo_checkpointing": {}, "collection": {},
+        "madpo_step": {}, "madpo_fit": {}, "madpo_checkpointing": {}, "madpo_attention_free": {}, "collection": {},
     }
     for name in plan["models"]:
         model = {"model": models[name]["path"], "model_name": name}
@@ -103,6 +103,8 @@ def measure(plan: Dict[str, Any], run: Runner, sides: list, models: Dict[str, Di
         results["madpo_checkpointing"][name] = {
             every: run("ours", dict(step, checkpoint_every_n_layers=every)) for every in CHECKPOINT_EVERY
         }
+        # a bound: everything but attention (what any attention layout adds its cost to)
+        results["madpo_attention_free"][name] = run("ours", dict(step, attention_free=True))
         fit = dict(model, job="madpo_fit", batch_size=largest, pair_pool=plan["pair_pool"],
                    completion_lengths=plan["completion_lengths"], min_pairs=3 * plan["step_min_pairs"][name])
         results["madpo_fit"][name] = {largest: run("ours", fit)}

@@ -39,9 +39,10 @@ def test_quick_ours_only(bench, tmp_path, capsys):
             assert results["madpo_step"][model][batch]["ours"]["pairs_per_s"] > 0
         assert results["collection"][model]["ours"]["per_s"] > 0
         assert all(results["madpo_checkpointing"][model][every]["pairs_per_s"] > 0 for every in (1, 2))
+        assert results["madpo_attention_free"][model]["pairs_per_s"] > 0
     assert results["iterative"]["ours"]["updates"] > 0 and results["peak"]["flops_per_s"] > 0
     table = (tmp_path / "RESULTS.md").read_text()
-    assert "| MADPO training |" in table and "`checkpoint_every_n_layers: 2`" in table and "| Collection |" in table and "| Iterative MADPO" in table
+    assert "| MADPO training |" in table and "`checkpoint_every_n_layers: 2`" in table and "bound: no attention" in table and "| Collection |" in table and "| Iterative MADPO" in table
     last = out.strip().split("\n\n")[-1].splitlines()  # the summary block ends stdout
     names = [line.split(":")[0] for line in last]
     assert names[:3] == ["madpo_step_speedup_tiny", "collection_speedup", "iterative_speedup"]
