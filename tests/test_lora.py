@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 
+import pytest
 import torch
 from lightning.pytorch import Callback, Trainer
 
@@ -139,10 +140,11 @@ def test_history_comparator_with_a_lora_team(tmp_path):
     assert fit.global_step == 4
 
 
-def test_adapters_train_in_lockstep_under_two_process_ddp(tmp_path):
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_adapters_train_in_lockstep_under_two_process_ddp(tmp_path, checkpointing):
     spy = AdapterGradients(tmp_path)
     _trainer(tmp_path, devices=2, strategy="ddp_fork", callbacks=[spy]).fit(
-        MADPOModule(**LORA), PreferenceDataModule(**TINY_DATA))
+        MADPOModule(**LORA, gradient_checkpointing=checkpointing), PreferenceDataModule(**TINY_DATA))
     ranks = [json.loads((tmp_path / f"lora_{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["weights"] == ranks[1]["weights"]
     assert ranks[0]["steps"] and all(all(step) for rank in ranks for step in rank["steps"])
