@@ -93,13 +93,13 @@ def measure(plan: Dict[str, Any], run: Runner, sides: list, models: Dict[str, Di
     for name in plan["models"]:
         model = {"model": models[name]["path"], "model_name": name}
         results["madpo_step"][name] = {}
+        step = dict(model, job="madpo_step", pair_pool=plan["pair_pool"], completion_lengths=plan["completion_lengths"],
+                    min_pairs=plan["step_min_pairs"][name], min_seconds=plan["step_min_seconds"])
         for batch in plan["batch_sizes"]:
-            job = dict(model, job="madpo_step", batch_size=batch, pair_pool=plan["pair_pool"],
-                       completion_lengths=plan["completion_lengths"], min_pairs=plan["step_min_pairs"][name],
-                       min_seconds=plan["step_min_seconds"], count_flops=(name == flops_model and batch == largest))
+            job = dict(step, batch_size=batch, count_flops=(name == flops_model and batch == largest))
             results["madpo_step"][name][batch] = {side: run(side, job) for side in sides}
         # activation checkpointing of every 2nd / every layer: memory traded for speed (ours only)
-        step = dict(job, batch_size=largest, count_flops=False)
+        step = dict(step, batch_size=largest)
         results["madpo_checkpointing"][name] = {
             every: run("ours", dict(step, checkpoint_every_n_layers=every)) for every in CHECKPOINT_EVERY
         }

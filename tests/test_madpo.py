@@ -71,7 +71,7 @@ def test_gradient_checkpointing_recomputes_packed_and_trains_the_same_weights(ti
         trainer.fit(module, datamodule)
         assert all(is_checkpointing(agent) == enabled for agent in module.team.agents)
         weights.append(module.team.state_dict())
-    layers = module.team.agents[0].get_base_model().config.num_hidden_layers if lora else 2
+    layers = module.team.agents[0].config.num_hidden_layers
     # 2 steps x 2 agents x every (every-th) layer, recomputed with the packed attention (and the agent's adapter)
     assert len(recomputed) == 2 * 2 * (layers // every) * (2 if lora else 1)
     for name, value in weights[0].items():
