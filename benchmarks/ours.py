@@ -93,9 +93,7 @@ def madpo_fit(job: Dict[str, Any]) -> Dict[str, Any]:
     steps = 2 + max(1, -(-job["min_pairs"] // job["batch_size"]))
     plan = [pair for batch in common.batches(pool, job["batch_size"], steps) for pair in batch]
 
-    class Pairs(LightningDataModule):
-        eval_items, eval_num_samples, eval_batch_size, task = [], 0, 1, None  # no evaluation
-
+    class Pairs(LightningDataModule):  # a plain data module: training batches only, so no evaluation
         def train_dataloader(self):
             return DataLoader(plan, batch_size=job["batch_size"], shuffle=False, collate_fn=module.collate_pairs)
 
@@ -117,10 +115,10 @@ def madpo_fit(job: Dict[str, Any]) -> Dict[str, Any]:
 
 def collection(job: Dict[str, Any]) -> Dict[str, Any]:
     """``PreferenceDataModule.collect``: sample K per agent and item, score joint responses, pick pairs."""
-    from comlrl_lightning import PreferenceDataModule
+    from comlrl_lightning import HFGenerator, PreferenceDataModule
 
-    batching = {"generation_batch_size": job["generation_batch_size"]} if job.get("generation_batch_size") else {}
-    module = _module(job, max_new_tokens=job["max_new_tokens"], **common.GENERATION, **batching)
+    generator = HFGenerator(batch_size=job.get("generation_batch_size"))
+    module = _module(job, max_new_tokens=job["max_new_tokens"], generator=generator, **common.GENERATION)
     data = PreferenceDataModule(
         train_dataset=common.items(job["items"]), formatters=list(common.FORMATTERS), reward_func=common.reward,
         num_agents=2, preference_num_candidates=job["candidates"], preference_pairs_per_sample=16,
@@ -140,7 +138,7 @@ def iterative(job: Dict[str, Any]) -> Dict[str, Any]:
     """``rounds`` rounds of iterative MADPO (history comparator, k=1) through ``Trainer.fit``."""
     from lightning.pytorch import Trainer
 
-    from comlrl_lightning import IterativePreferenceDataModule, MADPOModule
+    from comlrl_lightning import HistoryComparator, IterativePreferenceDataModule, MADPOModule
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
@@ -149,8 +147,8 @@ def iterative(job: Dict[str, Any]) -> Dict[str, Any]:
         data = IterativePreferenceDataModule(
             train_dataset=common.items(job["items"]), eval_dataset=None, formatters=list(common.FORMATTERS),
             reward_func=common.reward, num_iterations=job["rounds"], num_train_epochs=1,
-            preference_num_candidates=job["candidates"], comparator_num_candidates=job["candidates"],
-            preference_pairs_per_sample=job["pairs_per_sample"], comparator_policy="history", comparator_history_k=1,
+            preference_num_candidates=job["candidates"], comparator=HistoryComparator(k=1, num_candidates=job["candidates"]),
+            preference_pairs_per_sample=job["pairs_per_sample"],
             train_batch_size=job["train_batch_size"], eval_num_samples=0,
         )
         trainer = Trainer(accelerator="cpu", devices=1, max_epochs=job["rounds"], default_root_dir=root, logger=False,

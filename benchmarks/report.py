@@ -156,11 +156,11 @@ def markdown(results: Dict[str, Any]) -> str:
         f"max_new_tokens {collection['max_new_tokens']}, temperature 1.0, top_p 1.0, top_k None (ours: off; the reference "
         "leaves it to `generate()`'s default of 50, a no-op on this vocabulary); sample, score every "
         "joint candidate with the task reward, select pairs (reward_gap, 16 per item); best of 3 passes. Reference: `_build_preference_dataset`; "
-        "ours: `PreferenceDataModule.collect` with the default `generation_batch_size: null` (automatic: here every "
+        "ours: `PreferenceDataModule.collect` with the default `HFGenerator(batch_size=None)` (automatic: here every "
         "item in one `generate()` per agent), and with it set to 64 sequences per call "
         f"({max(1, 64 // collection['candidates'])} items share a call). Both prefill each prompt once for its K samples.",
         "",
-        "| Collection | reference joint candidates/s | ours joint candidates/s | speedup | ours, `generation_batch_size: 64` | peak RSS ref / ours (MB) |",
+        "| Collection | reference joint candidates/s | ours joint candidates/s | speedup | ours, `HFGenerator(batch_size=64)` | peak RSS ref / ours (MB) |",
         "|---|---|---|---|---|---|",
     ]
     for model in plan["models"]:
@@ -198,7 +198,7 @@ def markdown(results: Dict[str, Any]) -> str:
         "",
         "Speedups are ours / reference (higher is better); peak RSS is each measurement process's high-water mark. "
         "Collection's default automatic generation batch samples a shard's items at once, so its peak memory grows "
-        "with the KV caches of all those sequences; the `generation_batch_size: 64` column shows the memory-capped "
+        "with the KV caches of all those sequences; the `HFGenerator(batch_size=64)` column shows the memory-capped "
         "setting. Training holds every agent's graph until the one backward of the joint loss (the reference holds "
         "one agent's at a time, at the cost of an extra no-grad forward of every agent); activation checkpointing "
         "trades that memory back for recomputation, as the second table shows.",

@@ -1,17 +1,42 @@
 """comlrl-lightning: train teams of cooperating LLM agents from preferences, with PyTorch Lightning."""
 
+from .comparators import (
+    ApiComparator,
+    CentralizedComparator,
+    Comparator,
+    CurrentComparator,
+    CurrentCopyComparator,
+    HistoryComparator,
+    ModelComparator,
+)
 from .data import PreferenceDataModule, TaskDataModule
+from .generation import Generator, HFGenerator
 from .iterative import IterativePreferenceDataModule
 from .losses import bradley_terry_loss, madpo_loss
 from .modules import MADPOModule, MAGRPOModule, MARLHFModule, RewardModelModule, RoundFilesDataModule, TeamModule
 from .options import OptionError
 from .pairs import PreferencePair
+from .replay import AllHistoryReplay, CurrentReplay, LambdaDecayReplay, NearestKReplay, ReplayRule
 from .task import Task
 from .team import GenerationSettings, Team
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllHistoryReplay",
+    "ApiComparator",
+    "CentralizedComparator",
+    "Comparator",
+    "CurrentComparator",
+    "CurrentCopyComparator",
+    "CurrentReplay",
+    "Generator",
+    "HFGenerator",
+    "HistoryComparator",
+    "LambdaDecayReplay",
+    "ModelComparator",
+    "NearestKReplay",
+    "ReplayRule",
     "GenerationSettings",
     "IterativePreferenceDataModule",
     "MADPOModule",

@@ -48,6 +48,7 @@ def main(args: Optional[List[str]] = None) -> None:
         LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
+        auto_configure_optimizers=False,  # the modules take optimizer / lr_scheduler classes themselves
         save_config_kwargs={"overwrite": True},
         args=args,
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .distributed import unshard
+from .generation import Generator, HFGenerator
 from .oracle import Oracle
 from .pairs import PreferencePair, select_pairs
 from .rng import RandomStream
@@ -34,17 +35,19 @@ def sample_candidates(
     settings: GenerationSettings,
     stream: Optional[RandomStream] = None,
     progress: Optional[Callable[[int], None]] = None,
+    generator: Optional[Generator] = None,
 ) -> Candidates:
     """Every agent samples ``num_candidates`` completions of its own prompt for every item.
 
-    Items share batched ``generate()`` calls; ``progress(n)`` is called with the number of
-    (agent, item) prompts finished after each agent.
+    Items share batched calls of ``generator`` (default :class:`HFGenerator`); ``progress(n)`` is
+    called with the number of (agent, item) prompts finished after each agent.
     """
+    generator = generator if generator is not None else HFGenerator()
     prompts = [task.prompts(item) for item in items]
     completions = []
     for agent in range(team.num_agents):
         agent_prompts = [p[agent] for p in prompts]
-        completions.append(team.generate(agent, agent_prompts, num_candidates, settings, stream))
+        completions.append(generator.generate(team, agent, agent_prompts, num_candidates, settings, stream))
         if progress is not None:
             progress(len(items))
     prompt_ids = [

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union
 
 import torch
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import Callback, LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, DistributedSampler
 
+from .contract import TeamSide, team_side
 from .collection import CollectionResult, build_pairs_within, merge_results, sample_candidates
 from .distributed import gather_results, rank_and_world, shard
 from .defaults import EMBEDDED
@@ -21,8 +22,26 @@ from .rng import RandomStream
 from .task import ItemSource, Task, embedded_formatters, load_items
 
 
-DATA_STATE_MARKER = "comlrl_lightning_data_state"
-"""Key that marks our data modules' state inside a checkpoint (see ``TeamModule.on_load_checkpoint``)."""
+class DataStateCallback(Callback):
+    """Checkpoints a data module's state under one fixed key, whatever the data module's class is called.
+
+    Lightning files a data module's ``state_dict()`` under its class name and silently skips it
+    when the name differs, so a renamed or subclassed data module would quietly recollect pairs
+    and restart its replay history. A callback's state is filed under its ``state_key`` instead:
+    the data module registers this one in ``setup`` (before Lightning restores a checkpoint) and
+    it carries :meth:`TaskDataModule.data_state_dict` in and out. Nothing else reads or rewrites it.
+    """
+
+    state_key = "comlrl_lightning.data"
+
+    def __init__(self, datamodule: "TaskDataModule") -> None:
+        self.datamodule = datamodule
+
+    def state_dict(self) -> Dict[str, Any]:
+        return self.datamodule.data_state_dict()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self.datamodule.load_data_state_dict(state_dict)
 
 
 class EpochShuffleSampler(DistributedSampler):
@@ -117,14 +136,14 @@ class TaskDataModule(LightningDataModule):
         num_train_epochs: int = 20,
         eval_num_samples: int = 4,
         eval_batch_size: int = 1,
-        num_turns: int = 1,
-        joint_mode: str = "aligned",
+        num_turns: Literal[1] = 1,
+        joint_mode: Literal["aligned"] = "aligned",
         seed: int = 0,
     ) -> None:
         super().__init__()
         require(num_turns == 1, "MADPO currently supports num_turns=1 only.")
         require(
-            str(joint_mode).strip().lower() in ("aligned", "align"),
+            joint_mode == "aligned",
             "joint_mode must be aligned (joint responses pair the same candidate index across agents).",
         )
         at_least("num_train_epochs", num_train_epochs, 1)
@@ -147,16 +166,19 @@ class TaskDataModule(LightningDataModule):
         self.task: Optional[Task] = None
         self.train_items: List[Dict[str, Any]] = []
         self.eval_items: List[Dict[str, Any]] = []
+        self.state_callback = DataStateCallback(self)
 
     # ------------------------------------------------------------------------------------------
     # Lightning hooks
 
     def setup(self, stage: str) -> None:
+        if self.trainer is not None and not any(c is self.state_callback for c in self.trainer.callbacks):
+            self.trainer.callbacks.append(self.state_callback)
         if self.task is not None:
             return
         num_agents = self.num_agents
         if self.trainer is not None:
-            team_size = self.trainer.lightning_module.num_agents
+            team_size = team_side(self.trainer).num_agents
             require(
                 num_agents is None or num_agents == team_size,
                 f"data num_agents ({num_agents}) must match the team's {team_size} agents.",
@@ -171,7 +193,7 @@ class TaskDataModule(LightningDataModule):
         return self.item_loader(self.train_items)
 
     def val_dataloader(self) -> Union[DataLoader, List]:
-        items = self.eval_items[: self.eval_num_samples]
+        items = self.evaluation_items()
         if not items:
             return []
         rank, world = rank_and_world(self.trainer)
@@ -190,18 +212,31 @@ class TaskDataModule(LightningDataModule):
         """Shuffled, resumable batches of task items (lists of dicts)."""
         return self._loader(items, list)
 
-    def pair_loader(self, pairs: List[PreferencePair], module) -> DataLoader:
+    def pair_loader(self, pairs: List[PreferencePair], module: TeamSide) -> DataLoader:
         """Shuffled, resumable batches of pairs collated by ``module.collate_pairs``."""
         return self._loader(pairs, module.collate_pairs)
 
     # ------------------------------------------------------------------------------------------
-    # Checkpointed state
+    # What the team module may ask (comlrl_lightning.contract.DataSide)
 
-    def state_dict(self) -> Dict[str, Any]:
-        return {DATA_STATE_MARKER: type(self).__qualname__}
+    def evaluation_items(self) -> List[Dict[str, Any]]:
+        """The items every evaluation uses (the first ``eval_num_samples`` evaluation items)."""
+        return self.eval_items[: self.eval_num_samples]
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        pass  # every random stream is derived from (seed, round, rank): nothing else to restore
+    def round_pairs(self) -> Tuple[Optional[int], Optional[List[PreferencePair]]]:
+        """The round built last and its training pairs: none here (this data module serves items only)."""
+        return None, None
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpointed state (carried by DataStateCallback)
+
+    def data_state_dict(self) -> Dict[str, Any]:
+        """Everything a resumed run needs to continue exactly (every random stream is derived
+        from ``(seed, round, rank)``, so here: nothing but the format version)."""
+        return {"version": 1}
+
+    def load_data_state_dict(self, state: Dict[str, Any]) -> None:
+        pass
 
 
 class PreferenceDataModule(TaskDataModule):
@@ -227,7 +262,7 @@ class PreferenceDataModule(TaskDataModule):
         self,
         preference_num_candidates: int = 80,
         preference_pairs_per_sample: Optional[int] = 16,
-        pair_selection: str = "reward_gap",
+        pair_selection: Literal["reward_gap", "random", "all"] = "reward_gap",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -249,7 +284,7 @@ class PreferenceDataModule(TaskDataModule):
         return PAIR_SELECTIONS
 
     def train_dataloader(self) -> DataLoader:
-        module = self.trainer.lightning_module
+        module = team_side(self.trainer)
         if self.pairs is None:
             self.last_collection = self.collect(module)
             self.pairs = self.last_collection.pairs
@@ -262,16 +297,20 @@ class PreferenceDataModule(TaskDataModule):
             self.trainer.should_stop = True
         return self.round_loader(module)
 
-    def round_loader(self, module) -> DataLoader:
+    def round_pairs(self) -> Tuple[Optional[int], Optional[List[PreferencePair]]]:
+        """Round 0 and its pairs once collected."""
+        return (None, None) if self.pairs is None else (0, self.pairs)
+
+    def round_loader(self, module: TeamSide) -> DataLoader:
         """Pairs for a module that trains on pairs; task items (none without pairs) for one that trains on items."""
-        if getattr(module, "trains_on", "pairs") == "items":
+        if module.trains_on == "items":
             return self.item_loader(self.train_items if self.pairs else [])
         return self.pair_loader(self.pairs or [], module)
 
     # ------------------------------------------------------------------------------------------
     # Collection
 
-    def collect(self, module) -> CollectionResult:
+    def collect(self, module: TeamSide) -> CollectionResult:
         """Sample, score and pair candidates for every training item with ``module.team``.
 
         Each process collects its shard of the items with a stream derived from
@@ -293,7 +332,7 @@ class PreferenceDataModule(TaskDataModule):
             with module.generation_context():
                 candidates = sample_candidates(
                     module.team, self.task, items, self.preference_num_candidates, module.generation_settings, stream,
-                    progress,
+                    progress, module.generator,
                 )
             return build_pairs_within(
                 candidates, module.collection_oracle(self.task), items, self.pair_selection,
@@ -310,12 +349,12 @@ class PreferenceDataModule(TaskDataModule):
     # ------------------------------------------------------------------------------------------
     # Checkpointed state
 
-    def state_dict(self) -> Dict[str, Any]:
-        state = super().state_dict()
+    def data_state_dict(self) -> Dict[str, Any]:
+        state = super().data_state_dict()
         state["pairs"] = None if self.pairs is None else [dataclasses.asdict(pair) for pair in self.pairs]
         return state
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        super().load_state_dict(state)
+    def load_data_state_dict(self, state: Dict[str, Any]) -> None:
+        super().load_data_state_dict(state)
         pairs = state.get("pairs")
         self.pairs = None if pairs is None else [PreferencePair(**pair) for pair in pairs]

@@ -1,4 +1,4 @@
-"""Round files and the replay buffer of the iterative trainers (SPEC 4, 5; DESIGN 6 items 2-3).
+"""Round files, the replay buffer of the iterative trainers, and the replay rules.
 
 Every round writes ``<directory>/iteration_{ν:04d}.json`` (``ν`` 1-based) holding
 ``{"iteration": ν, "num_pairs": n, "pairs": [records]}``, serialised with
@@ -30,51 +30,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-from .options import at_least, choice, require
+from jsonargparse.typing import ClosedUnitInterval, PositiveInt
 
-REPLAY_MODES = ("current", "nearest_k", "all_history", "lambda_decay")
-"""``preference_replay_mode`` values after normalisation."""
-
-_MODE_ALIASES = {"latest": "current", "new": "current", "recent_k": "nearest_k", "last_k": "nearest_k",
-                 "k": "nearest_k", "lambda": "lambda_decay", "td_lambda": "lambda_decay", "td-lambda": "lambda_decay"}
-
-_ONLY_LAMBDA = "preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."
-_ONLY_K = "preference_replay_k is only valid when preference_replay_mode='nearest_k'."
-
-
-def normalise_replay_mode(value: Optional[str]) -> str:
-    """Strip, lower-case and resolve aliases of ``preference_replay_mode`` (SPEC 1.3 step 2)."""
-    return choice("preference_replay_mode", value, REPLAY_MODES, _MODE_ALIASES)
-
-
-def validate_replay_options(mode: Optional[str], k: Optional[int], lam: Optional[float],
-                            sample_size: Optional[int]) -> str:
-    """Check the replay options together (SPEC 1.3 step 3, in its order); return the normalised mode."""
-    mode = normalise_replay_mode(mode)
-    if mode == "current":
-        require(k is None or k == 1, "preference_replay_k must be null or 1 when preference_replay_mode='current'.")
-        require(lam is None, _ONLY_LAMBDA)
-        require(sample_size is None, "preference_replay_sample_size is only valid when preference_replay_mode is "
-                                     "'nearest_k', 'all_history', or 'lambda_decay'.")
-        return mode
-    if mode == "nearest_k":
-        require(k is not None, "preference_replay_k is required when preference_replay_mode='nearest_k'.")
-        at_least("preference_replay_k", k, 1)
-        require(lam is None, _ONLY_LAMBDA)
-    elif mode == "all_history":
-        require(k is None, _ONLY_K)
-        require(lam is None, _ONLY_LAMBDA)
-    else:  # lambda_decay
-        require(k is None, _ONLY_K)
-        require(lam is not None, "preference_replay_lambda is required when preference_replay_mode='lambda_decay'.")
-        # Written as a positive range test so that NaN fails too.
-        require(0.0 <= float(lam) <= 1.0, "preference_replay_lambda must be in [0, 1].")
-    at_least("preference_replay_sample_size", sample_size, 1, allow_none=True)
-    return mode
-
+from .options import at_least, require
 
 def lambda_decay_weights(num_rounds: int, lam: float) -> List[float]:
-    """Shard weights for ``lambda_decay``, listed OLDEST first (SPEC 5.2).
+    """Shard weights for ``lambda_decay``, listed OLDEST first (as in the reference).
 
     With ``K_d = num_rounds`` and age ``a = 0`` for the newest shard::
 
@@ -93,6 +54,91 @@ def lambda_decay_weights(num_rounds: int, lam: float) -> List[float]:
     if not total > 0.0:
         by_age, total = [1.0] + [0.0] * (num_rounds - 1), 1.0
     return [weight / total for weight in reversed(by_age)]
+
+
+class ReplayRule:
+    """Which indexed rounds a round's training draw comes from, with what weights and how many pairs.
+
+    Chosen in the config as ``data.init_args.replay`` (``class_path`` + ``init_args``); subclass it
+    for your own rule (override :meth:`eligible` and :meth:`weights`).
+
+    Args:
+        sample_size: pairs drawn per round (``None``: this round's pair count, else the newest
+            non-empty round's).
+    """
+
+    uses_history = True
+    """``False``: the round trains on its own pairs directly, without reading any round file."""
+
+    def __init__(self, sample_size: Optional[PositiveInt] = None) -> None:
+        at_least("sample_size", sample_size, 1, allow_none=True)
+        self.sample_size = sample_size
+
+    def eligible(self, shards: List["Shard"]) -> List["Shard"]:
+        """Shards a draw may come from, oldest first (here: every indexed round)."""
+        return list(shards)
+
+    def weights(self, count: int) -> List[float]:
+        """Draw probability of each of ``count`` eligible shards, oldest first (here: uniform)."""
+        return [1.0 / count] * count if count else []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
+
+
+class CurrentReplay(ReplayRule):
+    """Train on this round's pairs only (the seed's ``current`` mode; no draw)."""
+
+    uses_history = False
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+    def eligible(self, shards: List["Shard"]) -> List["Shard"]:
+        return list(shards[-1:])
+
+
+class NearestKReplay(ReplayRule):
+    """A uniform draw from the last ``k`` non-empty rounds (``nearest_k``).
+
+    Args:
+        k: window in non-empty rounds (>= 1).
+        sample_size: pairs drawn per round (``None``: this round's pair count).
+    """
+
+    def __init__(self, k: PositiveInt, sample_size: Optional[PositiveInt] = None) -> None:
+        at_least("k", k, 1)
+        super().__init__(sample_size)
+        self.k = k
+
+    def eligible(self, shards: List["Shard"]) -> List["Shard"]:
+        return list(shards[-self.k :])
+
+
+class AllHistoryReplay(ReplayRule):
+    """A uniform draw from every non-empty round so far (``all_history``).
+
+    Args:
+        sample_size: pairs drawn per round (``None``: this round's pair count).
+    """
+
+
+class LambdaDecayReplay(ReplayRule):
+    """A draw from every round, weighted ``(1-lam) lam^age`` (newest age 0), normalised (``lambda_decay``).
+
+    Args:
+        lam: decay in [0, 1]: 1 is uniform, 0 is the newest round only.
+        sample_size: pairs drawn per round (``None``: this round's pair count).
+    """
+
+    def __init__(self, lam: ClosedUnitInterval, sample_size: Optional[PositiveInt] = None) -> None:
+        # Written as a positive range test so that NaN fails too.
+        require(lam is not None and 0.0 <= float(lam) <= 1.0, "lam must be in [0, 1].")
+        super().__init__(sample_size)
+        self.lam = float(lam)
+
+    def weights(self, count: int) -> List[float]:
+        return lambda_decay_weights(count, self.lam)
 
 
 @dataclass
@@ -114,14 +160,10 @@ class ReplayIndexError(RuntimeError):
 
 
 class ReplayBuffer:
-    """Index of this run's non-empty rounds, their files, and the replay draw of SPEC 5.3."""
+    """Index of this run's non-empty rounds, their files, and the replay draw under ``rule``."""
 
-    def __init__(self, directory: Union[str, os.PathLike], mode: str = "current", k: Optional[int] = None,
-                 lam: Optional[float] = None, sample_size: Optional[int] = None) -> None:
-        self.mode = validate_replay_options(mode, k, lam, sample_size)
-        self.k = k
-        self.lam = None if lam is None else float(lam)
-        self.sample_size = sample_size
+    def __init__(self, directory: Union[str, os.PathLike], rule: Optional[ReplayRule] = None) -> None:
+        self.rule = rule if rule is not None else CurrentReplay()
         self.directory = Path(directory)  # created on the first write
         self.shards: List[Shard] = []
 
@@ -170,40 +212,27 @@ class ReplayBuffer:
             raise
         _fsync_directory(self.directory)
 
-    def eligible(self) -> List[Shard]:
-        """Shards a draw may come from, oldest first (SPEC 5.1 step 2)."""
-        if self.mode == "nearest_k":
-            return self.shards[-self.k :]
-        if self.mode == "current":
-            return self.shards[-1:]
-        return list(self.shards)
-
-    def weights(self, shards: List[Shard]) -> List[float]:
-        if self.mode == "lambda_decay":
-            return lambda_decay_weights(len(shards), self.lam)
-        return [1.0 / len(shards)] * len(shards) if shards else []
-
     def sample_size_for(self, current_count: int) -> int:
-        """``S`` of SPEC 5.3: the option; else this round's pair count; else the newest shard's; else 0."""
-        if self.sample_size is not None:
-            return self.sample_size
+        """``S``: the rule's ``sample_size``; else this round's pair count; else the newest shard's; else 0."""
+        if self.rule.sample_size is not None:
+            return self.rule.sample_size
         if current_count > 0:
             return current_count
         return self.shards[-1].num_pairs if self.shards else 0
 
     def sample(self, current_count: int, rng: random.Random) -> List[Dict[str, Any]]:
-        """Draw the round's training records (SPEC 5.3 with ``rng`` for the global ``random``).
+        """Draw the round's training records (as the reference, with ``rng`` for its global ``random``).
 
         Multinomial allocation: each of the ``S`` draws picks one shard with probability ``w``.
         Then, oldest shard first, a count ``c`` of ``n`` records takes ``c`` without replacement
         if ``c <= n``, else ``⌊c/n⌋`` independently shuffled full copies plus ``c mod n`` without
         replacement; the combined list is shuffled. Repeated records are the same dict objects.
         """
-        shards = self.eligible()
+        shards = self.rule.eligible(self.shards)
         total = self.sample_size_for(current_count)
         if total <= 0 or not shards:
             return []
-        weights = self.weights(shards)
+        weights = self.rule.weights(len(shards))
         counts = [0] * len(shards)
         for _ in range(total):
             counts[rng.choices(range(len(shards)), weights=weights, k=1)[0]] += 1

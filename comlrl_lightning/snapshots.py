@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from .team import Team
 
@@ -65,10 +65,14 @@ class PolicySnapshots:
             self.saved.append(target.name)
         return target
 
-    def load(self, round_start: int, tokenizers: list) -> Team:
-        """The snapshot of ``round_start`` as a frozen team that shares the actors' tokenizers."""
+    def load(self, round_start: int, tokenizers: list, agent_indices: Optional[List[int]] = None) -> Team:
+        """The snapshot of ``round_start`` as a frozen team that shares the actors' tokenizers.
+
+        ``agent_indices`` loads only those agents (one tokenizer each, in that order).
+        """
         path = self.path(round_start)
-        sources = [str(path / f"agent_{i}") for i in range(len(tokenizers))]
+        indices = list(agent_indices) if agent_indices is not None else list(range(len(tokenizers)))
+        sources = [str(path / f"agent_{i}") for i in indices]
         missing = [source for source in sources if not (Path(source) / "config.json").exists()]
         if missing:
             raise FileNotFoundError(f"Missing comparator history snapshot agent directories: {missing}")

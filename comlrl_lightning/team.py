@@ -27,9 +27,6 @@ class GenerationSettings:
     temperature: float = 0.6
     top_p: float = 0.6
     top_k: Optional[int] = 50
-    generation_batch_size: Optional[int] = None
-    """Sequences per ``generate()`` call (prompts x samples); prompts of many items share a call.
-    ``None``: as many as :func:`auto_generation_batch_size` lets the device's memory hold."""
 
 
 KV_CACHE_MEMORY_SHARE = 0.25
@@ -45,7 +42,7 @@ def auto_generation_batch_size(model: nn.Module, device: torch.device, sequence_
     growing cache is reallocated while the old one is alive) plus a few float32 logit rows,
     against :data:`KV_CACHE_MEMORY_SHARE` of the device's *total* memory. Total, not free, memory
     keeps the choice (and with it the sampled tokens) the same when a run resumes on the same
-    kind of machine; set ``generation_batch_size`` to pin it across machines.
+    kind of machine; set ``HFGenerator(batch_size=...)`` to pin it across machines.
     """
     config = getattr(model, "config", None)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -166,19 +163,20 @@ class Team(nn.Module):
         num_samples: int,
         settings: GenerationSettings,
         stream: Optional[RandomStream] = None,
+        batch_size: Optional[int] = None,
     ) -> List[List[Completion]]:
         """Sample ``num_samples`` completions for every prompt with agent ``agent_index``.
 
-        Prompts of many items share one left-padded ``generate()`` call of at most
-        ``settings.generation_batch_size`` sequences, and each prompt is prefilled once for all its
-        samples (:func:`sample_with_shared_prompts`). Sampling draws from ``stream`` when given.
+        Prompts of many items share one left-padded ``generate()`` call of at most ``batch_size``
+        sequences (``None``: :func:`auto_generation_batch_size`), and each prompt is prefilled once
+        for all its samples (:func:`sample_with_shared_prompts`). Sampling draws from ``stream`` when given.
         Returns ``result[prompt][sample]``.
         """
         model = self.agents[agent_index]
         tokenizer = self.tokenizers[agent_index]
         device = self.device_of(agent_index)
         encoded = self.encode_prompts(agent_index, prompts)
-        batch_size = settings.generation_batch_size or auto_generation_batch_size(
+        batch_size = batch_size or auto_generation_batch_size(
             model, device, max(map(len, encoded), default=0) + settings.max_new_tokens
         )
         prompts_per_call = max(1, batch_size // num_samples)

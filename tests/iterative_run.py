@@ -10,16 +10,20 @@ import os
 import signal
 import sys
 
-from comlrl_lightning import IterativePreferenceDataModule, MADPOModule
+from comlrl_lightning import HistoryComparator, IterativePreferenceDataModule, LambdaDecayReplay, MADPOModule
 from comlrl_lightning.defaults import vowel_length_reward
 
 ITER_DATA = dict(
     train_dataset="embedded", eval_dataset="embedded", num_iterations=3, num_train_epochs=2,
-    preference_num_candidates=4, comparator_num_candidates=4, preference_pairs_per_sample=4,
-    comparator_policy="history", comparator_history_k=1, preference_replay_mode="lambda_decay",
-    preference_replay_lambda=0.5, preference_replay_sample_size=24, train_batch_size=8, eval_num_samples=4,
+    preference_num_candidates=4, preference_pairs_per_sample=4, train_batch_size=8, eval_num_samples=4,
     eval_batch_size=4,
 )
+
+
+def iter_data(**overrides):
+    """The tiny run's data options with fresh part objects (a comparator is bound to one data module)."""
+    parts = dict(comparator=HistoryComparator(k=1, num_candidates=4), replay=LambdaDecayReplay(lam=0.5, sample_size=24))
+    return {**ITER_DATA, **parts, **overrides}
 ITER_MODEL = dict(agent_model="embedded", max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None,
                   agent_learning_rate=3e-3)
 
@@ -36,7 +40,7 @@ def make_trainer(root, **overrides):
 
 def make_run(root, data=None, model=None, **trainer_overrides):
     module = MADPOModule(**{**ITER_MODEL, **(model or {})})
-    datamodule = IterativePreferenceDataModule(**{**ITER_DATA, **(data or {})})
+    datamodule = IterativePreferenceDataModule(**iter_data(**(data or {})))
     return module, datamodule, make_trainer(root, **trainer_overrides)
 
 
@@ -74,5 +78,5 @@ if __name__ == "__main__":
     checkpoint = ModelCheckpoint(dirpath=os.path.join(root, "ckpt"), save_top_k=-1, every_n_epochs=1,
                                  save_on_train_epoch_end=True)
     module = MADPOModule(**ITER_MODEL)
-    datamodule = KillingDataModule(kill_where, **{**ITER_DATA, "reward_func": vowel_length_reward})
+    datamodule = KillingDataModule(kill_where, **iter_data(reward_func=vowel_length_reward))
     make_trainer(root, callbacks=[checkpoint]).fit(module, datamodule)

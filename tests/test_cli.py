@@ -66,7 +66,7 @@ def test_wandb_offline_logger_runs_without_login(tmp_path, monkeypatch):
 def test_iterative_config_runs_rounds_and_logs_round_metrics(tmp_path):
     main(["fit", "--config", "configs/madpo_iter.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
           "--data.init_args.num_iterations", "2", "--data.init_args.num_train_epochs", "1",
-          "--data.init_args.preference_replay_sample_size", "16", "--data.init_args.comparator_num_candidates", "3"])
+          "--data.init_args.replay.init_args.sample_size", "16", "--data.init_args.comparator.init_args.num_candidates", "3"])
     assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == ["iteration_0001.json",
                                                                                  "iteration_0002.json"]
     rows = _metrics(tmp_path)

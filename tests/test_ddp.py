@@ -83,10 +83,10 @@ def test_two_process_madpo_run(tmp_path):
 
 def test_two_process_iterative_madpo_run_writes_one_set_of_round_files(tmp_path):
     from comlrl_lightning import IterativePreferenceDataModule
-    from tests.iterative_run import ITER_DATA, ITER_MODEL
+    from tests.iterative_run import ITER_MODEL, iter_data
 
     module = MADPOModule(**ITER_MODEL)
-    datamodule = IterativePreferenceDataModule(**dict(ITER_DATA, num_iterations=2))
+    datamodule = IterativePreferenceDataModule(**iter_data(num_iterations=2))
     _ddp_trainer(tmp_path, max_epochs=4, reload_dataloaders_every_n_epochs=1).fit(module, datamodule)
     ranks = [json.loads((tmp_path / f"rank_{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["weights"] == ranks[1]["weights"]
@@ -131,8 +131,8 @@ def test_cli_runs_with_the_plain_ddp_strategy_flag(tmp_path):
                "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.default_root_dir", str(tmp_path),
                "--data.init_args.num_iterations", "2", "--data.init_args.num_train_epochs", "1",
                "--trainer.enable_progress_bar", "false", "--model.init_args.max_new_tokens", "4",
-               "--data.init_args.preference_num_candidates", "3", "--data.init_args.comparator_num_candidates", "3",
-               "--data.init_args.preference_replay_sample_size", "16", "--data.init_args.eval_num_samples", "4"]
+               "--data.init_args.preference_num_candidates", "3", "--data.init_args.comparator.init_args.num_candidates", "3",
+               "--data.init_args.replay.init_args.sample_size", "16", "--data.init_args.eval_num_samples", "4"]
     result = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], env=dict(os.environ),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from comlrl_lightning import IterativePreferenceDataModule, OptionError
+from comlrl_lightning import CurrentComparator, CurrentReplay, IterativePreferenceDataModule, OptionError
 from tests.iterative_run import make_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,17 +162,6 @@ def test_history_comparator_with_k1_uses_the_previous_rounds_policy(tmp_path):
 
 ITER_RULES = [
     (dict(num_iterations=0), "num_iterations must be >= 1."),
-    (dict(preference_replay_mode="fifo"), "preference_replay_mode must be one of: current, nearest_k, all_history, lambda_decay."),
-    (dict(preference_replay_mode="nearest_k"), "preference_replay_k is required when preference_replay_mode='nearest_k'."),
-    (dict(comparator_policy="oracle"), "comparator_policy must be one of: current, current_copy, model, history, api."),
-    (dict(comparator_policy="model"), "comparator_model_name or comparator_agents is required when comparator_policy='model'."),
-    (dict(comparator_policy="history", comparator_model_name="m"), "comparator_model_name and comparator_agents are only valid when comparator_policy='model'."),
-    (dict(comparator_policy="current", comparator_history_k=2), "comparator_history_k is only valid when comparator_policy='history'."),
-    (dict(comparator_policy="history", comparator_history_k=0), "comparator_history_k must be >= 1."),
-    (dict(comparator_num_candidates=0), "comparator_num_candidates must be >= 1 or null."),
-    (dict(comparator_generation_mode="solo"), "comparator_generation_mode must be one of: decentralized, centralized."),
-    (dict(comparator_generation_mode="centralised", comparator_centralized_agent_index=-1), "comparator_centralized_agent_index must be >= 0."),
-    (dict(comparator_policy="http"), "comparator_api_url is required when comparator_policy='api'."),
     (dict(pair_selection="best"), "pair_selection must be one of: reward_gap, all, random, comparator_reward."),
     (dict(preference_num_candidates=1), "preference_num_candidates must be >= 2."),
 ]
@@ -185,9 +174,17 @@ def test_iterative_option_rules(options, message):
     assert message in str(error.value)
 
 
-def test_iterative_defaults_and_aliases():
-    data = IterativePreferenceDataModule(comparator_policy="previous", preference_replay_mode="td-lambda",
-                                         preference_replay_lambda=0.3)
-    assert (data.comparator_policy, data.comparator_history_k, data.replay_mode) == ("history", 1, "lambda_decay")
-    assert (data.num_train_epochs, data.preference_num_candidates, data.preference_pairs_per_sample,
-            data.pair_selection) == (1, 20, 4, "comparator_reward")
+def test_iterative_defaults():
+    data = IterativePreferenceDataModule()
+    assert isinstance(data.comparator, CurrentComparator) and data.comparator.num_candidates is None
+    assert isinstance(data.replay_rule, CurrentReplay)
+    assert (data.num_iterations, data.num_train_epochs, data.preference_num_candidates, data.preference_pairs_per_sample,
+            data.pair_selection) == (6, 1, 20, 4, "comparator_reward")
+    # every data module gets its own default parts (a comparator is bound to one data module)
+    assert IterativePreferenceDataModule().comparator is not data.comparator
+
+
+def test_the_constructor_stays_small():
+    import inspect
+
+    assert len(inspect.signature(IterativePreferenceDataModule.__init__).parameters) - 1 <= 15

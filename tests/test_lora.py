@@ -10,7 +10,7 @@ import pytest
 import torch
 from lightning.pytorch import Callback, Trainer
 
-from comlrl_lightning import IterativePreferenceDataModule, MADPOModule, MARLHFModule, PreferenceDataModule
+from comlrl_lightning import HistoryComparator, IterativePreferenceDataModule, MADPOModule, MARLHFModule, PreferenceDataModule
 from comlrl_lightning.lora import LoraAgent, build_lora_agents
 from comlrl_lightning.team import Team, load_tokenizer, pack_sequences
 from tests.conftest import TINY_DATA, TINY_MODEL
@@ -131,7 +131,7 @@ def test_reference_log_probs_come_from_the_base_with_adapters_disabled(tmp_path)
 
 
 def test_history_comparator_with_a_lora_team(tmp_path):
-    data = dict(TINY_DATA, num_iterations=2, num_train_epochs=1, comparator_policy="history",
+    data = dict(TINY_DATA, num_iterations=2, num_train_epochs=1, comparator=HistoryComparator(k=1),
                 preference_pairs_per_sample=2)
     data.pop("train_batch_size")
     fit = _trainer(tmp_path, max_epochs=2, reload_dataloaders_every_n_epochs=1, limit_train_batches=2)

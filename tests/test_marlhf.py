@@ -7,7 +7,7 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from comlrl_lightning import (IterativePreferenceDataModule, MAGRPOModule, MARLHFModule, OptionError,
+from comlrl_lightning import (AllHistoryReplay, IterativePreferenceDataModule, MAGRPOModule, MARLHFModule, OptionError,
                               PreferenceDataModule, TaskDataModule)
 from comlrl_lightning.checkpointing import is_checkpointing
 from comlrl_lightning.reward_model import RewardModelOracle
@@ -50,11 +50,14 @@ def test_marlhf_option_rules(options, message):
     assert message in str(error.value)
 
 
-def test_aliases():
-    assert MARLHFModule(rl_algorithm=" MAReforce ").baseline == "raw"
+def test_choices_are_exact_names():
+    assert MARLHFModule(rl_algorithm="mareinforce").baseline == "raw"
     assert MARLHFModule(rl_algorithm="marloo").baseline == "rloo"
-    assert MARLHFModule(preference_scoring_reward="learned").preference_scoring_reward == "reward_model"
-    assert MARLHFModule(preference_scoring_reward="env").preference_scoring_reward == "task"
+    assert MARLHFModule(preference_scoring_reward="reward_model").preference_scoring_reward == "reward_model"
+    with pytest.raises(OptionError, match="rl_algorithm must be one of"):
+        MARLHFModule(rl_algorithm="mareforce")  # the reference's alias table is gone: one name per thing
+    with pytest.raises(OptionError, match="preference_scoring_reward must be one of: task, reward_model"):
+        MARLHFModule(preference_scoring_reward="learned")
 
 
 def test_marlhf_improves_the_task_reward_on_the_embedded_default(tmp_path):
@@ -116,7 +119,7 @@ def test_resume_across_the_reward_model_and_rl_phases(tmp_path, iterative, stop_
         module = MARLHFModule(**RLHF, preference_scoring_reward="reward_model" if iterative else "task")
         if iterative:
             data = IterativePreferenceDataModule(**{**DATA, "num_iterations": 2, "num_train_epochs": 2,
-                                                    "preference_replay_mode": "all_history"})
+                                                    "replay": AllHistoryReplay()})
         else:
             data = PreferenceDataModule(**DATA)
         fits = []

@@ -1,4 +1,4 @@
-"""Round files and the replay buffer (SPEC 1.3 steps 2-3, 4, 5; DESIGN 6 items 2-3)."""
+"""Round files, the replay rules and the replay buffer: file format, index, draws, resume."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ import torch
 from comlrl_lightning.options import OptionError
 from comlrl_lightning.pairs import PreferencePair
 from comlrl_lightning.replay import (
-    REPLAY_MODES,
+    AllHistoryReplay,
+    CurrentReplay,
+    LambdaDecayReplay,
+    NearestKReplay,
     ReplayBuffer,
     ReplayIndexError,
+    ReplayRule,
     Shard,
     lambda_decay_weights,
-    normalise_replay_mode,
-    validate_replay_options,
 )
 
 
@@ -29,9 +31,9 @@ def tagged(shard: int, count: int) -> list:
     return [{"shard": shard, "index": index} for index in range(count)]
 
 
-def filled(tmp_path, sizes, **options) -> ReplayBuffer:
-    """A buffer with one round per entry of ``sizes`` (iteration i+1 holds ``sizes[i]`` tagged records)."""
-    buffer = ReplayBuffer(tmp_path / "replay", **options)
+def filled(tmp_path, sizes, rule=None) -> ReplayBuffer:
+    """A buffer under ``rule`` with one round per entry of ``sizes`` (iteration i+1 holds ``sizes[i]`` records)."""
+    buffer = ReplayBuffer(tmp_path / "replay", rule=rule)
     for position, size in enumerate(sizes):
         buffer.write_round(position + 1, tagged(position + 1, size))
     return buffer
@@ -43,96 +45,149 @@ def shares(records) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# options
+# replay rules
+
+K_MESSAGE = "k must be >= 1."
+LAM_MESSAGE = "lam must be in [0, 1]."
+SAMPLE_SIZE_MESSAGE = "sample_size must be >= 1 or null."
+
+
+def hand_built(count: int) -> list:
+    """``count`` shards for iterations 1..count, oldest first, without any file behind them."""
+    return [Shard(i, f"iteration_{i:04d}.json", i, f"{i:064x}") for i in range(1, count + 1)]
 
 
 @pytest.mark.parametrize(
-    "value, expected",
+    "build, message",
     [
-        ("current", "current"), ("latest", "current"), ("new", "current"), (" Latest ", "current"),
-        ("nearest_k", "nearest_k"), ("recent_k", "nearest_k"), ("last_k", "nearest_k"), ("k", "nearest_k"),
-        ("K", "nearest_k"), ("all_history", "all_history"), ("ALL_HISTORY", "all_history"),
-        ("lambda", "lambda_decay"), ("lambda_decay", "lambda_decay"), ("td_lambda", "lambda_decay"),
-        ("td-lambda", "lambda_decay"), ("  TD-Lambda\n", "lambda_decay"),
+        (lambda: NearestKReplay(0), K_MESSAGE),
+        (lambda: NearestKReplay(-3), K_MESSAGE),
+        (lambda: NearestKReplay(None), K_MESSAGE),
+        (lambda: NearestKReplay(float("nan")), K_MESSAGE),
+        (lambda: NearestKReplay(2, sample_size=0), SAMPLE_SIZE_MESSAGE),
+        (lambda: NearestKReplay(2, sample_size=-1), SAMPLE_SIZE_MESSAGE),
+        (lambda: AllHistoryReplay(sample_size=0), SAMPLE_SIZE_MESSAGE),
+        (lambda: AllHistoryReplay(sample_size=-5), SAMPLE_SIZE_MESSAGE),
+        (lambda: AllHistoryReplay(sample_size=float("nan")), SAMPLE_SIZE_MESSAGE),
+        (lambda: LambdaDecayReplay(1.5), LAM_MESSAGE),
+        (lambda: LambdaDecayReplay(-0.1), LAM_MESSAGE),
+        (lambda: LambdaDecayReplay(float("nan")), LAM_MESSAGE),
+        (lambda: LambdaDecayReplay(float("inf")), LAM_MESSAGE),
+        (lambda: LambdaDecayReplay(None), LAM_MESSAGE),
+        (lambda: LambdaDecayReplay(0.5, sample_size=0), SAMPLE_SIZE_MESSAGE),
+        (lambda: LambdaDecayReplay(0.5, sample_size=-1), SAMPLE_SIZE_MESSAGE),
+        (lambda: ReplayRule(sample_size=0), SAMPLE_SIZE_MESSAGE),
     ],
 )
-def test_normalise_replay_mode_aliases(value, expected):
-    assert normalise_replay_mode(value) == expected
-
-
-@pytest.mark.parametrize("value", ["all", "history", "all-history", "decay", "nearest", "", None, "currentt"])
-def test_normalise_replay_mode_rejects_unknown(value):
+def test_rule_validation_messages(build, message):
     with pytest.raises(OptionError) as error:
-        normalise_replay_mode(value)
-    assert str(error.value) == "preference_replay_mode must be one of: current, nearest_k, all_history, lambda_decay."
-
-
-def test_replay_modes_constant():
-    assert REPLAY_MODES == ("current", "nearest_k", "all_history", "lambda_decay")
-
-
-ONLY_LAMBDA = "preference_replay_lambda is only valid when preference_replay_mode='lambda_decay'."
-ONLY_K = "preference_replay_k is only valid when preference_replay_mode='nearest_k'."
-SAMPLE_SIZE = "preference_replay_sample_size must be >= 1 or null."
-
-
-@pytest.mark.parametrize(
-    "mode, k, lam, sample_size, message",
-    [
-        ("current", 2, None, None, "preference_replay_k must be null or 1 when preference_replay_mode='current'."),
-        ("latest", 0, None, None, "preference_replay_k must be null or 1 when preference_replay_mode='current'."),
-        ("current", None, 0.5, None, ONLY_LAMBDA),
-        ("current", 1, None, 8, "preference_replay_sample_size is only valid when preference_replay_mode is "
-                                "'nearest_k', 'all_history', or 'lambda_decay'."),
-        ("nearest_k", None, None, None, "preference_replay_k is required when preference_replay_mode='nearest_k'."),
-        ("nearest_k", 0, None, None, "preference_replay_k must be >= 1."),
-        ("recent_k", -3, None, None, "preference_replay_k must be >= 1."),
-        ("nearest_k", 2, 0.5, None, ONLY_LAMBDA),
-        ("nearest_k", 2, None, 0, SAMPLE_SIZE),
-        ("all_history", 2, None, None, ONLY_K),
-        ("all_history", None, 0.5, None, ONLY_LAMBDA),
-        ("all_history", None, None, 0, SAMPLE_SIZE),
-        ("lambda_decay", 2, 0.5, None, ONLY_K),
-        ("lambda", None, None, None, "preference_replay_lambda is required when preference_replay_mode='lambda_decay'."),
-        ("lambda_decay", None, 1.5, None, "preference_replay_lambda must be in [0, 1]."),
-        ("lambda_decay", None, -0.1, None, "preference_replay_lambda must be in [0, 1]."),
-        ("lambda_decay", None, float("nan"), None, "preference_replay_lambda must be in [0, 1]."),
-        ("lambda_decay", None, 0.5, -1, SAMPLE_SIZE),
-        ("bogus", None, None, None,
-         "preference_replay_mode must be one of: current, nearest_k, all_history, lambda_decay."),
-    ],
-)
-def test_validate_replay_options_messages(mode, k, lam, sample_size, message):
-    with pytest.raises(OptionError) as error:
-        validate_replay_options(mode, k, lam, sample_size)
+        build()
     assert str(error.value) == message
 
 
-@pytest.mark.parametrize(
-    "mode, k, lam, sample_size, expected",
-    [
-        ("current", None, None, None, "current"), ("new", 1, None, None, "current"),
-        ("last_k", 1, None, None, "nearest_k"), ("nearest_k", 3, None, 10, "nearest_k"),
-        ("all_history", None, None, None, "all_history"), ("all_history", None, None, 1, "all_history"),
-        ("td_lambda", None, 0.0, None, "lambda_decay"), ("lambda_decay", None, 1.0, 5, "lambda_decay"),
-    ],
-)
-def test_validate_replay_options_accepts(mode, k, lam, sample_size, expected):
-    assert validate_replay_options(mode, k, lam, sample_size) == expected
+def test_rules_accept_valid_options():
+    assert CurrentReplay().sample_size is None
+    nearest = NearestKReplay(1)
+    assert (nearest.k, nearest.sample_size) == (1, None)
+    nearest = NearestKReplay(3, sample_size=10)
+    assert (nearest.k, nearest.sample_size) == (3, 10)
+    assert AllHistoryReplay().sample_size is None and AllHistoryReplay(sample_size=1).sample_size == 1
+    assert LambdaDecayReplay(0.0).lam == 0.0 and LambdaDecayReplay(0.0).sample_size is None
+    decay = LambdaDecayReplay(1, sample_size=5)
+    assert decay.lam == 1.0 and isinstance(decay.lam, float) and decay.sample_size == 5
+    assert ReplayRule().sample_size is None and ReplayRule(sample_size=7).sample_size == 7
 
 
-def test_buffer_validates_its_options(tmp_path):
-    with pytest.raises(OptionError, match="preference_replay_k is required"):
-        ReplayBuffer(tmp_path, mode="nearest_k")
-    assert ReplayBuffer(tmp_path, mode="td-lambda", lam=0.3).mode == "lambda_decay"
-    assert not (tmp_path / "never").exists() and ReplayBuffer(tmp_path / "never").shards == []
+def test_only_current_replay_skips_history():
+    assert CurrentReplay().uses_history is False
+    for rule in [NearestKReplay(2), AllHistoryReplay(), LambdaDecayReplay(0.5), ReplayRule()]:
+        assert rule.uses_history is True
+    assert all(isinstance(rule, ReplayRule) for rule in
+               [CurrentReplay(), NearestKReplay(2), AllHistoryReplay(), LambdaDecayReplay(0.5)])
+
+
+def test_rule_eligible_on_hand_built_shards():
+    shards = hand_built(4)
+    before = list(shards)
+    iterations = lambda rule, given=shards: [s.iteration for s in rule.eligible(given)]  # noqa: E731
+    assert iterations(NearestKReplay(2)) == [3, 4]  # the last k, oldest first
+    assert iterations(NearestKReplay(1)) == [4]
+    assert iterations(NearestKReplay(4)) == [1, 2, 3, 4]
+    assert iterations(NearestKReplay(9)) == [1, 2, 3, 4]
+    assert iterations(CurrentReplay()) == [4]  # the last one
+    assert iterations(AllHistoryReplay()) == [1, 2, 3, 4]
+    assert iterations(LambdaDecayReplay(0.5)) == [1, 2, 3, 4]
+    assert iterations(ReplayRule()) == [1, 2, 3, 4]
+    for rule in [CurrentReplay(), NearestKReplay(2), AllHistoryReplay(), LambdaDecayReplay(0.5), ReplayRule()]:
+        assert rule.eligible([]) == []
+        assert rule.eligible(shards) is not shards  # a new list, the index is left alone
+    assert shards == before
+
+
+def test_rule_weights():
+    for count in range(6):
+        assert LambdaDecayReplay(0.5).weights(count) == lambda_decay_weights(count, 0.5)
+        assert LambdaDecayReplay(0.0).weights(count) == lambda_decay_weights(count, 0.0)
+        assert LambdaDecayReplay(1.0).weights(count) == lambda_decay_weights(count, 1.0)
+    assert LambdaDecayReplay(0.5).weights(4) == pytest.approx([1 / 15, 2 / 15, 4 / 15, 8 / 15])
+    for rule in [AllHistoryReplay(), NearestKReplay(3), ReplayRule(), CurrentReplay()]:
+        assert rule.weights(4) == [0.25] * 4
+        assert rule.weights(1) == [1.0]
+        assert rule.weights(0) == []
+
+
+class NewestTwoThreeToOne(ReplayRule):
+    """A user-defined rule: the newest two rounds, the newest drawn three times as often."""
+
+    def eligible(self, shards):
+        return list(shards[-2:])
+
+    def weights(self, count):
+        return [1.0, 3.0][-count:]
+
+
+def test_user_defined_rule_on_hand_built_shards():
+    rule = NewestTwoThreeToOne(sample_size=10)
+    assert rule.uses_history is True and rule.sample_size == 10
+    assert [s.iteration for s in rule.eligible(hand_built(4))] == [3, 4]
+    assert [s.iteration for s in rule.eligible(hand_built(1))] == [1]
+    assert rule.weights(2) == [1.0, 3.0] and rule.weights(1) == [3.0]
+    with pytest.raises(OptionError, match="sample_size must be >= 1 or null."):
+        NewestTwoThreeToOne(sample_size=0)
+
+
+def test_user_defined_rule_draws_expected_shares(tmp_path):
+    buffer = filled(tmp_path, [2000] * 4, rule=NewestTwoThreeToOne(sample_size=4000))
+    records = buffer.sample(0, random.Random(2024))
+    assert len(records) == 4000
+    observed = shares(records)
+    assert set(observed) == {3, 4}
+    assert abs(observed[3] - 0.25) <= 0.03 and abs(observed[4] - 0.75) <= 0.03
+
+
+def test_user_defined_rule_matches_reference_procedure(tmp_path):
+    sizes = [9, 4, 13]
+    buffer = filled(tmp_path, sizes, rule=NewestTwoThreeToOne(sample_size=37))
+    ours, theirs = random.Random(5), random.Random(5)
+    expected = reference_sample([tagged(2, 4), tagged(3, 13)], [1.0, 3.0], 37, theirs)
+    assert buffer.sample(0, ours) == expected
+    assert ours.getstate() == theirs.getstate()
+
+
+def test_buffer_rule_defaults_to_current(tmp_path):
+    default = ReplayBuffer(tmp_path / "never")
+    assert isinstance(default.rule, CurrentReplay) and default.rule.uses_history is False
+    assert isinstance(ReplayBuffer(tmp_path / "never", rule=None).rule, CurrentReplay)
+    rule = LambdaDecayReplay(0.3)
+    assert ReplayBuffer(tmp_path / "never", rule=rule).rule is rule
+    assert not (tmp_path / "never").exists() and default.shards == []  # created on the first write
 
 
 # ---------------------------------------------------------------------------------------------
 # lambda_decay weights
 
 
-def test_lambda_decay_weights_spec_examples_oldest_first():
+def test_lambda_decay_weights_documented_examples_oldest_first():
     assert lambda_decay_weights(4, 0.5) == pytest.approx([0.0667, 0.1333, 0.2667, 0.5333], abs=1e-4)
     assert lambda_decay_weights(4, 0.8) == pytest.approx([0.1734, 0.2168, 0.2710, 0.3388], abs=1e-4)
     assert lambda_decay_weights(4, 0.5) == pytest.approx([1 / 15, 2 / 15, 4 / 15, 8 / 15])
@@ -236,27 +291,32 @@ def test_redo_replaces_shard_and_drops_later_ones(tmp_path):
 
 def test_eligible_windows(tmp_path):
     sizes = [2, 3, 4, 5]
-    assert [s.iteration for s in filled(tmp_path / "a", sizes, mode="nearest_k", k=2).eligible()] == [3, 4]
-    assert [s.iteration for s in filled(tmp_path / "b", sizes, mode="nearest_k", k=9).eligible()] == [1, 2, 3, 4]
-    assert [s.iteration for s in filled(tmp_path / "c", sizes, mode="all_history").eligible()] == [1, 2, 3, 4]
-    decay = filled(tmp_path / "d", sizes, mode="lambda_decay", lam=0.5)
-    assert [s.iteration for s in decay.eligible()] == [1, 2, 3, 4]
-    assert decay.weights(decay.eligible()) == pytest.approx([1 / 15, 2 / 15, 4 / 15, 8 / 15])
-    assert [s.iteration for s in filled(tmp_path / "e", sizes).eligible()] == [4]
-    assert ReplayBuffer(tmp_path / "f").eligible() == []
-    history = filled(tmp_path / "g", sizes, mode="all_history")
-    assert history.weights(history.eligible()) == [0.25] * 4
+
+    def iterations(buffer):
+        return [s.iteration for s in buffer.rule.eligible(buffer.shards)]
+
+    assert iterations(filled(tmp_path / "a", sizes, rule=NearestKReplay(2))) == [3, 4]
+    assert iterations(filled(tmp_path / "b", sizes, rule=NearestKReplay(9))) == [1, 2, 3, 4]
+    assert iterations(filled(tmp_path / "c", sizes, rule=AllHistoryReplay())) == [1, 2, 3, 4]
+    decay = filled(tmp_path / "d", sizes, rule=LambdaDecayReplay(0.5))
+    assert iterations(decay) == [1, 2, 3, 4]
+    assert decay.rule.weights(len(decay.rule.eligible(decay.shards))) == pytest.approx([1 / 15, 2 / 15, 4 / 15, 8 / 15])
+    assert iterations(filled(tmp_path / "e", sizes)) == [4]  # the default rule: the current round
+    assert iterations(ReplayBuffer(tmp_path / "f")) == []
+    history = filled(tmp_path / "g", sizes, rule=AllHistoryReplay())
+    assert history.rule.weights(len(history.rule.eligible(history.shards))) == [0.25] * 4
 
 
 def test_empty_rounds_do_not_count_in_the_window(tmp_path):
-    buffer = ReplayBuffer(tmp_path / "replay", mode="nearest_k", k=2)
+    buffer = ReplayBuffer(tmp_path / "replay", rule=NearestKReplay(2))
     for iteration, size in [(1, 2), (2, 3), (3, 0), (4, 0)]:
         buffer.write_round(iteration, tagged(iteration, size))
-    assert [s.iteration for s in buffer.eligible()] == [1, 2]
+    assert [s.iteration for s in buffer.rule.eligible(buffer.shards)] == [1, 2]
+    assert {r["shard"] for r in buffer.sample(0, random.Random(0))} <= {1, 2}
 
 
 def test_sample_size_defaults(tmp_path):
-    buffer = ReplayBuffer(tmp_path / "replay", mode="all_history")
+    buffer = ReplayBuffer(tmp_path / "replay", rule=AllHistoryReplay())
     assert buffer.sample_size_for(0) == 0  # nothing at all
     assert buffer.sample(0, random.Random(0)) == []
     buffer.write_round(1, tagged(1, 6))
@@ -265,7 +325,7 @@ def test_sample_size_defaults(tmp_path):
     assert buffer.sample_size_for(9) == 9  # the current round's count
     assert buffer.sample_size_for(0) == 4  # the newest non-empty shard
     assert len(buffer.sample(0, random.Random(0))) == 4
-    fixed = ReplayBuffer(tmp_path / "replay", mode="all_history", sample_size=3)
+    fixed = ReplayBuffer(tmp_path / "replay", rule=AllHistoryReplay(sample_size=3))
     assert fixed.sample_size_for(9) == 3 and fixed.sample_size_for(0) == 3
     assert fixed.sample(9, random.Random(0)) == []  # empty index: nothing to draw from
 
@@ -275,7 +335,7 @@ def test_sample_size_defaults(tmp_path):
 
 
 def test_lambda_decay_shares_match_weights(tmp_path):
-    buffer = filled(tmp_path, [2000] * 4, mode="lambda_decay", lam=0.5, sample_size=4000)
+    buffer = filled(tmp_path, [2000] * 4, rule=LambdaDecayReplay(0.5, sample_size=4000))
     records = buffer.sample(0, random.Random(1234))
     assert len(records) == 4000
     observed = shares(records)
@@ -284,21 +344,21 @@ def test_lambda_decay_shares_match_weights(tmp_path):
 
 
 def test_lambda_zero_draws_only_newest_and_one_is_uniform(tmp_path):
-    newest = filled(tmp_path / "a", [50] * 4, mode="lambda_decay", lam=0.0, sample_size=400)
+    newest = filled(tmp_path / "a", [50] * 4, rule=LambdaDecayReplay(0.0, sample_size=400))
     assert set(record["shard"] for record in newest.sample(0, random.Random(5))) == {4}
-    uniform = filled(tmp_path / "b", [500] * 4, mode="lambda_decay", lam=1.0, sample_size=2000)
+    uniform = filled(tmp_path / "b", [500] * 4, rule=LambdaDecayReplay(1.0, sample_size=2000))
     observed = shares(uniform.sample(0, random.Random(5)))
     assert all(abs(observed.get(shard, 0.0) - 0.25) <= 0.04 for shard in [1, 2, 3, 4])
 
 
 def test_nearest_k_draws_only_from_window(tmp_path):
-    buffer = filled(tmp_path, [100] * 4, mode="nearest_k", k=2, sample_size=200)
+    buffer = filled(tmp_path, [100] * 4, rule=NearestKReplay(2, sample_size=200))
     observed = shares(buffer.sample(0, random.Random(3)))
     assert set(observed) == {3, 4} and abs(observed[3] - 0.5) <= 0.1
 
 
 def test_without_replacement_when_count_fits(tmp_path):
-    buffer = filled(tmp_path, [50], mode="all_history", sample_size=30)
+    buffer = filled(tmp_path, [50], rule=AllHistoryReplay(sample_size=30))
     for seed in range(5):
         records = buffer.sample(0, random.Random(seed))
         keys = [(r["shard"], r["index"]) for r in records]
@@ -306,17 +366,17 @@ def test_without_replacement_when_count_fits(tmp_path):
 
 
 def test_full_copies_plus_remainder_when_count_exceeds(tmp_path):
-    buffer = filled(tmp_path, [7], mode="all_history", sample_size=24)  # 3 full copies + 3
+    buffer = filled(tmp_path, [7], rule=AllHistoryReplay(sample_size=24))  # 3 full copies + 3
     records = buffer.sample(0, random.Random(11))
     counts = collections.Counter(r["index"] for r in records)
     assert len(records) == 24 and set(counts) == set(range(7))
     assert sorted(counts.values()) == [3, 3, 3, 3, 4, 4, 4]
-    exact = filled(tmp_path / "exact", [5], mode="all_history", sample_size=10)
+    exact = filled(tmp_path / "exact", [5], rule=AllHistoryReplay(sample_size=10))
     assert collections.Counter(r["index"] for r in exact.sample(0, random.Random(0))) == {i: 2 for i in range(5)}
 
 
-def spec_sample(shard_records, weights, total, rng):
-    """SPEC 5.3 written out literally, with ``rng`` in place of the global ``random``."""
+def reference_sample(shard_records, weights, total, rng):
+    """The reference draw written out literally, with ``rng`` in place of the global ``random``."""
     counts = [0] * len(shard_records)
     for _ in range(total):
         counts[rng.choices(range(len(shard_records)), weights=weights, k=1)[0]] += 1
@@ -337,30 +397,30 @@ def spec_sample(shard_records, weights, total, rng):
 
 
 @pytest.mark.parametrize("sample_size", [5, 37, 200])
-def test_sample_matches_spec_procedure_draw_for_draw(tmp_path, sample_size):
+def test_sample_matches_reference_procedure_draw_for_draw(tmp_path, sample_size):
     sizes = [9, 4, 13]
-    buffer = filled(tmp_path, sizes, mode="lambda_decay", lam=0.6, sample_size=sample_size)
+    buffer = filled(tmp_path, sizes, rule=LambdaDecayReplay(0.6, sample_size=sample_size))
     ours, theirs = random.Random(77), random.Random(77)
-    expected = spec_sample([tagged(i + 1, n) for i, n in enumerate(sizes)], lambda_decay_weights(3, 0.6),
+    expected = reference_sample([tagged(i + 1, n) for i, n in enumerate(sizes)], lambda_decay_weights(3, 0.6),
                            sample_size, theirs)
     assert buffer.sample(0, ours) == expected
     assert ours.getstate() == theirs.getstate()
 
 
 def test_combined_list_is_shuffled_across_shards(tmp_path):
-    buffer = filled(tmp_path, [50, 50], mode="all_history", sample_size=60)
+    buffer = filled(tmp_path, [50, 50], rule=AllHistoryReplay(sample_size=60))
     order = [r["shard"] for r in buffer.sample(0, random.Random(2))]
     assert order != sorted(order)
 
 
-def test_current_mode_sample_uses_last_shard(tmp_path):
+def test_current_replay_sample_uses_last_shard(tmp_path):
     buffer = filled(tmp_path, [4, 6])
     records = buffer.sample(6, random.Random(0))
     assert sorted(r["index"] for r in records) == list(range(6)) and {r["shard"] for r in records} == {2}
 
 
 def test_sampling_is_deterministic_per_seed(tmp_path):
-    buffer = filled(tmp_path, [40, 30, 20], mode="lambda_decay", lam=0.7, sample_size=60)
+    buffer = filled(tmp_path, [40, 30, 20], rule=LambdaDecayReplay(0.7, sample_size=60))
     first = buffer.sample(0, random.Random(42))
     assert first == buffer.sample(0, random.Random(42))
     assert first != buffer.sample(0, random.Random(43))
@@ -371,7 +431,7 @@ def test_files_outside_the_index_are_never_read(tmp_path, monkeypatch):
     directory.mkdir()
     (directory / "iteration_0009.json").write_text("{not json")
     (directory / "iteration_0002.json").write_text(json.dumps({"iteration": 2, "num_pairs": 1, "pairs": [{"x": 1}]}))
-    buffer = ReplayBuffer(directory, mode="all_history", sample_size=20)
+    buffer = ReplayBuffer(directory, rule=AllHistoryReplay(sample_size=20))
     buffer.write_round(1, tagged(1, 5))
     read = []
     original = pathlib.Path.read_bytes
@@ -392,7 +452,7 @@ def test_files_outside_the_index_are_never_read(tmp_path, monkeypatch):
 
 
 def test_state_dict_round_trip_samples_identically(tmp_path):
-    buffer = filled(tmp_path, [30, 0, 20, 10], mode="lambda_decay", lam=0.6)
+    buffer = filled(tmp_path, [30, 0, 20, 10], rule=LambdaDecayReplay(0.6))
     state = buffer.state_dict()
     assert state["shards"][0] == {"iteration": 1, "filename": "iteration_0001.json", "num_pairs": 30,
                                   "sha256": buffer.shards[0].sha256}
@@ -400,7 +460,7 @@ def test_state_dict_round_trip_samples_identically(tmp_path):
     torch.save(state, path)
     loaded = torch.load(path, weights_only=True)
     assert loaded == state
-    restored = ReplayBuffer(tmp_path / "replay", mode="lambda_decay", lam=0.6)
+    restored = ReplayBuffer(tmp_path / "replay", rule=LambdaDecayReplay(0.6))
     restored.load_state_dict(loaded)
     assert restored.shards == buffer.shards and restored.total_pairs == 60
     rng_a, rng_b = random.Random(9), random.Random(9)
@@ -409,21 +469,21 @@ def test_state_dict_round_trip_samples_identically(tmp_path):
 
 
 def test_load_keeps_the_directory_given_to_init(tmp_path):
-    buffer = filled(tmp_path / "old", [5, 5], mode="all_history")
+    buffer = filled(tmp_path / "old", [5, 5], rule=AllHistoryReplay())
     state = buffer.state_dict()
     os.rename(tmp_path / "old", tmp_path / "moved")
-    restored = ReplayBuffer(tmp_path / "moved" / "replay", mode="all_history")
+    restored = ReplayBuffer(tmp_path / "moved" / "replay", rule=AllHistoryReplay())
     restored.load_state_dict(state)
     assert restored.directory == tmp_path / "moved" / "replay"
     assert len(restored.sample(0, random.Random(0))) == 5
 
 
 def test_load_with_missing_file_names_it(tmp_path):
-    buffer = filled(tmp_path, [3, 4], mode="all_history")
+    buffer = filled(tmp_path, [3, 4], rule=AllHistoryReplay())
     state = buffer.state_dict()
     missing = buffer.round_path(2)
     missing.unlink()
-    restored = ReplayBuffer(tmp_path / "replay", mode="all_history")
+    restored = ReplayBuffer(tmp_path / "replay", rule=AllHistoryReplay())
     with pytest.raises(ReplayIndexError) as error:
         restored.load_state_dict(state)
     assert str(missing) in str(error.value) and "replay index" in str(error.value)
@@ -431,19 +491,19 @@ def test_load_with_missing_file_names_it(tmp_path):
 
 
 def test_load_with_corrupted_file_names_it(tmp_path):
-    buffer = filled(tmp_path, [3, 4], mode="all_history")
+    buffer = filled(tmp_path, [3, 4], rule=AllHistoryReplay())
     state = buffer.state_dict()
     path = buffer.round_path(1)
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(ReplayIndexError) as error:
-        ReplayBuffer(tmp_path / "replay", mode="all_history").load_state_dict(state)
+        ReplayBuffer(tmp_path / "replay", rule=AllHistoryReplay()).load_state_dict(state)
     assert str(path) in str(error.value) and "sha256" in str(error.value)
     with pytest.raises(ReplayIndexError, match="iteration_0001.json"):
         buffer.sample(0, random.Random(0))  # every read is verified, not only on resume
 
 
 def test_index_mismatches_are_reported(tmp_path):
-    buffer = filled(tmp_path, [3], mode="all_history")
+    buffer = filled(tmp_path, [3], rule=AllHistoryReplay())
     path = buffer.round_path(1)
     wrong_count = Shard(1, path.name, 4, buffer.shards[0].sha256)
     with pytest.raises(ReplayIndexError, match="expects 4"):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from comlrl_lightning import shared_prompt, team as team_module
+from comlrl_lightning.generation import HFGenerator
 from comlrl_lightning.rng import RandomStream
 from comlrl_lightning.team import GenerationSettings, Team, auto_generation_batch_size
 
@@ -109,7 +110,7 @@ def test_auto_batch_size_comes_from_the_cache_size_and_total_memory(monkeypatch)
     assert team_module.device_memory(cpu) > 2**28
 
 
-def test_generation_batch_size_splits_calls_and_auto_makes_one(team, monkeypatch):
+def test_generator_batch_size_splits_calls_and_auto_makes_one(team, monkeypatch):
     calls = []
     model = team.agents[0]
     original = model.generate
@@ -117,6 +118,6 @@ def test_generation_batch_size_splits_calls_and_auto_makes_one(team, monkeypatch
     auto = team.generate(0, PROMPTS, 4, SETTINGS, RandomStream(3))
     assert calls == [12]
     calls.clear()
-    split = team.generate(0, PROMPTS, 4, GenerationSettings(**{**vars(SETTINGS), "generation_batch_size": 8}), RandomStream(3))
+    split = HFGenerator(batch_size=8).generate(team, 0, PROMPTS, 4, SETTINGS, RandomStream(3))
     assert calls == [8, 4]  # two prompts (8 sequences), then one
     assert len(split) == len(auto) == 3 and all(len(row) == 4 for row in split)

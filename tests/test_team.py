@@ -9,7 +9,7 @@ from comlrl_lightning.defaults import build_char_tokenizer, build_tiny_model
 from comlrl_lightning.rng import RandomStream
 from comlrl_lightning.team import GenerationSettings, Team
 
-SETTINGS = GenerationSettings(max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None, generation_batch_size=64)
+SETTINGS = GenerationSettings(max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None)
 
 
 @pytest.fixture(scope="module")

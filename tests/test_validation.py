@@ -34,7 +34,6 @@ MODEL_RULES = [
     (dict(top_p=0.0), "top_p must be in (0, 1]."),
     (dict(top_p=1.5), "top_p must be in (0, 1]."),
     (dict(top_k=0), "top_k must be >= 1 or null."),
-    (dict(generation_batch_size=0), "generation_batch_size must be >= 1 or null."),
     (dict(gradient_checkpointing=True, checkpoint_every_n_layers=0), "checkpoint_every_n_layers must be >= 1."),
     (dict(agent_learning_rate=0.0), "agent_learning_rate must be > 0."),
     (dict(agent_learning_rate=[1e-3, 1e-3, 1e-3]), "agent_learning_rate must be one value or one per agent (2)."),
@@ -59,6 +58,15 @@ def test_pair_selection_is_normalised_and_all_accepts_null_limit():
     assert PreferenceDataModule(pair_selection=" Reward_Gap ").pair_selection == "reward_gap"
     assert PreferenceDataModule(pair_selection=None).pair_selection == "reward_gap"
     assert PreferenceDataModule(pair_selection="all", preference_pairs_per_sample=None).pair_selection == "all"
+
+
+def test_generator_rules_and_default():
+    from comlrl_lightning.generation import HFGenerator
+
+    with pytest.raises(OptionError, match=r"batch_size must be >= 1 or null."):
+        HFGenerator(batch_size=0)
+    assert isinstance(MADPOModule().generator, HFGenerator) and MADPOModule().generator.batch_size is None
+    assert MADPOModule().generator is not MADPOModule().generator  # no shared default object
 
 
 def test_no_model_is_loaded_while_options_are_checked():

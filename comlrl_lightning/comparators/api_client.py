@@ -1,6 +1,6 @@
 """HTTP transport of the API comparator: headers and key, retries with backoff, bounded concurrency.
 
-The key is read from the environment variable named by ``comparator_api_key_env`` each time headers
+The key is read from the environment variable named by the comparator's ``key_env`` each time headers
 are built and lives only in those per-request headers: it is never an attribute of any object, so
 it cannot reach ``config.yaml``, ``hparams``, checkpoints, logs or ``repr``. Error messages quote
 the HTTP status and a short snippet of the response body with the key redacted (servers sometimes
@@ -29,11 +29,11 @@ RETRY_STATUSES = frozenset({408, 429})
 """Retried besides every 5xx: request timeout and rate limit."""
 
 _STATUS_HINTS = {
-    400: "the provider rejected the request body; check comparator_api_model and comparator_api_extra_body",
-    401: "the key was rejected; check the variable {key_env}, comparator_api_key_header and comparator_api_key_prefix",
+    400: "the provider rejected the request body; check the comparator's model and extra_body",
+    401: "the key was rejected; check the variable {key_env} and the comparator's key_header and key_prefix",
     402: "insufficient balance: add credit to the provider account",
     403: "the key may not use this model or endpoint",
-    404: "check comparator_api_url and comparator_api_model",
+    404: "check the comparator's url and model",
 }
 
 
@@ -59,7 +59,7 @@ class ApiClient:
     Args:
         url: the endpoint.
         timeout: seconds per HTTP operation (connect, each read, write); a hung server is a timeout.
-        headers: extra headers (``comparator_api_headers``), never the credential.
+        headers: extra headers, never the credential.
         key_env: name of the environment variable holding the key (``None``: no key is sent).
         key_header, key_prefix: the key is sent as ``key_header: "<prefix> <key>"`` (empty prefix: bare key).
         anthropic: Anthropic conventions: ``anthropic-version`` header unless given, and the default
@@ -114,7 +114,7 @@ class ApiClient:
         key = os.environ.get(self.key_env, "")
         if not key.strip():
             raise ComparatorApiError(
-                f"comparator_api_key_env names {self.key_env}, but that environment variable is not set or empty."
+                f"key_env names {self.key_env}, but that environment variable is not set or empty."
             )
         return key.strip()
 
@@ -167,7 +167,7 @@ class ApiClient:
             try:
                 response = http.post(self.url, content=content, headers=self._headers(key))
             except httpx.TimeoutException:
-                last_problem = f"no response within comparator_api_timeout={self.timeout:g}s"
+                last_problem = f"no response within timeout={self.timeout:g}s"
             except httpx.TransportError as error:
                 last_problem = f"connection error ({type(error).__name__}: {self._redact(str(error), key)})"
             if response is not None:
@@ -197,8 +197,8 @@ class ApiClient:
         if no_quota:
             return "insufficient quota: add credit to the provider account; not retried"
         if 300 <= status < 400:
-            return f"redirected to {response.headers.get('location', '?')}: set comparator_api_url to the final URL"
-        where = self.key_env or "named by comparator_api_key_env (none is set: no key was sent)"
+            return f"redirected to {response.headers.get('location', '?')}: set the comparator's url to the final URL"
+        where = self.key_env or "named by key_env (none is set: no key was sent)"
         return _STATUS_HINTS.get(status, "not retried").format(key_env=where)
 
     def _json(self, response: httpx.Response, key: Optional[str]) -> Any:

@@ -1,13 +1,13 @@
 """Wire formats of the API comparator: request bodies and response parsing (SPEC 6.7).
 
-Pure functions, no I/O. Four formats (case-insensitive, with the reference's aliases):
+Pure functions, no I/O. Four formats:
 
 * ``generic`` -- one POST per prompt with the prompt, agent index, task item, candidate count and
   sampling settings; completions at a dotted path of the JSON response (for your own service);
-* ``openai`` (``openai_chat``, ``chat``) -- chat completions, ``n`` candidates per request (also for
+* ``openai`` -- chat completions, ``n`` candidates per request (also for
   OpenAI-compatible servers: vLLM, SGLang, Ollama, DeepSeek, OpenRouter...);
-* ``anthropic`` (``anthropic_messages``, ``messages``) -- the messages API, one request per candidate;
-* ``openai_responses`` (``responses``, ``codex``) -- OpenAI's responses API, one request per candidate.
+* ``anthropic`` -- the messages API, one request per candidate;
+* ``openai_responses`` -- OpenAI's responses API, one request per candidate.
 """
 
 from __future__ import annotations
@@ -16,26 +16,15 @@ import json
 import math
 from typing import Any, Dict, List, Mapping, Optional
 
-from ..options import choice
 from ..team import GenerationSettings
 
 API_FORMATS = ("generic", "openai", "anthropic", "openai_responses")
-FORMAT_ALIASES = {
-    "openai_chat": "openai", "chat": "openai",
-    "anthropic_messages": "anthropic", "messages": "anthropic",
-    "responses": "openai_responses", "codex": "openai_responses",
-}
 ANTHROPIC_VERSION = "2023-06-01"
 GENERIC_FALLBACK_FIELDS = ("completions", "responses", "outputs", "choices")
 
 
 class ApiResponseError(ValueError):
     """A response that is valid JSON but not the shape its format promises."""
-
-
-def normalise_api_format(value: Optional[str]) -> str:
-    """The canonical format name; an unknown one is an :class:`OptionError` (the reference used generic)."""
-    return choice("comparator_api_format", value, API_FORMATS, FORMAT_ALIASES)
 
 
 def is_deepseek(url: str, model: Optional[str]) -> bool:
@@ -46,7 +35,7 @@ def is_deepseek(url: str, model: Optional[str]) -> bool:
 def openai_batch_sizes(remaining: int, max_n: Optional[int], url: str, model: Optional[str], wanted: int) -> List[int]:
     """``n`` of each chat request that together ask for ``remaining`` candidates.
 
-    The per-request cap is ``comparator_api_max_n_per_request`` clamped to ``[1, wanted]``, else 1
+    The per-request cap is ``max_n_per_request`` clamped to ``[1, wanted]``, else 1
     for DeepSeek, else ``wanted`` (one request).
     """
     if max_n is not None:
@@ -86,7 +75,7 @@ def json_safe(value: Any) -> Any:
 
 def _merge(body: Dict[str, Any], extra_body: Optional[Mapping[str, Any]], drop_none: bool) -> Dict[str, Any]:
     merged = {**body, **(dict(extra_body) if extra_body else {})}
-    # Provider formats drop None, so a null in comparator_api_extra_body removes a default field.
+    # Provider formats drop None, so a null in extra_body removes a default field.
     return {k: v for k, v in merged.items() if v is not None} if drop_none else merged
 
 
@@ -126,7 +115,7 @@ def request_body(
     elif api_format == "openai_responses":
         body = {"model": model, "input": prompt, "max_output_tokens": settings.max_new_tokens}
     else:
-        raise ValueError(f"unknown comparator_api_format {api_format!r}")
+        raise ValueError(f"unknown API format {api_format!r}")
     return _merge(body, extra_body, drop_none=True)
 
 
@@ -249,7 +238,7 @@ def parse_generic(payload: Any, response_field: str) -> List[str]:
             if payload.get(field):
                 return normalise_completions(payload[field])
     raise ApiResponseError(
-        f"Comparator API response has no completions at comparator_api_response_field={response_field!r} "
+        f"Comparator API response has no completions at response_field={response_field!r} "
         f"(nor at {', '.join(GENERIC_FALLBACK_FIELDS)}): {snippet(payload)}"
     )
 

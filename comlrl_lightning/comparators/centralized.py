@@ -1,9 +1,10 @@
-"""Centralized comparator generation (``comparator_generation_mode="centralized"``, SPEC 6.6).
+"""Centralized comparator generation: one source writes every role in one completion.
 
-One source -- the local model of agent slot ``comparator_centralized_agent_index`` (under the
-``current``, ``current_copy``, ``model`` or ``history`` policy) or the API -- writes every role in
-one completion. An adapter builds that completion's prompt from the agents' prompts and splits
-the completion back into one text per role; the default asks for ``<agent_i>...</agent_i>`` tags.
+:class:`CentralizedComparator` wraps another comparator (its ``source``): the local model of agent
+slot ``agent_index`` (current, copy, fixed model or snapshot) or the API writes a joint
+completion for a prompt an adapter builds from the agents' prompts, and the adapter splits the
+completion back into one text per role. The default adapter asks for ``<agent_i>...</agent_i>``
+tags.
 
 Improvement over the reference: a completion that cannot be split (the adapter raises
 :class:`CentralizedComparatorParseError`) is dropped, i.e. that joint candidate is removed for
@@ -15,16 +16,15 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
-from ..options import OptionError
-from ..rng import RandomStream
-from ..snapshots import PolicySnapshots
-from ..team import Completion, GenerationSettings, Team
-from .api import ApiComparator, ApiJob, ApiOptions, encode
-from .local import Comparator, CurrentComparator, CurrentCopyComparator, HistoryComparator, ModelComparator
+from ..options import OptionError, at_least
+from ..team import Completion, GenerationSettings
+from .api import encode
+from .base import Comparator, ComparatorContext
+from .local import CurrentComparator
 
-ADAPTER_OPTION = "comparator_centralized_adapter"
+ADAPTER_OPTION = "adapter"
 
 
 class CentralizedComparatorParseError(ValueError):
@@ -35,7 +35,22 @@ class AdapterError(OptionError, TypeError):
     """An adapter that does not have the adapter interface (a config error, and a ``TypeError`` as in the reference)."""
 
 
-class TaggedCentralizedComparatorAdapter:
+class CentralizedAdapter:
+    """Builds the joint prompt of a centralized source and splits its completion into roles.
+
+    Subclass it (or write any class with these two methods) and name it by import path.
+    """
+
+    def build_prompt(self, batch_item: Dict[str, Any], agent_prompts: Sequence[str]) -> str:
+        """The one prompt that asks for every role, from the task item and the agents' own prompts."""
+        raise NotImplementedError
+
+    def parse_completion(self, completion: str, batch_item: Dict[str, Any], num_agents: int) -> List[str]:
+        """One text per role; raise :class:`CentralizedComparatorParseError` when it cannot be split."""
+        raise NotImplementedError
+
+
+class TaggedCentralizedComparatorAdapter(CentralizedAdapter):
     """The default protocol: one ``<agent_i>...</agent_i>`` section per agent (0-based).
 
     ``build_prompt(batch_item, agent_prompts)`` lists every agent's original prompt and the
@@ -71,7 +86,7 @@ class TaggedCentralizedComparatorAdapter:
 
 
 def resolve_adapter(spec: Any) -> Any:
-    """The adapter of ``comparator_centralized_adapter``: ``None`` (tagged), an import path, or an object.
+    """The adapter: ``None`` (tagged), an import path, or an object.
 
     An import path may name a class (instantiated without arguments), a factory function returning
     an adapter, or an adapter object. It must have callable ``build_prompt`` and ``parse_completion``.
@@ -97,55 +112,55 @@ class CentralizedComparator(Comparator):
     """Joint completions from one source, split into roles by the adapter.
 
     Args:
-        team_of_actors: the actors (their tokenizers give each role's token ids).
-        stream: the comparator stream (local generation draws from it on slot ``slot``'s device).
-        adapter: ``build_prompt`` / ``parse_completion`` (see :class:`TaggedCentralizedComparatorAdapter`).
-        slot: ``comparator_centralized_agent_index``: the agent index sent to the API.
-        local: a comparator whose ``source()`` team generates the joint completions with agent
-            ``slot_in_source`` (``None`` with ``api``).
-        api: the API comparator (``None`` with a local source).
+        source: the comparator that writes the joint completions (default: the live team). A local
+            source sees only agent ``agent_index`` (its model, tokenizer and device), so a copy or
+            a loaded model is one model, not N; an :class:`ApiComparator` is sent the joint prompt
+            as agent ``agent_index``. K' is the source's ``num_candidates``.
+        adapter: ``build_prompt`` / ``parse_completion`` (a :class:`CentralizedAdapter`, or an import
+            path of a class, factory or object with those methods); default: the tagged adapter.
+        agent_index: the agent slot whose model, tokenizer and device generate.
     """
 
     def __init__(
         self,
-        team_of_actors: Callable[[], Team],
-        stream: RandomStream,
-        adapter: Any,
-        slot: int,
-        local: Optional[Comparator] = None,
-        slot_in_source: int = 0,
-        api: Optional[ApiComparator] = None,
+        source: Optional[Comparator] = None,
+        adapter: Union[CentralizedAdapter, str, None] = None,
+        agent_index: int = 0,
     ) -> None:
-        super().__init__(team_of_actors, stream)
-        self.adapter, self.slot, self.local, self.slot_in_source, self.api = adapter, slot, local, slot_in_source, api
+        self.source_comparator = source if source is not None else CurrentComparator()
+        if isinstance(self.source_comparator, CentralizedComparator):
+            raise OptionError("CentralizedComparator: source must not itself be centralized.")
+        super().__init__(self.source_comparator.num_candidates)
+        at_least("agent_index", agent_index, 0)
+        self.adapter, self.agent_index = resolve_adapter(adapter), agent_index
         self.unparseable = self.empty_sections = 0
+
+    def bind(self, context: ComparatorContext) -> None:
+        if self.agent_index >= context.team_size:
+            raise OptionError(f"agent_index ({self.agent_index}) must be smaller than num_agents ({context.team_size}).")
+        super().bind(context)
+        self.source_comparator.bind(context.view(self.agent_index))
+
+    def snapshot_round(self, round_index: int) -> Optional[int]:
+        return self.source_comparator.snapshot_round(round_index)
 
     def start_round(self, round_index: int) -> None:
         self.unparseable = self.empty_sections = 0
-        (self.api or self.local).start_round(round_index)
+        self.source_comparator.start_round(round_index)
 
     def end_round(self) -> None:
-        (self.api or self.local).end_round()
+        self.source_comparator.end_round()
 
     def metrics(self) -> Dict[str, float]:
         metrics = {"comparator/unparseable": float(self.unparseable),
                    "comparator/empty_sections": float(self.empty_sections)}
-        return {**(self.api.metrics() if self.api is not None else {}), **metrics}
+        return {**self.source_comparator.metrics(), **metrics}
 
     def joint_prompt(self, item: Dict[str, Any], prompts: Sequence[str]) -> str:
         prompt = self.adapter.build_prompt(item, list(prompts))
         if not isinstance(prompt, str) or not prompt:
             raise TypeError(f"{ADAPTER_OPTION}.build_prompt must return a non-empty str (got {type(prompt).__name__}).")
         return prompt
-
-    def joint_texts(self, joint_prompts: List[str], items: Sequence[Dict[str, Any]], count: int,
-                    settings: GenerationSettings) -> List[List[str]]:
-        """``count`` joint completions per item (fewer from an API that returned fewer)."""
-        if self.api is not None:
-            return self.api.texts_for([ApiJob(p, self.slot, item) for p, item in zip(joint_prompts, items)], count, settings)
-        team = self.local.source()
-        completions = team.generate(self.slot_in_source, joint_prompts, count, settings, self.stream)
-        return [[c.text for c in per_item] for per_item in completions]
 
     def parse(self, text: str, item: Dict[str, Any], num_agents: int) -> Optional[List[str]]:
         """The role texts of one completion, or ``None`` when the adapter cannot split it."""
@@ -169,10 +184,10 @@ class CentralizedComparator(Comparator):
         num_candidates: int,
         settings: GenerationSettings,
     ) -> List[List[List[Completion]]]:
-        team = self._actors()
+        team = self.context.actors()
         num_agents = team.num_agents
         joint_prompts = [self.joint_prompt(item, p) for item, p in zip(items, prompts)]
-        texts = self.joint_texts(joint_prompts, items, num_candidates, settings)
+        texts = self.source_comparator.sample_texts(joint_prompts, items, num_candidates, settings)
         result: List[List[List[Completion]]] = [[[] for _ in items] for _ in range(num_agents)]
         total = dropped = 0
         for k, (item, per_item) in enumerate(zip(items, texts)):
@@ -192,48 +207,6 @@ class CentralizedComparator(Comparator):
             example = " ".join(texts[next(k for k, t in enumerate(texts) if t)][0].split())[:200]
             raise CentralizedComparatorParseError(
                 f"Centralized comparator: none of this round's {total} completions could be split into "
-                f"{num_agents} roles (e.g. {example!r}). Check the model or set {ADAPTER_OPTION}."
+                f"{num_agents} roles (e.g. {example!r}). Check the model or the comparator's {ADAPTER_OPTION}."
             )
         return result
-
-
-def build_centralized_comparator(
-    policy: str,
-    team_of_actors: Callable[[], Team],
-    stream: RandomStream,
-    slot: int,
-    adapter: Any,
-    devices: Sequence[str],
-    sources: Sequence[str],
-    snapshots: Optional[PolicySnapshots],
-    history_k: Optional[int],
-    api: Optional[ApiOptions],
-) -> CentralizedComparator:
-    """The centralized comparator of ``policy`` using agent slot ``slot`` (its model, tokenizer, device).
-
-    Local sources see a one-agent view of slot ``slot``, so ``current_copy`` copies and ``model``
-    loads one model, not N; ``history`` loads the round's snapshot (once per round) and uses agent ``slot``.
-    """
-    count = team_of_actors().num_agents
-    if not 0 <= slot < count:
-        raise OptionError("comparator_centralized_agent_index must be >= 0." if slot < 0
-                          else "comparator_centralized_agent_index must be smaller than num_agents.")
-
-    def slot_view() -> Team:
-        team = team_of_actors()
-        return Team([team.agents[slot]], tokenizers=[team.tokenizers[slot]])
-
-    if policy == "api":
-        return CentralizedComparator(team_of_actors, stream, adapter, slot, api=ApiComparator(team_of_actors, stream, api))
-    if policy == "history":
-        local: Comparator = HistoryComparator(team_of_actors, stream, snapshots, history_k)
-        return CentralizedComparator(team_of_actors, stream, adapter, slot, local=local, slot_in_source=slot)
-    if policy == "current_copy":
-        local = CurrentCopyComparator(slot_view, stream, [devices[slot]])
-    elif policy == "model":
-        if len(sources) not in (1, count):
-            raise OptionError("comparator_agents length must be 1 or num_agents when comparator_generation_mode='centralized'.")
-        local = ModelComparator(slot_view, stream, [sources[0] if len(sources) == 1 else sources[slot]], [devices[slot]])
-    else:
-        local = CurrentComparator(slot_view, stream)
-    return CentralizedComparator(team_of_actors, stream, adapter, slot, local=local, slot_in_source=0)

@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Union
 
 import torch
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
 from ..checkpointing import enable_activation_checkpointing
-from ..data import DATA_STATE_MARKER
+from ..contract import data_side, optional_data_side
 from ..defaults import EMBEDDED
 from ..devices import DeviceSpec, resolve_devices
+from ..generation import Generator, HFGenerator
 from ..distributed import gather_objects, rank_and_world, shard
 from ..optim import adamw
 from ..options import at_least, positive, require
 from ..rng import RandomStream
 from ..lora import agent_parameters, build_lora_agents
 from ..team import GenerationSettings, Team, load_tokenizer
+
+
+NOT_HYPERPARAMETERS = ["agents", "tokenizers", "optimizer", "lr_scheduler", "generator"]
+"""Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
 
 
 class TeamModule(LightningModule):
@@ -35,14 +42,20 @@ class TeamModule(LightningModule):
         agent_devices: one device per agent inside one process (``None``/``auto``: the strategy's
             device; a device for all; a list of 1 or N). Single-process runs only: with DDP every
             process drives one device.
-        agent_learning_rate: AdamW learning rate, one for all agents or one per agent.
-        weight_decay: AdamW weight decay (torch's default, as the reference).
+        agent_learning_rate: learning rate, one for all agents or one per agent (each agent is one
+            parameter group of the optimizer).
+        weight_decay: weight decay of every agent's group (AdamW's default, as the reference).
+        optimizer: the optimizer class over the agents' parameter groups (``None``: AdamW, fused
+            where torch has the kernel); e.g. ``torch.optim.SGD`` with its own ``init_args``. The
+            groups' ``lr`` and ``weight_decay`` come from the two options above.
+        lr_scheduler: an optional learning-rate scheduler class over that optimizer, stepped every
+            epoch (e.g. ``torch.optim.lr_scheduler.LinearLR``).
         max_new_tokens: tokens sampled per completion (collection and evaluation).
         temperature: sampling temperature (> 0).
         top_p: nucleus sampling mass in (0, 1].
         top_k: top-k sampling (``None``: off).
-        generation_batch_size: sequences per ``generate()`` call; items share calls (``None``: as
-            many as a quarter of the device's total memory holds, estimated from the model's config).
+        generator: the generation backend (``None``: :class:`~comlrl_lightning.generation.HFGenerator`,
+            Hugging Face ``generate()``); collection, comparators, evaluation and rollouts sample with it.
         lora_r: build the team as ONE base model with one LoRA adapter of this rank per agent
             (``None``: every agent is a full model). All agents must then share one model source.
         lora_alpha: LoRA scaling numerator.
@@ -68,11 +81,13 @@ class TeamModule(LightningModule):
         agent_devices: DeviceSpec = None,
         agent_learning_rate: Union[float, List[float]] = 5e-6,
         weight_decay: float = 0.01,
-        max_new_tokens: int = 256,
-        temperature: float = 0.6,
+        optimizer: Optional[OptimizerCallable] = None,
+        lr_scheduler: Optional[LRSchedulerCallable] = None,
+        max_new_tokens: PositiveInt = 256,
+        temperature: PositiveFloat = 0.6,
         top_p: float = 0.6,
-        top_k: Optional[int] = 50,
-        generation_batch_size: Optional[int] = None,
+        top_k: Optional[PositiveInt] = 50,
+        generator: Optional[Generator] = None,
         lora_r: Optional[int] = None,
         lora_alpha: int = 16,
         lora_dropout: float = 0.0,
@@ -80,7 +95,7 @@ class TeamModule(LightningModule):
         gradient_checkpointing: bool = False,
         checkpoint_every_n_layers: int = 1,
         num_turns: int = 1,
-        collaboration_mode: str = "decentralized",
+        collaboration_mode: Literal["decentralized"] = "decentralized",
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -101,7 +116,6 @@ class TeamModule(LightningModule):
         require(0 < top_p <= 1, "top_p must be in (0, 1].")
         if top_k is not None:
             at_least("top_k", top_k, 1, allow_none=True)
-        at_least("generation_batch_size", generation_batch_size, 1, allow_none=True)
         at_least("checkpoint_every_n_layers", checkpoint_every_n_layers, 1)
         self.agent_sources = list(agents) if agents else [agent_model] * (num_agents or 2)
         rates = agent_learning_rate if isinstance(agent_learning_rate, (list, tuple)) else [agent_learning_rate] * len(self.agent_sources)
@@ -126,14 +140,16 @@ class TeamModule(LightningModule):
         )
         self.tokenizer_objects = tokenizers
         self.dtype_name = dtype
-        self.generation_settings = GenerationSettings(max_new_tokens, temperature, top_p, top_k, generation_batch_size)
+        self.generation_settings = GenerationSettings(max_new_tokens, temperature, top_p, top_k)
+        self.generator: Generator = generator if generator is not None else HFGenerator()
+        self.optimizer_class, self.lr_scheduler_class = optimizer, lr_scheduler
         # MeanMetric keeps sums, so the value is exact across processes and uneven batches
         self.eval_metrics = torch.nn.ModuleDict(
             {"eval/turn_1/reward_mean": MeanMetric(), "eval/turn_1/expected_return": MeanMetric()}
         )
         self._team: Optional[Team] = None
         self.skipped_steps = 0  # identical on every process: they all skip together
-        self.save_hyperparameters(ignore=["agents", "tokenizers"])
+        self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
         if all(isinstance(source, str) for source in self.agent_sources):
             self.hparams["agents"] = self.agent_sources
 
@@ -173,11 +189,20 @@ class TeamModule(LightningModule):
                 agent.to(device)
 
     def configure_optimizers(self):
+        """One parameter group per agent (its ``lr``), in ``optimizer`` (default fused AdamW).
+
+        One optimizer over per-agent groups equals one optimizer per agent, and keeps Lightning's
+        automatic optimization (gradient clipping, accumulation, precision, sharding).
+        """
+        decay = self.hparams.weight_decay
         groups = [
-            {"params": agent_parameters(agent), "lr": lr, "name": f"agent_{i}"}
+            {"params": agent_parameters(agent), "lr": lr, "weight_decay": decay, "name": f"agent_{i}"}
             for i, (agent, lr) in enumerate(zip(self.team.agents, self.learning_rates))
         ]
-        return adamw(groups, weight_decay=self.hparams.weight_decay)
+        optimizer = adamw(groups) if self.optimizer_class is None else self.optimizer_class(groups)
+        if self.lr_scheduler_class is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": self.lr_scheduler_class(optimizer)}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Clip each agent's gradients on its own (``trainer.gradient_clip_val``).
@@ -206,6 +231,13 @@ class TeamModule(LightningModule):
         rank_zero_warn(f"non-finite loss ({loss.item()}) at step {self.global_step}; update skipped.")
         return True
 
+    trains_on: Literal["pairs", "items"] = "pairs"
+    """What the data module serves for training: preference pairs, or task items (rollout modules)."""
+
+    def collate_pairs(self, pairs: List[Any]) -> Any:
+        """Training batch of preference pairs (modules that train on pairs override it)."""
+        raise TypeError(f"{type(self).__name__} trains on task items, not on preference pairs.")
+
     @contextlib.contextmanager
     def generation_context(self) -> Iterator[None]:
         """Sampling outside the training step: eval mode, no grad, the precision plugin's autocast."""
@@ -226,7 +258,7 @@ class TeamModule(LightningModule):
         prompts = [task.prompts(item) for item in items]
         with self.generation_context():
             samples = [
-                self.team.generate(agent, [p[agent] for p in prompts], 1, self.generation_settings, stream)
+                self.generator.generate(self.team, agent, [p[agent] for p in prompts], 1, self.generation_settings, stream)
                 for agent in range(self.team.num_agents)
             ]
         rewards = []
@@ -240,7 +272,7 @@ class TeamModule(LightningModule):
         return RandomStream.derive(self.hparams.seed, "eval", self.global_step, self.global_rank, *keys)
 
     def validation_step(self, batch: List[Dict[str, Any]], batch_idx: int) -> None:
-        rewards = self.evaluate_items(batch, self.trainer.datamodule.task, self._eval_stream(batch_idx))
+        rewards = self.evaluate_items(batch, data_side(self.trainer).task, self._eval_stream(batch_idx))
         values = torch.tensor(rewards, dtype=torch.float32, device=self.device)
         for key, metric in self.eval_metrics.items():
             metric.update(values)
@@ -248,11 +280,12 @@ class TeamModule(LightningModule):
 
     def evaluate_now(self, label: str) -> Optional[float]:
         """Evaluate outside the validation loop (before the first and after the last update)."""
-        datamodule = self.trainer.datamodule
-        rank, world = rank_and_world(self.trainer)
-        items = shard(datamodule.eval_items[: datamodule.eval_num_samples], rank, world)
-        if not datamodule.eval_items[: datamodule.eval_num_samples] or self.trainer.limit_val_batches == 0:
+        datamodule = optional_data_side(self.trainer)
+        every_item = datamodule.evaluation_items() if datamodule is not None else []
+        if not every_item or self.trainer.limit_val_batches == 0:
             return None
+        rank, world = rank_and_world(self.trainer)
+        items = shard(every_item, rank, world)
         rewards = []
         for index, start in enumerate(range(0, len(items), datamodule.eval_batch_size)):
             batch = items[start : start + datamodule.eval_batch_size]
@@ -280,24 +313,3 @@ class TeamModule(LightningModule):
         """Send metrics straight to the loggers (for work outside a step, such as collection)."""
         for logger in self.loggers:
             logger.log_metrics(metrics, step=self.global_step)
-
-    def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        self._find_data_state(checkpoint)
-
-    def _find_data_state(self, checkpoint: Dict[str, Any]) -> None:
-        """Let a renamed or subclassed data module resume.
-
-        Lightning stores the data module's state under its class name and silently skips it when
-        the name differs, which would quietly recollect pairs and restart the replay history. This
-        hook runs just before the data module is restored and files our state under the new name.
-        """
-        datamodule = self._trainer.datamodule if self._trainer is not None else None
-        key = type(datamodule).__qualname__
-        if datamodule is None or key in checkpoint:
-            return
-        found = [k for k, v in checkpoint.items() if isinstance(v, dict) and DATA_STATE_MARKER in v]
-        if len(found) > 1:
-            raise RuntimeError(f"The checkpoint holds data states {found}; none matches the data module {key}.")
-        if found:
-            rank_zero_info(f"Restoring the data module {key} from the checkpoint's {found[0]} state.")
-            checkpoint[key] = checkpoint[found[0]]

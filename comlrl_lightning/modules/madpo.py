@@ -11,7 +11,7 @@ from ..losses import madpo_loss
 from ..options import positive
 from ..pairs import PreferencePair
 from ..team import pack_sequences
-from .base import TeamModule
+from .base import NOT_HYPERPARAMETERS, TeamModule
 
 
 class MADPOModule(TeamModule):
@@ -35,7 +35,7 @@ class MADPOModule(TeamModule):
         super().__init__(**kwargs)
         self.dpo_beta = float(dpo_beta)
         self.score_last_token = score_last_token
-        self.save_hyperparameters(ignore=["agents", "tokenizers"])
+        self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
         self.preference_accuracy = MeanMetric()
 
     # ------------------------------------------------------------------------------------------

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 import torch
 
+from ..contract import data_side
 from ..devices import DeviceSpec, resolve_devices
 from ..lora import is_lora_team
 from ..losses import group_advantages, k3_kl, policy_gradient_loss
 from ..options import OptionError, at_least, choice, require
 from ..rng import RandomStream
 from ..team import Team, pack_sequences
-from .base import TeamModule
+from .base import NOT_HYPERPARAMETERS, TeamModule
 
 RL_ALGORITHMS = ("magrpo", "mareinforce", "maremax", "marloo", "maac", "iac")
 BASELINES = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
@@ -31,7 +32,8 @@ class MAGRPOModule(TeamModule):
     ``sum_i mean -A * log pi_i(completion)``; tokens after the EOS are not scored.
 
     Args:
-        rl_algorithm: ``magrpo``, ``mareinforce`` (alias ``mareforce``), ``maremax`` or ``marloo``.
+        rl_algorithm: ``magrpo``, ``mareinforce``, ``maremax`` or ``marloo`` (the actor-critic ``maac``
+            and ``iac`` are not available yet).
         num_generations: G samples per agent per item (>= 2).
         advantage_normalization: divide advantages by the group std.
         reference_kl_enabled: penalise the k3 KL to the initial policy.
@@ -44,7 +46,7 @@ class MAGRPOModule(TeamModule):
 
     def __init__(
         self,
-        rl_algorithm: str = "magrpo",
+        rl_algorithm: Literal["magrpo", "mareinforce", "maremax", "marloo", "maac", "iac"] = "magrpo",
         num_generations: int = 4,
         advantage_normalization: bool = True,
         reference_kl_enabled: bool = False,
@@ -52,7 +54,7 @@ class MAGRPOModule(TeamModule):
         reference_devices: DeviceSpec = None,
         **kwargs: Any,
     ) -> None:
-        algorithm = choice("rl_algorithm", rl_algorithm or "magrpo", RL_ALGORITHMS, {"mareforce": "mareinforce"})
+        algorithm = choice("rl_algorithm", rl_algorithm or "magrpo", RL_ALGORITHMS)
         if algorithm in ("maac", "iac"):
             raise OptionError(f"rl_algorithm='{algorithm}' (actor-critic) is not available yet in comlrl-lightning.")
         require(num_generations >= 2, "num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
@@ -66,7 +68,7 @@ class MAGRPOModule(TeamModule):
         self.reference_kl_enabled, self.reference_kl_coef = reference_kl_enabled, float(reference_kl_coef)
         self.reference_devices = reference_devices
         self.reference: Optional[Team] = None
-        self.save_hyperparameters(ignore=["agents", "tokenizers"])
+        self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
 
     def configure_model(self) -> None:
         super().configure_model()
@@ -90,18 +92,18 @@ class MAGRPOModule(TeamModule):
 
     def joint_returns(self, items: List[Dict[str, Any]], prompts: List[List[str]], texts: List[List[List[str]]]) -> torch.Tensor:
         """``[items, G]`` returns of the joint responses; ``texts[agent][item][g]``. Here: the task reward."""
-        oracle = self.trainer.datamodule.task.oracle
+        oracle = data_side(self.trainer).task.oracle
         rows = [oracle.score([per_agent[k] for per_agent in texts], prompts[k], item)[1] for k, item in enumerate(items)]
         return torch.tensor(rows, dtype=torch.float32, device=self.device)
 
     def training_step(self, items: List[Dict[str, Any]], batch_idx: int) -> Optional[torch.Tensor]:
-        task = self.trainer.datamodule.task
+        task = data_side(self.trainer).task
         prompts = [task.prompts(item) for item in items]
         size, group = len(items), self.num_generations
         stream = RandomStream.derive(self.hparams.seed, "rollout", self.global_step, self.global_rank)
         with self.generation_context():
             samples = [
-                self.team.generate(a, [p[a] for p in prompts], group, self.generation_settings, stream)
+                self.generator.generate(self.team, a, [p[a] for p in prompts], group, self.generation_settings, stream)
                 for a in range(self.num_agents)
             ]
         returns = self.joint_returns(items, prompts, [[[c.text for c in row] for row in agent] for agent in samples])

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 import torch
 
 from ..optim import adamw
 from ..options import at_least, choice, positive
 from ..reward_model import RewardModelOracle, RewardScorer
+from ..contract import data_side
+from .base import NOT_HYPERPARAMETERS
 from .magrpo import MAGRPOModule
-
-SCORING_ALIASES = {
-    "oracle": "task", "environment": "task", "env": "task",
-    "model": "reward_model", "learned": "reward_model",
-}
-
 
 class MARLHFModule(MAGRPOModule):
     """Multi-agent RLHF: a fresh joint reward model is fitted on every round's preference pairs, then
@@ -49,7 +45,7 @@ class MARLHFModule(MAGRPOModule):
         reward_train_batch_size: int = 1,
         reward_max_length: Optional[int] = None,
         reward_freeze_backbone: bool = False,
-        preference_scoring_reward: str = "task",
+        preference_scoring_reward: Literal["task", "reward_model"] = "task",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -59,7 +55,7 @@ class MARLHFModule(MAGRPOModule):
         if reward_max_length is not None:
             at_least("reward_max_length", reward_max_length, 1, allow_none=True)
         self.preference_scoring_reward = choice(
-            "preference_scoring_reward", preference_scoring_reward, ("task", "reward_model"), SCORING_ALIASES
+            "preference_scoring_reward", preference_scoring_reward, ("task", "reward_model")
         )
         self.reward_model_name = reward_model_name
         self.reward_learning_rate = float(reward_learning_rate)
@@ -69,7 +65,7 @@ class MARLHFModule(MAGRPOModule):
         self.reward_model: Optional[torch.nn.Module] = None
         self.fitted_round: Optional[int] = None
         self._fresh_reward_state: Optional[Dict[str, torch.Tensor]] = None
-        self.save_hyperparameters(ignore=["agents", "tokenizers"])
+        self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
 
     def configure_model(self) -> None:
         super().configure_model()
@@ -85,9 +81,7 @@ class MARLHFModule(MAGRPOModule):
     # Reward model fit, once per round, before the round's first update
 
     def on_train_epoch_start(self) -> None:
-        datamodule = self.trainer.datamodule
-        round_index = getattr(datamodule, "built_round", 0) or 0
-        pairs = getattr(datamodule, "pairs", None)
+        round_index, pairs = data_side(self.trainer).round_pairs()
         if pairs and round_index != self.fitted_round:
             self.fit_reward_model(pairs, round_index)
 
