@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
 
-from comlrl_lightning.comparators import CentralizedComparatorParseError
+from comlrl_lightning.comparators import CentralizedAdapter, CentralizedComparatorParseError
 
 
 class HalvesAdapter:
@@ -37,6 +37,16 @@ class WrongCount(HalvesAdapter):
 class NotASequence(HalvesAdapter):
     def parse_completion(self, completion: str, batch_item: Dict[str, Any], num_agents: int) -> Any:
         return completion
+
+
+class EchoAdapter(CentralizedAdapter):
+    """A subclass of the adapter base class: every role gets the whole completion."""
+
+    def build_prompt(self, batch_item: Dict[str, Any], agent_prompts: Sequence[str]) -> str:
+        return f"topic: {batch_item['prompt']}\nboth:"
+
+    def parse_completion(self, completion: str, batch_item: Dict[str, Any], num_agents: int) -> List[str]:
+        return [completion] * num_agents
 
 
 class NoParser:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from comlrl_lightning import GenerationSettings, IterativePreferenceDataModule, OptionError, Team
-from comlrl_lightning.comparators import ApiComparator, ComparatorApiError
-from comlrl_lightning.comparators.api import validate_api_options
+from comlrl_lightning.comparators import API_FORMATS, ApiComparator, ComparatorApiError, ComparatorContext
 from comlrl_lightning.comparators.api_formats import (
     ApiResponseError,
     is_deepseek,
@@ -23,6 +23,8 @@ from comlrl_lightning.comparators.api_formats import (
     parse_generic,
     parse_openai,
 )
+from comlrl_lightning.generation import HFGenerator
+from comlrl_lightning.replay import CurrentReplay
 from comlrl_lightning.rng import RandomStream
 from tests.fake_providers import FakeProvider, Fault, fake_text
 
@@ -30,6 +32,7 @@ KEY_ENV = "COMLRL_TEST_API_KEY"
 KEY = "sk-test-9f3c1e7a5b2d4c6e8a0b"
 ITEMS = [{"prompt": "sun"}, {"prompt": "moon"}]
 PROMPTS = [["write: sun", "match: sun"], ["write: moon", "match: moon"]]
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SETTINGS = GenerationSettings(max_new_tokens=7, temperature=0.9, top_p=0.95, top_k=None)
 
 
@@ -43,10 +46,23 @@ def api_key(monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
 
 
-def make(team, provider, fmt=None, **options):
-    options = {"url": provider.url, "format": fmt or provider.fmt, "key_env": KEY_ENV, "backoff_base": 0.01, **options}
-    comparator = ApiComparator(lambda: team, RandomStream(0), validate_api_options(**options))
-    comparator.start_round(0)
+def bind(comparator, team):
+    comparator.bind(ComparatorContext(actors=lambda: team, generator=HFGenerator(), stream=RandomStream(0),
+                                      agent_devices=["cpu"] * team.num_agents))
+    return comparator
+
+
+def make(team, provider, fmt=None, backoff_base=0.01, retry_after_cap=None, **options):
+    """A bound comparator talking to ``provider``, its round started (the key is checked there)."""
+    comparator = ApiComparator(**{"url": provider.url, "format": fmt or provider.fmt, "key_env": KEY_ENV, **options})
+    # class attributes, not config options: set on the instance before the client is made
+    comparator.backoff_base = backoff_base
+    if retry_after_cap is not None:
+        comparator.retry_after_cap = retry_after_cap
+    bind(comparator, team).start_round(0)
+    # the lazily made client carries what was set (the timing tests rely on it)
+    assert comparator.client.backoff_base == backoff_base
+    assert comparator.client.retry_after_cap == comparator.retry_after_cap
     return comparator
 
 
@@ -67,7 +83,7 @@ def assert_ids_from_actor_tokenizer(team, completions):
 
 def test_openai_chat_bodies_headers_n_batching_and_parsing(team):
     with FakeProvider("openai") as provider:
-        comparator = make(team, provider, "chat", model="gpt-4o-mini", max_n_per_request=2,
+        comparator = make(team, provider, "openai", model="gpt-4o-mini", max_n_per_request=2,
                           extra_body={"seed": 7, "top_p": None})
         result = comparator.sample(ITEMS, PROMPTS, 3, SETTINGS)
     assert {r.path for r in provider.requests} == {"/v1/chat/completions"}
@@ -109,7 +125,7 @@ def test_openai_server_that_ignores_n_is_asked_again_for_the_rest(team):
 
 def test_anthropic_messages_bodies_headers_and_first_text_block(team):
     with FakeProvider("anthropic") as provider:
-        result = make(team, provider, "messages", model="claude-test", extra_body={"system": "be brief"}) \
+        result = make(team, provider, "anthropic", model="claude-test", extra_body={"system": "be brief"}) \
             .sample(ITEMS, PROMPTS, 2, SETTINGS)
     assert {r.path for r in provider.requests} == {"/v1/messages"}
     for request in provider.requests:
@@ -134,7 +150,7 @@ def test_anthropic_messages_bodies_headers_and_first_text_block(team):
 
 def test_openai_responses_bodies_and_output_text(team):
     with FakeProvider("openai_responses") as provider:
-        result = make(team, provider, "codex", model="gpt-5-codex").sample(ITEMS, PROMPTS, 2, SETTINGS)
+        result = make(team, provider, "openai_responses", model="gpt-5-codex").sample(ITEMS, PROMPTS, 2, SETTINGS)
     assert {r.path for r in provider.requests} == {"/v1/responses"}
     for request in provider.requests:
         assert request.headers["authorization"] == f"Bearer {KEY}"
@@ -173,7 +189,7 @@ def test_generic_and_openai_parsing_rules():
     assert parse_generic({"completions": None}, "completions") == []
     assert parse_generic({"completions": 7}, "completions") == ["7"]
     assert parse_generic(["bare", "list"], "completions") == ["bare", "list"]
-    with pytest.raises(ApiResponseError, match="comparator_api_response_field='data'"):
+    with pytest.raises(ApiResponseError, match="response_field='data'"):
         parse_generic({"unrelated": 1}, "data")
     assert parse_openai({"choices": [{"text": "legacy"}, {"message": {"content": None}},
                                      {"message": {"content": [{"type": "text", "text": "pa"}, {"text": "rts"}]}}]}) \
@@ -236,7 +252,7 @@ def test_hung_connection_times_out_and_is_retried(team):
     with FakeProvider("openai") as provider:
         provider.always = Fault(hang=True)
         started = time.perf_counter()
-        with pytest.raises(ComparatorApiError, match=r"after 2 attempts; last: no response within comparator_api_timeout=0.2s"):
+        with pytest.raises(ComparatorApiError, match=r"after 2 attempts; last: no response within timeout=0.2s"):
             make(team, provider, timeout=0.2, max_retries=1).sample(ITEMS, PROMPTS, 2, SETTINGS)
     assert time.perf_counter() - started < 3
 
@@ -294,68 +310,139 @@ def test_client_errors_are_not_retried(team, status, words, body):
 def test_missing_key_variable_fails_before_any_request(team, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
     with FakeProvider("openai") as provider:
-        with pytest.raises(ComparatorApiError, match=f"comparator_api_key_env names {KEY_ENV}, but that environment"):
+        with pytest.raises(ComparatorApiError, match=f"key_env names {KEY_ENV}, but that environment"):
             make(team, provider)
     assert provider.requests == []
 
 
 # ----------------------------------------------------------------------------------------------
-# Options (checked when the config is parsed)
+# Options (checked when the comparator is made, i.e. while the CLI instantiates the config)
 
-API = dict(comparator_policy="api", comparator_api_url="http://127.0.0.1:9/v1/chat/completions")
+URL = "http://127.0.0.1:9/v1/chat/completions"
 API_RULES = [
-    (dict(API, comparator_api_format="gemini"),
-     "comparator_api_format must be one of: generic, openai, anthropic, openai_responses."),
-    (dict(comparator_policy="endpoint"), "comparator_api_url is required when comparator_policy='api'."),
-    (dict(API, comparator_history_k=1), "comparator_history_k is only valid when comparator_policy='history'."),
-    (dict(API, comparator_api_max_n_per_request=0), "comparator_api_max_n_per_request must be >= 1 or null."),
-    (dict(API, comparator_api_timeout=0), "comparator_api_timeout must be > 0."),
-    (dict(API, comparator_api_concurrency=0), "comparator_api_concurrency must be >= 1."),
-    (dict(API, comparator_api_max_retries=-1), "comparator_api_max_retries must be >= 0."),
-    (dict(API, comparator_api_headers={"Authorization": "Bearer x"}), "comparator_api_headers must not carry the credential"),
-    (dict(API, comparator_api_headers={"x-api-key": "x"}), "comparator_api_headers must not carry the credential"),
+    (dict(format="gemini"), "format must be one of: generic, openai, anthropic, openai_responses."),
+    (dict(url=""), "ApiComparator needs a url."),
+    (dict(url="   "), "ApiComparator needs a url."),
+    (dict(max_n_per_request=0), "max_n_per_request must be >= 1 or null."),
+    (dict(timeout=0), "timeout must be > 0."),
+    (dict(timeout=float("inf")), "timeout must be > 0."),
+    (dict(concurrency=0), "concurrency must be >= 1."),
+    (dict(max_retries=-1), "max_retries must be >= 0."),
+    (dict(num_candidates=0), "num_candidates must be >= 1 or null."),
+    (dict(headers={"Authorization": "Bearer x"}), "headers must not carry the credential (Authorization)"),
+    (dict(headers={"x-api-key": "x"}), "headers must not carry the credential (x-api-key)"),
+    (dict(key_header="X-Token", headers={"x-token": "x"}), "headers must not carry the credential (x-token)"),
+    (dict(headers={"X-Retries": 3}), "headers must map header names to strings."),
+    (dict(extra_body=["seed", 7]), "extra_body must be a mapping."),
+    (dict(response_field=" "), "response_field must not be empty."),
 ]
 
 
 @pytest.mark.parametrize("options, message", API_RULES)
 def test_api_option_rules(options, message):
     with pytest.raises(OptionError) as error:
-        IterativePreferenceDataModule(**options)
+        ApiComparator(**{"url": URL, **options})
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("removed", ["chat", "OpenAI_Chat", "messages", "anthropic_messages", "responses", "codex",
+                                     " Generic ", "OPENAI"])
+def test_format_aliases_are_refused(removed):
+    # only the four canonical names: no normalising, no aliases
+    with pytest.raises(OptionError, match="format must be one of: generic, openai, anthropic, openai_responses."):
+        ApiComparator(url=URL, format=removed)
 
 
 def test_a_key_pasted_into_key_env_is_refused_without_echoing_it():
     with pytest.raises(OptionError) as error:
-        IterativePreferenceDataModule(**API, comparator_api_key_env=KEY)
-    assert "must be the NAME of an environment variable" in str(error.value) and KEY not in str(error.value)
+        ApiComparator(url=URL, key_env=KEY)
+    assert "key_env must be the NAME of an environment variable" in str(error.value) and KEY not in str(error.value)
 
 
-def test_format_aliases_and_defaults():
-    for alias, canonical in [("OpenAI_Chat", "openai"), ("chat", "openai"), ("messages", "anthropic"),
-                             ("anthropic_messages", "anthropic"), ("responses", "openai_responses"),
-                             ("codex", "openai_responses"), (" Generic ", "generic")]:
-        data = IterativePreferenceDataModule(**API, comparator_api_format=alias)
-        assert data.comparator_options.api.format == canonical
-    api = IterativePreferenceDataModule(**API).comparator_options.api
-    assert (api.format, api.timeout, api.key_header, api.key_prefix, api.response_field, api.max_retries) == (
-        "generic", 120.0, "Authorization", "Bearer", "completions", 4)
-    # the reference accepts (and ignores) model names with the api policy
-    assert IterativePreferenceDataModule(**API, comparator_model_name="m").comparator_policy == "api"
+def test_defaults_and_a_lazy_client(team):
+    comparator = ApiComparator(url=URL)
+    assert (comparator.format, comparator.model, comparator.key_env, comparator.timeout, comparator.key_header,
+            comparator.key_prefix, comparator.headers, comparator.response_field, comparator.extra_body,
+            comparator.max_n_per_request, comparator.concurrency, comparator.max_retries,
+            comparator.num_candidates) == (
+        "generic", None, None, 120.0, "Authorization", "Bearer", {}, "completions", {}, None, 8, 4, None)
+    assert (ApiComparator.backoff_base, ApiComparator.retry_after_cap) == (1.0, 60.0)
+    assert set(API_FORMATS) == {"generic", "openai", "anthropic", "openai_responses"}
+    # a plain config object until first use: no client, no binding needed to build it
+    assert comparator._client is None
+    with pytest.raises(RuntimeError, match="ApiComparator is not bound"):
+        comparator.sample(ITEMS, PROMPTS, 1, SETTINGS)
+    comparator.backoff_base, comparator.retry_after_cap = 0.25, 3.0
+    client = comparator.client
+    assert comparator.client is client  # made once
+    assert (client.url, client.timeout, client.key_env, client.max_retries, client.concurrency, client.backoff_base,
+            client.retry_after_cap, client.anthropic) == (URL, 120.0, None, 4, 8, 0.25, 3.0, False)
+    assert ApiComparator.backoff_base == 1.0  # the instance's setting, not the class's
+    assert ApiComparator(url=URL, format="anthropic").client.anthropic
+    # the data module takes the comparator object (its num_candidates is K')
+    data = IterativePreferenceDataModule(comparator=ApiComparator(url=URL, format="openai", num_candidates=3),
+                                         replay=CurrentReplay())
+    assert isinstance(data.comparator, ApiComparator) and data.comparator.num_candidates == 3
+
+
+def test_repr_shows_no_query_or_userinfo():
+    comparator = ApiComparator(url="https://user:pw@api.example.invalid/v1/chat/completions?key=abc", format="openai",
+                               model="m")
+    assert repr(comparator) == ("ApiComparator(url='https://api.example.invalid/v1/chat/completions', "
+                                "format='openai', model='m')")
+
+
+# ----------------------------------------------------------------------------------------------
+# The CLI: a bad comparator option fails while the config is parsed / instantiated
+
+
+def cli_fails(tmp_path, capsys, *args):
+    from comlrl_lightning.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "madpo_iter_api_openai.yaml"), "--trainer.default_root_dir",
+              str(tmp_path), *args])
+    assert exit_info.value.code == 2
+    assert not (tmp_path / "config.yaml").exists()  # nothing ran
+    return capsys.readouterr()
+
+
+def test_cli_unknown_format_is_an_ordinary_parse_error(tmp_path, capsys):
+    err = cli_fails(tmp_path, capsys, "--data.init_args.comparator.init_args.format", "chat").err
+    assert 'Parser key "format"' in err and "Got value: chat" in err
+    assert "openai_responses" in err  # the allowed values are listed
+
+
+def test_cli_reports_the_comparators_option_errors_as_one_line(tmp_path, capsys):
+    err = cli_fails(tmp_path, capsys, "--data.init_args.comparator.init_args.timeout", "0").err
+    assert "error: timeout must be > 0." in err
+    out, err = cli_fails(tmp_path, capsys, "--data.init_args.comparator.init_args.key_env", KEY)
+    assert "error: key_env must be the NAME of an environment variable" in err
+    assert KEY not in out and KEY not in err
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic", "responses", "generic"])
 def test_example_configs_name_the_key_variable_and_validate(fmt):
+    import importlib
     import re
-    from pathlib import Path
 
     import yaml
 
-    path = Path(__file__).resolve().parents[1] / "configs" / f"madpo_iter_api_{fmt}.yaml"
+    def instantiate(spec):
+        module, _, name = spec["class_path"].rpartition(".")
+        return getattr(importlib.import_module(module), name)(**(spec.get("init_args") or {}))
+
+    path = CONFIGS / f"madpo_iter_api_{fmt}.yaml"
     text = path.read_text()
     assert not re.search(r"sk-[A-Za-z0-9]|api_key:", text)  # a variable name only, never a key
     options = yaml.safe_load(text)["data"]["init_args"]
-    assert re.fullmatch(r"[A-Z_]+", options["comparator_api_key_env"])
-    assert ".invalid" in options["comparator_api_url"]  # a placeholder that cannot spend money
-    data = IterativePreferenceDataModule(**options)
-    assert data.comparator_policy == "api"
-    assert data.comparator_options.api.format == {"responses": "openai_responses"}.get(fmt, fmt)
+    assert not [name for name in options if name.startswith("comparator_")]  # all inside the comparator object
+    spec = options["comparator"]
+    assert spec["class_path"] == "comlrl_lightning.comparators.ApiComparator"
+    assert re.fullmatch(r"[A-Z_]+", spec["init_args"]["key_env"])
+    assert ".invalid" in spec["init_args"]["url"]  # a placeholder that cannot spend money
+    comparator = instantiate(spec)
+    data = IterativePreferenceDataModule(**{**options, "comparator": comparator, "replay": instantiate(options["replay"])})
+    assert data.comparator is comparator
+    assert comparator.format == {"responses": "openai_responses"}.get(fmt, fmt)
+    assert comparator.num_candidates == options["preference_num_candidates"]

@@ -9,7 +9,7 @@ import torch
 import yaml
 from lightning.pytorch import Callback
 
-from comlrl_lightning.comparators import ComparatorApiError
+from comlrl_lightning.comparators import ApiComparator, ComparatorApiError
 from tests.fake_providers import FakeProvider, Fault
 from tests.iterative_run import make_run
 
@@ -17,10 +17,17 @@ KEY_ENV = "COMLRL_TEST_API_KEY"
 KEY = "sk-live-5e8d2c0f7a1b3e9d4c6a"
 
 
-def api_data(provider, **extra):
-    return dict(comparator_policy="api", comparator_history_k=None, comparator_api_url=provider.url,
-                comparator_api_format="openai", comparator_api_model="gpt-test", comparator_api_key_env=KEY_ENV,
-                num_iterations=2, num_train_epochs=1, **extra)
+def api_comparator(provider, **options):
+    """The comparator section of a config: switching a run to the API needs nothing else."""
+    return {"class_path": "comlrl_lightning.comparators.ApiComparator",
+            "init_args": {"url": provider.url, "format": "openai", "model": "gpt-test", "key_env": KEY_ENV,
+                          "num_candidates": 4, **options}}
+
+
+def api_data(provider, **options):
+    """Data options of the tiny run with a fresh API comparator (``options``: its init_args)."""
+    comparator = ApiComparator(**api_comparator(provider, **options)["init_args"])
+    return dict(comparator=comparator, num_iterations=2, num_train_epochs=1)
 
 
 def round_files(root):
@@ -61,9 +68,10 @@ def test_retried_faults_change_nothing_and_a_failed_round_is_redone_on_resume(tm
         checkpoint = ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1, every_n_epochs=1, save_on_train_epoch_end=True)
         switch = AfterRound1(provider, Fault(402))
         module, datamodule, trainer = make_run(
-            root, data=api_data(provider, comparator_api_timeout=0.5), max_epochs=2, callbacks=[checkpoint, switch]
+            root, data=api_data(provider, timeout=0.5), max_epochs=2, callbacks=[checkpoint, switch]
         )
-        datamodule.comparator_options.api.backoff_base = 0.01
+        datamodule.comparator.backoff_base = 0.01  # before the client is made (in the first round)
+        assert datamodule.comparator.client.backoff_base == 0.01
         with pytest.raises(ComparatorApiError, match="HTTP 402 \\(insufficient balance"):
             trainer.fit(module, datamodule)
         assert switch.requests_in_round_1 == 2 * 16 + 3  # one request per agent and item, plus 3 retries
@@ -103,11 +111,11 @@ def test_no_file_of_a_cli_run_contains_the_key(tmp_path, monkeypatch, capfd):
             "model": {"class_path": "comlrl_lightning.MADPOModule",
                       "init_args": {"agent_model": "embedded", "num_agents": 2, "max_new_tokens": 6}},
             "data": {"class_path": "comlrl_lightning.IterativePreferenceDataModule",
-                     "init_args": {**api_data(provider), "train_dataset": "embedded", "eval_dataset": "embedded",
-                                   "preference_num_candidates": 4, "comparator_num_candidates": 4,
-                                   "train_batch_size": 8, "eval_num_samples": 4, "eval_batch_size": 4}},
+                     "init_args": {"comparator": api_comparator(provider), "num_iterations": 2,
+                                   "num_train_epochs": 1, "train_dataset": "embedded", "eval_dataset": "embedded",
+                                   "preference_num_candidates": 4, "train_batch_size": 8, "eval_num_samples": 4,
+                                   "eval_batch_size": 4}},
         }
-        del config["data"]["init_args"]["comparator_history_k"]
         path = tmp_path / "config.yaml"
         path.write_text(yaml.safe_dump(config))
         try:
@@ -122,8 +130,10 @@ def test_no_file_of_a_cli_run_contains_the_key(tmp_path, monkeypatch, capfd):
     names = {p.name for p in files}
     assert {"config.yaml", "hparams.yaml", "metrics.csv", "last.ckpt", "iteration_0002.json"} <= names
     assert any(p.suffix == ".wandb" for p in files), sorted(names)  # the offline wandb run
-    saved_config = next(p for p in files if p.name == "config.yaml").read_text()
-    assert f"comparator_api_key_env: {KEY_ENV}" in saved_config  # the name is saved, not the value
+    saved_config = yaml.safe_load(next(p for p in files if p.name == "config.yaml").read_text())
+    saved_comparator = saved_config["data"]["init_args"]["comparator"]
+    assert saved_comparator["class_path"] == "comlrl_lightning.comparators.ApiComparator"
+    assert saved_comparator["init_args"]["key_env"] == KEY_ENV  # the name is saved, not the value
     leaks = [str(p) for p in files if KEY.encode() in p.read_bytes()]
     assert leaks == []
     out, err = capfd.readouterr()

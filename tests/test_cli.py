@@ -104,3 +104,51 @@ def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
     rows = _metrics(tmp_path)
     assert any(r.get("val/reward_model/accuracy") for r in rows)
     assert max(int(r["epoch"]) for r in rows) == 1  # num_train_epochs=2 set trainer.max_epochs
+
+
+def test_optimizer_and_scheduler_classes_get_one_group_per_agent(tmp_path, monkeypatch):
+    import types
+
+    import torch
+
+    from comlrl_lightning.modules.base import TeamModule
+
+    spy = types.SimpleNamespace()
+    original = TeamModule.configure_optimizers
+
+    def recording(self):
+        result = original(self)
+        spy.result = result
+        return result
+
+    monkeypatch.setattr(TeamModule, "configure_optimizers", recording)
+    main(["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
+          "--model.init_args.agent_learning_rate", "[0.01, 0.02]",
+          "--model.init_args.optimizer", "torch.optim.SGD", "--model.init_args.optimizer.init_args.momentum", "0.9",
+          "--model.init_args.lr_scheduler", "torch.optim.lr_scheduler.StepLR",
+          "--model.init_args.lr_scheduler.init_args.step_size", "1"])
+    optimizer = spy.result["optimizer"]
+    assert isinstance(optimizer, torch.optim.SGD)
+    assert [(g["name"], g["momentum"], g["weight_decay"]) for g in optimizer.param_groups] == [
+        ("agent_0", 0.9, 0.01), ("agent_1", 0.9, 0.01)]
+    assert [g["initial_lr"] for g in optimizer.param_groups] == [0.01, 0.02]
+    assert isinstance(spy.result["lr_scheduler"], torch.optim.lr_scheduler.StepLR)
+    # StepLR (gamma 0.1, every epoch) has stepped after each of the 2 epochs
+    assert [round(g["lr"], 8) for g in optimizer.param_groups] == [0.0001, 0.0002]
+
+
+def test_help_lists_allowed_values_and_no_unusable_options(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    text = capsys.readouterr().out
+    assert "--optimizer" not in text and "--lr_scheduler" not in text  # the modules take them as options
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "configs/madpo_iter.yaml", "--data.help", "comlrl_lightning.IterativePreferenceDataModule"])
+    text = capsys.readouterr().out
+    assert "{comparator_reward,reward_gap,all,random}" in text
+    with pytest.raises(SystemExit):
+        main(["fit", "--model.help", "comlrl_lightning.MARLHFModule"])
+    text = capsys.readouterr().out
+    assert "{magrpo,mareinforce,maremax,marloo,maac,iac}" in text and "{task,reward_model}" in text

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence
 
 from ..options import at_least, positive, require
 from ..team import Completion, GenerationSettings, Team
-from .api_client import ApiClient, ComparatorApiError
+from .api_client import ApiClient, ComparatorApiError, shown_url
 from .api_formats import API_FORMATS, openai_batch_sizes, parse_response, request_body
 from .base import Comparator
 
@@ -140,7 +140,7 @@ class ApiComparator(Comparator):
         }
 
     def __repr__(self) -> str:
-        return f"ApiComparator(url={self.client.shown_url!r}, format={self.format!r}, model={self.model!r})"
+        return f"ApiComparator(url={shown_url(self.url)!r}, format={self.format!r}, model={self.model!r})"
 
     # ------------------------------------------------------------------------------------------
 

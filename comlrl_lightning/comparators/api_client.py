@@ -37,6 +37,12 @@ _STATUS_HINTS = {
 }
 
 
+def shown_url(url: str) -> str:
+    """``url`` without userinfo, query or fragment (where keys sometimes hide), for messages."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
 class ComparatorApiError(RuntimeError):
     """A comparator API request failed (after its retries, when the failure is retryable)."""
 
@@ -101,9 +107,8 @@ class ApiClient:
 
     @property
     def shown_url(self) -> str:
-        """The URL without query or fragment (where keys sometimes hide) for messages."""
-        parts = urlsplit(self.url)
-        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+        """The URL without userinfo, query or fragment (where keys sometimes hide) for messages."""
+        return shown_url(self.url)
 
     # ------------------------------------------------------------------------------------------
     # Key and headers

@@ -138,6 +138,12 @@ class CentralizedComparator(Comparator):
     def bind(self, context: ComparatorContext) -> None:
         if self.agent_index >= context.team_size:
             raise OptionError(f"agent_index ({self.agent_index}) must be smaller than num_agents ({context.team_size}).")
+        kind = type(self.source_comparator)
+        if kind.sample is not Comparator.sample and kind.sample_texts is Comparator.sample_texts \
+                and kind.source is Comparator.source:
+            # it would otherwise quietly write the joint completions with the live slot model
+            raise OptionError(f"CentralizedComparator: source {kind.__name__} overrides sample() only; a centralized "
+                              "source must provide source() (a team) or sample_texts() (joint texts).")
         super().bind(context)
         self.source_comparator.bind(context.view(self.agent_index))
 
@@ -150,6 +156,12 @@ class CentralizedComparator(Comparator):
 
     def end_round(self) -> None:
         self.source_comparator.end_round()
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"source": self.source_comparator.state_dict()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.source_comparator.load_state_dict(state.get("source") or {})
 
     def metrics(self) -> Dict[str, float]:
         metrics = {"comparator/unparseable": float(self.unparseable),
