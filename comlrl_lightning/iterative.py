@@ -75,6 +75,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         at_least("num_iterations", num_iterations, 1)
         self.num_iterations = num_iterations
         self.comparator = comparator if comparator is not None else CurrentComparator()
+        if self.num_agents is not None:  # the CLI links it from the model: per-agent options fail at parse time
+            self.comparator.check_team(self.num_agents)
         self.replay_rule = replay if replay is not None else CurrentReplay()
         self.preference_replay_dir, self.policy_checkpoint_dir = preference_replay_dir, policy_checkpoint_dir
         # one stream shared by the comparator's parts, re-seeded from (seed, round, rank) every round

@@ -238,3 +238,16 @@ def test_print_config_shows_the_parts_as_objects(config, capsys):
 def test_the_data_module_binds_its_own_default_parts():
     first, second = IterativePreferenceDataModule(), IterativePreferenceDataModule()
     assert first.comparator is not second.comparator and first.replay_rule is not second.replay_rule
+
+
+def test_per_agent_options_are_checked_against_the_team_when_the_config_is_parsed(tmp_path, capsys):
+    with pytest.raises(OptionError, match=r"agents length \(3\) must be 1 or 2."):
+        IterativePreferenceDataModule(num_agents=2, comparator=ModelComparator(agents=["a", "b", "c"]))
+    with pytest.raises(OptionError, match=r"agent_index \(2\) must be smaller than num_agents \(2\)."):
+        IterativePreferenceDataModule(num_agents=2, comparator=CentralizedComparator(agent_index=2))
+    with pytest.raises(SystemExit) as exit_info:  # the CLI links num_agents from the model: no model is loaded
+        main(["fit", "--config", "configs/madpo_iter.yaml", "--trainer.default_root_dir", str(tmp_path),
+              "--data.init_args.comparator", "comlrl_lightning.comparators.CurrentCopyComparator",
+              "--data.init_args.comparator.init_args.devices", "[cpu, cpu, cpu]"])
+    assert exit_info.value.code == 2
+    assert "error: devices length (3) must be 1 or 2." in capsys.readouterr().err

@@ -97,8 +97,13 @@ class Comparator:
     # ------------------------------------------------------------------------------------------
     # Round protocol
 
+    def check_team(self, num_agents: int) -> None:
+        """Check the per-agent options against the team size (called when the config is parsed,
+        where the data module knows ``num_agents``, and again when bound)."""
+
     def bind(self, context: ComparatorContext) -> None:
         """Called once by the data module's ``setup``, before any round."""
+        self.check_team(context.team_size)
         self._context = context
 
     @property

@@ -135,9 +135,12 @@ class CentralizedComparator(Comparator):
         self.adapter, self.agent_index = resolve_adapter(adapter), agent_index
         self.unparseable = self.empty_sections = 0
 
+    def check_team(self, num_agents: int) -> None:
+        if self.agent_index >= num_agents:
+            raise OptionError(f"agent_index ({self.agent_index}) must be smaller than num_agents ({num_agents}).")
+        self.source_comparator.check_team(num_agents)
+
     def bind(self, context: ComparatorContext) -> None:
-        if self.agent_index >= context.team_size:
-            raise OptionError(f"agent_index ({self.agent_index}) must be smaller than num_agents ({context.team_size}).")
         kind = type(self.source_comparator)
         if kind.sample is not Comparator.sample and kind.sample_texts is Comparator.sample_texts \
                 and kind.source is Comparator.source:

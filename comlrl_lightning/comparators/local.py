@@ -43,6 +43,9 @@ class CurrentCopyComparator(Comparator):
         self.devices = devices
         self._copy: Optional[Team] = None
 
+    def check_team(self, num_agents: int) -> None:
+        _check_length(self.devices, num_agents, "devices")
+
     def start_round(self, round_index: int) -> None:
         actors = self.context.actors()
         devices = self.context.devices(self.devices, "devices")
@@ -82,6 +85,10 @@ class ModelComparator(Comparator):
         require(not isinstance(devices, list) or len(devices) >= 1, "devices must name at least one device.")
         self.model_name, self.agents, self.devices = model_name, agents, devices
         self._team: Optional[Team] = None
+
+    def check_team(self, num_agents: int) -> None:
+        _check_length(self.agents, num_agents, "agents")
+        _check_length(self.devices, num_agents, "devices")
 
     def bind(self, context: ComparatorContext) -> None:
         super().bind(context)
@@ -133,3 +140,8 @@ class HistoryComparator(Comparator):
         if self._team is None:
             raise RuntimeError("HistoryComparator.start_round() loads the snapshot before sampling.")
         return self._team
+
+
+def _check_length(values: DeviceSpec, num_agents: int, option: str) -> None:
+    if isinstance(values, list):
+        require(len(values) in (1, num_agents), f"{option} length ({len(values)}) must be 1 or {num_agents}.")
