@@ -82,7 +82,7 @@ def build_pairs_within(
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:
-    """Base trainers (SPEC 3.1): pairs between the candidates of one item, ties dropped."""
+    """Base trainers: pairs between the candidates of one item, ties dropped."""
     result = CollectionResult()
     for k, item in enumerate(items):
         _, scores = oracle.score(candidates.texts(k), candidates.prompts[k], item)
@@ -120,7 +120,7 @@ def build_pairs_against(
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:
-    """Iterative trainers (SPEC 3.2): current candidate ``j`` against comparator candidate ``j``.
+    """Iterative trainers: current candidate ``j`` against comparator candidate ``j``.
 
     Only equal indices ``j < min(K, K')`` are compared; either side may win; ties are dropped.
     Selection per item: ``comparator_reward`` sorts by (comparator score, |gap|) descending,
@@ -184,7 +184,7 @@ def merge_results(parts: Sequence[CollectionResult], world: int) -> CollectionRe
 
 
 def pair_from_record(record: Dict[str, Any], team: Team) -> PreferencePair:
-    """A stored record made trainable: texts re-tokenized with each agent's tokenizer (SPEC 3.2 step 9).
+    """A stored record made trainable: texts re-tokenized with each agent's tokenizer (as the reference).
 
     Prompts get the tokenizer's special tokens, completions none (the EOS is not in the text).
     """

@@ -1,4 +1,4 @@
-"""Device specs of the seed (SPEC 2.1): ``None``/``"auto"``, one device, or a list of 1 or N."""
+"""Device specs of the seed: ``None``/``"auto"``, one device, or a list of 1 or N."""
 
 from __future__ import annotations
 

@@ -39,10 +39,9 @@ def positive(name: str, value: Optional[float], allow_none: bool = False) -> Non
     require(math.isfinite(value) and value > 0, f"{name} must be > 0{suffix}.")
 
 
-def choice(name: str, value: Optional[str], allowed: Iterable[str], aliases: Optional[dict] = None) -> str:
-    """Normalise ``value`` (strip, lower-case, resolve ``aliases``) and check it is in ``allowed``."""
+def choice(name: str, value: Optional[str], allowed: Iterable[str]) -> str:
+    """Normalise ``value`` (strip, lower-case) and check it is in ``allowed`` (one name per thing, no aliases)."""
     allowed = list(allowed)
     normalised = str(value).strip().lower() if value is not None else ""
-    normalised = (aliases or {}).get(normalised, normalised)
     require(normalised in allowed, f"{name} must be one of: {', '.join(allowed)}.")
     return normalised

@@ -1,6 +1,6 @@
 """The oracle: scores joint responses with a task reward function and a reward processor.
 
-Calling convention (the reference's, SPEC 2.3): for each joint candidate index ``j`` the reward
+Calling convention (the reference's): for each joint candidate index ``j`` the reward
 function is called once with one single-element list per agent, ``f([c_1^j], ..., [c_N^j])``;
 how the lists are passed depends on its signature:
 

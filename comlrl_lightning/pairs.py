@@ -13,7 +13,7 @@ PAIR_SELECTIONS = ("reward_gap", "all", "random")
 
 @dataclass
 class PreferencePair:
-    """One winner/loser pair of joint responses for one task item (SPEC 3.4).
+    """One winner/loser pair of joint responses for one task item (the reference's record).
 
     The token ids are kept beside the texts so training scores exactly the sampled tokens; they
     are not part of the JSON record (:meth:`to_record`).
@@ -94,7 +94,7 @@ def select_pairs(
     pairs_per_sample: Optional[int] = 16,
     rng: Optional[random.Random] = None,
 ) -> List[Tuple[int, int]]:
-    """Choose ``(winner, loser)`` candidate indices for one item (base trainers, SPEC 3.1).
+    """Choose ``(winner, loser)`` candidate indices for one item (base trainers).
 
     * ``reward_gap``: largest score gap first (stable: ties keep ``(i, j)`` order), first ``pairs_per_sample``;
     * ``random``: shuffled with ``rng`` (seeded, unlike the reference's global ``random``), first ``pairs_per_sample``;

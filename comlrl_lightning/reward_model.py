@@ -16,7 +16,7 @@ SEPARATOR = "\n\n"
 
 
 def joint_text(prompts: Sequence[str], completions: Sequence[str]) -> str:
-    """The reward model's input (SPEC 8.2): header, then each agent's prompt and response (1-based)."""
+    """The reward model's input (as the reference's): header, then each agent's prompt and response (1-based)."""
     parts = [JOINT_HEADER]
     for index in range(max(len(prompts), len(completions))):
         prompt = prompts[index] if index < len(prompts) else ""

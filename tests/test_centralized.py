@@ -74,7 +74,7 @@ def same_weights(a, b):
 
 
 # ----------------------------------------------------------------------------------------------
-# The tagged protocol (SPEC 6.6)
+# The tagged protocol
 
 
 def test_tagged_prompt_is_the_reference_text():

@@ -1,4 +1,4 @@
-"""Pairs of iterative rounds: current candidate j against comparator candidate j (SPEC 3.2)."""
+"""Pairs of iterative rounds: current candidate j against comparator candidate j."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Loss math (SPEC 7.1-7.3, DESIGN 3): hand-computed values and the single-pass MADPO gradient.
+"""Loss math: hand-computed values and the single-pass MADPO gradient.
 
 The key test compares the library's single batched pass (one forward of [winners; losers] per
 agent, one backward through the joint loss) with the reference's two-pass scheme, written here
-from the SPEC: a no-grad pass of per-sequence (batch of 1, unpadded) margins as Python floats,
+from the reference (CoMLRL): a no-grad pass of per-sequence (batch of 1, unpadded) margins as Python floats,
 then per agent a loss with only its own margin differentiable.
 """
 
@@ -156,7 +156,7 @@ def build_agents(tokenizer, num_agents: int):
 
 
 def reference_scored_count(completion, pad_id, score_last_token):
-    """SPEC 7.1: parity cuts at the first pad id and leaves out the last token; else all tokens."""
+    """Reference parity cuts at the first pad id and leaves out the last token; else all tokens."""
     if score_last_token:
         return len(completion)
     trimmed = completion[: completion.index(pad_id)] if pad_id in completion else completion

@@ -1,4 +1,4 @@
-"""The oracle: the reward-function calling convention and return handling (SPEC 2.3, 3.3)."""
+"""The oracle: the reward-function calling convention and return handling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pair construction and the pair record (SPEC 3.1 steps 5-6, 3.4, 4)."""
+"""Pair construction and the pair record."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Task items and per-agent prompt formatters (SPEC 2.1 "Formatters")."""
+"""Task items and per-agent prompt formatters."""
 
 from __future__ import annotations
 

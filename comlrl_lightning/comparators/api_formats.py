@@ -1,4 +1,4 @@
-"""Wire formats of the API comparator: request bodies and response parsing (SPEC 6.7).
+"""Wire formats of the API comparator: request bodies and response parsing.
 
 Pure functions, no I/O. Four formats:
 
@@ -200,7 +200,7 @@ def _at_path(payload: Any, path: str) -> Any:
 
 
 def normalise_completions(value: Any) -> List[str]:
-    """SPEC 6.7: None -> []; str -> [str]; a non-list -> [str(v)]; list items: str, or a dict's first
+    """As the reference: None -> []; str -> [str]; a non-list -> [str(v)]; list items: str, or a dict's first
     truthy ``text``/``content``/``completion``/``response``, else ``message.content``; None items are skipped."""
     if value is None:
         return []
