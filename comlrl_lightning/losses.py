@@ -109,3 +109,51 @@ def k3_kl(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask:
     """
     ratio = reference_logprobs - policy_logprobs
     return ((torch.exp(ratio) - ratio - 1.0) * mask).sum(dim=-1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Actor-critic pieces (MAAC / IAC)
+
+
+def actor_critic_advantages(returns: torch.Tensor, values: torch.Tensor, normalize: bool = True,
+                            eps: float = 1e-6) -> torch.Tensor:
+    """One-step actor-critic advantages ``A = R̃ - V`` over a whole update batch.
+
+    ``returns`` are the (KL-shaped) returns ``R̃``, ``values`` the critic's ``V`` (or ``Q``) of the
+    same samples, any equal shapes; ``V`` is treated as a constant. With ``normalize`` (as the
+    reference), ``A`` is standardised over every element: ``(A - mean A) / max(std_pop A, eps)``,
+    unless it has a single element.
+    """
+    advantages = returns.detach().float() - values.detach().float()
+    if normalize and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / advantages.std(unbiased=False).clamp_min(eps)
+    return advantages
+
+
+def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None = None,
+               clip_range: float | None = None) -> torch.Tensor:
+    """Mean squared error of the critic, optionally clipped around the values at rollout time.
+
+    Unclipped: ``mean (V - R)^2``. With ``old_values`` and ``clip_range = c`` (PPO-style):
+
+        mean max( (V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2 )
+
+    ``returns`` and ``old_values`` are constants.
+    """
+    returns = returns.detach().to(values.dtype)
+    error = (values - returns) ** 2
+    if old_values is None or clip_range is None:
+        return error.mean()
+    old_values = old_values.detach().to(values.dtype)
+    clipped = old_values + torch.clamp(values - old_values, -clip_range, clip_range)
+    return torch.maximum(error, (clipped - returns) ** 2).mean()
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+    """``1 - Var(R - V) / Var(R)`` (population variances): 1 is a perfect critic, 0 no better than the
+    mean, negative worse; ``nan`` when the returns do not vary."""
+    values, returns = values.detach().float().reshape(-1), returns.detach().float().reshape(-1)
+    variance = returns.var(unbiased=False)
+    if not variance > 0:
+        return torch.tensor(float("nan"))
+    return 1.0 - (returns - values).var(unbiased=False) / variance

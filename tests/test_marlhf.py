@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from comlrl_lightning import (AllHistoryReplay, IterativePreferenceDataModule, MAGRPOModule, MARLHFModule, OptionError,
                               PreferenceDataModule, TaskDataModule)
 from comlrl_lightning.checkpointing import is_checkpointing
+from comlrl_lightning.critics import IndividualCritics, SharedCritic
 from comlrl_lightning.reward_model import RewardModelOracle
 
 SAMPLING = dict(agent_model="embedded", max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None)
@@ -30,8 +31,10 @@ def trainer(root, **overrides):
 
 RULES = [
     (dict(rl_algorithm="ppo"), "rl_algorithm must be one of: magrpo, mareinforce, maremax, marloo, maac, iac."),
-    (dict(rl_algorithm="maac"), "rl_algorithm='maac' (actor-critic) is not available yet"),
-    (dict(rl_algorithm="iac"), "rl_algorithm='iac' (actor-critic) is not available yet"),
+    (dict(rl_algorithm="maac", num_generations=0), "num_generations must be >= 1."),
+    (dict(critic=SharedCritic()), "critic is used by rl_algorithm maac or iac, not by magrpo."),
+    (dict(rl_algorithm="iac", critic=SharedCritic()), "critic SharedCritic belongs to rl_algorithm='maac', not 'iac' (use IndividualCritics)."),
+    (dict(rl_algorithm="maac", critic=IndividualCritics()), "critic IndividualCritics belongs to rl_algorithm='iac', not 'maac' (use SharedCritic)."),
     (dict(num_generations=1), "num_generations must be >= 2 for MAGRPO-family MARLHF backends."),
     (dict(reference_kl_coef=-0.1), "reference_kl_coef must be >= 0."),
     (dict(reference_devices=["cpu", "cpu", "cpu"]), "reference_devices length (3) must be 1 or 2."),
@@ -106,17 +109,20 @@ def _state(module):
 
 
 @pytest.mark.parametrize(
-    "iterative, stop_step, refits",
+    "iterative, stop_step, refits, algorithm",
     [
-        (False, 5, []),  # base: stopped in the second RL epoch, the fitted reward model is restored
-        (True, 3, [1]),  # iterative: stopped in round 1, so only round 2's reward model is fitted after
-        (True, 11, []),  # iterative: stopped in round 2, after its fit
+        (False, 5, [], "magrpo"),  # base: stopped in the second RL epoch, the fitted reward model is restored
+        (True, 3, [1], "magrpo"),  # iterative: stopped in round 1, so only round 2's reward model is fitted after
+        (True, 11, [], "magrpo"),  # iterative: stopped in round 2, after its fit
+        (True, 3, [1], "maac"),  # actor-critic: the critic and its optimizer state resume mid-round too
+        (True, 8, [1], "iac"),  # ... and at a round's end
     ],
-    ids=["base", "iterative-round-1", "iterative-round-2"],
+    ids=["base", "iterative-round-1", "iterative-round-2", "maac-mid-round", "iac-round-end"],
 )
-def test_resume_across_the_reward_model_and_rl_phases(tmp_path, iterative, stop_step, refits):
+def test_resume_across_the_reward_model_and_rl_phases(tmp_path, iterative, stop_step, refits, algorithm):
     def run(root, ckpt=None, **trainer_options):
-        module = MARLHFModule(**RLHF, preference_scoring_reward="reward_model" if iterative else "task")
+        module = MARLHFModule(**RLHF, rl_algorithm=algorithm,
+                              preference_scoring_reward="reward_model" if iterative else "task")
         if iterative:
             data = IterativePreferenceDataModule(**{**DATA, "num_iterations": 2, "num_train_epochs": 2,
                                                     "replay": AllHistoryReplay()})
@@ -141,6 +147,7 @@ def test_resume_across_the_reward_model_and_rl_phases(tmp_path, iterative, stop_
     assert fits_after_resume == refits
     assert fit.global_step == steps
     expected, got = _state(full), _state(resumed)
+    assert any(key.startswith("critic.") for key in expected) == (algorithm != "magrpo")
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], rtol=0, atol=0, msg=key)
 

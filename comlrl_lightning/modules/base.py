@@ -25,7 +25,7 @@ from ..lora import agent_parameters, build_lora_agents
 from ..team import GenerationSettings, Team, load_tokenizer
 
 
-NOT_HYPERPARAMETERS = ["agents", "tokenizers", "optimizer", "lr_scheduler", "generator"]
+NOT_HYPERPARAMETERS = ["agents", "tokenizers", "optimizer", "lr_scheduler", "generator", "critic"]
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
 
 

@@ -1,44 +1,53 @@
-"""MAGRPOModule: group policy gradient for a team (MAGRPO, MAREINFORCE, MAReMax, MARLOO)."""
+"""MAGRPOModule: multi-agent policy gradient, with group baselines (MAGRPO family) or critics (MAAC, IAC)."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 import torch
 
 from ..contract import data_side
+from ..critics import Critic, IndividualCritics, SharedCritic
 from ..devices import DeviceSpec, resolve_devices
 from ..lora import is_lora_team
-from ..losses import group_advantages, k3_kl, policy_gradient_loss
+from ..losses import actor_critic_advantages, explained_variance, group_advantages, k3_kl, policy_gradient_loss
 from ..options import OptionError, at_least, choice, require
 from ..rng import RandomStream
-from ..team import Team, pack_sequences
+from ..team import Completion, Team, pack_sequences
 from .base import NOT_HYPERPARAMETERS, TeamModule
 
 RL_ALGORITHMS = ("magrpo", "mareinforce", "maremax", "marloo", "maac", "iac")
 BASELINES = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
+CRITICS = {"maac": SharedCritic, "iac": IndividualCritics}
 
 
 class MAGRPOModule(TeamModule):
-    """Policy gradient with group baselines: every agent samples ``num_generations`` completions per item.
+    """Multi-agent policy gradient: every agent samples ``num_generations`` completions per item.
 
     Joint response ``g`` (sample ``g`` of every agent) gets the return ``R_g`` (the task reward here;
     a learned reward model in :class:`MARLHFModule`), optionally reduced by
-    ``reference_kl_coef x KL_i`` (k3 estimate against the frozen initial policy, per agent). Each agent's
-    advantages come from its group of ``G`` returns (``magrpo``: minus the mean, ``mareinforce``: raw,
-    ``maremax``: minus the max, ``marloo``: leave-one-out) and, with ``advantage_normalization``, are
-    divided by the group's std without re-centering, so the four stay different algorithms. The loss is
-    ``sum_i mean -A * log pi_i(completion)``; tokens after the EOS are not scored.
+    ``reference_kl_coef x KL_i`` (k3 estimate against the frozen initial policy, per agent) to ``R̃_i``.
+    The loss is ``sum_i mean -A_i * log pi_i(completion)``; tokens after the EOS are not scored.
+
+    * Group baselines (``magrpo``: minus the mean, ``mareinforce``: raw, ``maremax``: minus the max,
+      ``marloo``: leave-one-out): each agent's advantages come from its group of ``G`` returns and,
+      with ``advantage_normalization``, are divided by the group's std without re-centering, so the
+      four stay different algorithms.
+    * Critics (``maac``: one :class:`~comlrl_lightning.critics.SharedCritic`; ``iac``:
+      :class:`~comlrl_lightning.critics.IndividualCritics`): ``A_i = R̃_i - V_i``, standardised over the
+      batch with ``advantage_normalization``; the critic loss (squared error to ``R̃_i``) is added
+      with the critic's ``value_loss_coef``.
 
     Args:
-        rl_algorithm: ``magrpo``, ``mareinforce``, ``maremax`` or ``marloo`` (the actor-critic ``maac``
-            and ``iac`` are not available yet).
-        num_generations: G samples per agent per item (>= 2).
-        advantage_normalization: divide advantages by the group std.
+        rl_algorithm: ``magrpo``, ``mareinforce``, ``maremax``, ``marloo``, ``maac`` or ``iac``.
+        num_generations: G samples per agent per item (>= 2 for the group baselines, >= 1 with a critic).
+        advantage_normalization: scale (group baselines) or standardise (critics) the advantages.
         reference_kl_enabled: penalise the k3 KL to the initial policy.
         reference_kl_coef: KL coefficient (>= 0).
         reference_devices: devices of the frozen reference copies (default: the agents').
+        critic: the critic of ``maac`` / ``iac`` with its own options (``None``: the algorithm's
+            default critic); refused with the group baselines.
         **kwargs: team, optimizer and sampling options of :class:`TeamModule`.
     """
 
@@ -52,26 +61,42 @@ class MAGRPOModule(TeamModule):
         reference_kl_enabled: bool = False,
         reference_kl_coef: float = 0.1,
         reference_devices: DeviceSpec = None,
+        critic: Optional[Critic] = None,
         **kwargs: Any,
     ) -> None:
         algorithm = choice("rl_algorithm", rl_algorithm or "magrpo", RL_ALGORITHMS)
-        if algorithm in ("maac", "iac"):
-            raise OptionError(f"rl_algorithm='{algorithm}' (actor-critic) is not available yet in comlrl-lightning.")
-        require(num_generations >= 2, "num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
+        self._check_critic(algorithm, critic)
+        if algorithm in CRITICS:
+            at_least("num_generations", num_generations, 1)
+        else:
+            require(num_generations >= 2, "num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
         at_least("reference_kl_coef", reference_kl_coef, 0)
         super().__init__(**kwargs)
         if isinstance(reference_devices, list):
             resolve_devices(reference_devices, self.num_agents, "reference_devices", [])
-        self.rl_algorithm, self.baseline = algorithm, BASELINES[algorithm]
+        self.rl_algorithm, self.baseline = algorithm, BASELINES.get(algorithm)
         self.num_generations = num_generations
         self.advantage_normalization = advantage_normalization
         self.reference_kl_enabled, self.reference_kl_coef = reference_kl_enabled, float(reference_kl_coef)
         self.reference_devices = reference_devices
         self.reference: Optional[Team] = None
+        self.critic: Optional[Critic] = critic if critic is not None else (CRITICS[algorithm]() if algorithm in CRITICS else None)
         self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
+
+    @staticmethod
+    def _check_critic(algorithm: str, critic: Optional[Critic]) -> None:
+        if critic is None:
+            return
+        if algorithm not in CRITICS:
+            raise OptionError(f"critic is used by rl_algorithm maac or iac, not by {algorithm}.")
+        if critic.algorithm != algorithm:
+            raise OptionError(f"critic {type(critic).__name__} belongs to rl_algorithm='{critic.algorithm}', "
+                              f"not '{algorithm}' (use {CRITICS[algorithm].__name__}).")
 
     def configure_model(self) -> None:
         super().configure_model()
+        if self.critic is not None and not self.critic.has_networks:
+            self.critic.build(self.team, self.agent_sources, self.hparams.seed)
         if self.reference_kl_enabled and self.reference is None and not is_lora_team(self.team.agents):
             # a frozen copy of the initial policy (configure_model runs before a checkpoint is restored)
             devices = resolve_devices(
@@ -80,6 +105,19 @@ class MAGRPOModule(TeamModule):
             )
             agents = [copy.deepcopy(agent).to(device) for agent, device in zip(self.team.agents, devices)]
             self.reference = Team(agents, tokenizers=list(self.team.tokenizers)).requires_grad_(False).eval()
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        if self.critic is not None:
+            self.critic.place(self.team)
+
+    def configure_optimizers(self):
+        optimizer = super().configure_optimizers()
+        if self.critic is not None:
+            opt = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
+            for group in self.critic.parameter_groups(self.learning_rates, self.hparams.weight_decay):
+                opt.add_param_group(group)
+        return optimizer
 
     def reference_model(self, agent: int):
         """The frozen initial policy of ``agent``: a copy, or for a LoRA team the base with adapters disabled."""
@@ -96,44 +134,79 @@ class MAGRPOModule(TeamModule):
         rows = [oracle.score([per_agent[k] for per_agent in texts], prompts[k], item)[1] for k, item in enumerate(items)]
         return torch.tensor(rows, dtype=torch.float32, device=self.device)
 
+    def sample_rollouts(self, prompts: List[List[str]]) -> List[List[List[Completion]]]:
+        """``G`` completions per agent and item, ``[agent][item][g]``, from a stream derived from the step."""
+        stream = RandomStream.derive(self.hparams.seed, "rollout", self.global_step, self.global_rank)
+        with self.generation_context():
+            return [
+                self.generator.generate(self.team, a, [p[a] for p in prompts], self.num_generations, self.generation_settings, stream)
+                for a in range(self.num_agents)
+            ]
+
+    def score_agent(self, agent: int, prompts: List[List[str]], samples: List[List[Completion]]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Agent ``agent``'s ``[items * G]`` sequence log-probs (with grad) and, with the reference KL, its ``[items, G]`` KL."""
+        group = self.num_generations
+        prompt_ids = [ids for ids in self.team.encode_prompts(agent, [p[agent] for p in prompts]) for _ in range(group)]
+        completions = [c.ids for row in samples for c in row]
+        batch = pack_sequences(prompt_ids, completions, [len(c) for c in completions], self.team.tokenizers[agent].pad_token_id)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        width, score_mask = batch["score_mask"].shape[1], batch["score_mask"]
+        token_logprobs = self.team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], width, score_mask=score_mask)
+        kl = None
+        if self.reference_kl_enabled:
+            with torch.no_grad():
+                reference = self.team.token_logprobs(
+                    agent, batch["input_ids"], batch["attention_mask"], width, model=self.reference_model(agent),
+                    score_mask=score_mask,
+                )
+            kl = k3_kl(token_logprobs.detach(), reference, score_mask).view(len(prompts), group)
+        return (token_logprobs * score_mask).sum(dim=-1), kl
+
+    # ------------------------------------------------------------------------------------------
+    # The update
+
     def training_step(self, items: List[Dict[str, Any]], batch_idx: int) -> Optional[torch.Tensor]:
         task = data_side(self.trainer).task
         prompts = [task.prompts(item) for item in items]
-        size, group = len(items), self.num_generations
-        stream = RandomStream.derive(self.hparams.seed, "rollout", self.global_step, self.global_rank)
-        with self.generation_context():
-            samples = [
-                self.generator.generate(self.team, a, [p[a] for p in prompts], group, self.generation_settings, stream)
-                for a in range(self.num_agents)
-            ]
-        returns = self.joint_returns(items, prompts, [[[c.text for c in row] for row in agent] for agent in samples])
-        loss = torch.zeros((), device=self.device)
-        kl_means = []
-        for agent in range(self.num_agents):
-            prompt_ids = [ids for ids in self.team.encode_prompts(agent, [p[agent] for p in prompts]) for _ in range(group)]
-            completions = [c.ids for row in samples[agent] for c in row]
-            batch = pack_sequences(prompt_ids, completions, [len(c) for c in completions], self.team.tokenizers[agent].pad_token_id)
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            width, score_mask = batch["score_mask"].shape[1], batch["score_mask"]
-            token_logprobs = self.team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], width, score_mask=score_mask)
-            agent_returns = returns
-            if self.reference_kl_enabled:
-                with torch.no_grad():
-                    reference = self.team.token_logprobs(
-                        agent, batch["input_ids"], batch["attention_mask"], width, model=self.reference_model(agent),
-                        score_mask=score_mask,
-                    )
-                kl = k3_kl(token_logprobs.detach(), reference, batch["score_mask"]).view(size, group)
-                agent_returns = returns - self.reference_kl_coef * kl
-                kl_means.append(kl.mean())
-            advantages = group_advantages(agent_returns, self.baseline, self.advantage_normalization)
-            sequence_logprobs = (token_logprobs * batch["score_mask"]).sum(dim=-1)
-            loss = loss + policy_gradient_loss(sequence_logprobs, advantages.reshape(-1))
+        samples = self.sample_rollouts(prompts)
+        texts = [[[c.text for c in row] for row in agent] for agent in samples]
+        returns = self.joint_returns(items, prompts, texts)
+        scored = [self.score_agent(agent, prompts, samples[agent]) for agent in range(self.num_agents)]
+        logprobs = [sequence for sequence, _ in scored]
+        kls = [kl for _, kl in scored if kl is not None]
+        # R̃_i: the joint return minus agent i's KL penalty, [N, items, G]
+        shaped = torch.stack([returns - self.reference_kl_coef * kl for kl in kls] if kls else [returns] * self.num_agents)
+        if self.critic is None:
+            losses = [policy_gradient_loss(logprobs[i], group_advantages(shaped[i], self.baseline, self.advantage_normalization).reshape(-1))
+                      for i in range(self.num_agents)]
+            loss, metrics = torch.stack(losses).sum(), {}
+        else:
+            loss, metrics = self.actor_critic_loss(prompts, texts, logprobs, shaped)
         if self.skip_nonfinite(loss):
             return None
-        metrics = {"train/loss": loss.detach(), "turn_1/reward_mean": returns.mean(), "turn_1/expected_return": returns.mean()}
-        if kl_means:
-            kl_mean = torch.stack(kl_means).mean()
+        metrics.update({"train/loss": loss.detach(), "turn_1/reward_mean": returns.mean(), "turn_1/expected_return": returns.mean()})
+        if kls:
+            kl_mean = torch.stack(kls).mean()
             metrics.update({"turn_1/reference_kl_mean": kl_mean, "turn_1/reference_kl_penalty_mean": self.reference_kl_coef * kl_mean})
-        self.log_dict(metrics, batch_size=size)
+        self.log_dict(metrics, batch_size=len(items))
         return loss
+
+    def actor_critic_loss(self, prompts: List[List[str]], texts: List[List[List[str]]], logprobs: List[torch.Tensor],
+                          shaped: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        """``sum_i mean(-A_i log pi_i) + value_loss_coef * critic loss`` with ``A_i = R̃_i - V_i``, and its metrics."""
+        values = self.critic.values(self.team, prompts, texts).to(shaped.device)
+        actor_losses, advantages = [], []
+        for i in range(self.num_agents):
+            advantage = actor_critic_advantages(shaped[i], values[i], self.advantage_normalization)
+            actor_losses.append(policy_gradient_loss(logprobs[i], advantage.reshape(-1)))
+            advantages.append(advantage)
+        critic_loss = self.critic.loss(values, shaped)
+        loss = torch.stack(actor_losses).sum() + self.critic.value_loss_coef * critic_loss
+        metrics = {
+            "train/value_loss": critic_loss.detach(),
+            "train/value_mean": values.detach().mean(),
+            "train/advantage_mean": torch.stack(advantages).mean(),
+            "train/explained_variance": explained_variance(values, shaped),
+        }
+        metrics.update({f"train/agent_{i}/actor_loss": actor_losses[i].detach() for i in range(self.num_agents)})
+        return loss, metrics

@@ -21,9 +21,10 @@ class MARLHFModule(MAGRPOModule):
     Use it with :class:`~comlrl_lightning.PreferenceDataModule` (collect once, fit, then
     ``num_train_epochs`` RL epochs over the task items) or
     :class:`~comlrl_lightning.IterativePreferenceDataModule` (per round: pairs, replay, a fresh reward
-    model fit, then ``num_train_epochs`` RL epochs). The fit happens at the round's first epoch,
-    before its first policy update; the fitted weights are part of every checkpoint, so a resumed run
-    does not refit. Evaluation always uses the task reward.
+    model fit, then ``num_train_epochs`` RL epochs). The fit happens at the first batch of the
+    round, before its first policy update; the fitted weights are part of every checkpoint, so a
+    resumed run does not refit. Evaluation always uses the task reward. With ``rl_algorithm: maac``
+    or ``iac`` the policy phase is actor-critic, and the critics persist across rounds.
 
     Args:
         reward_model_name: backbone of the reward model (default: agent 0's model).
@@ -80,7 +81,10 @@ class MARLHFModule(MAGRPOModule):
     # ------------------------------------------------------------------------------------------
     # Reward model fit, once per round, before the round's first update
 
-    def on_train_epoch_start(self) -> None:
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # At the first batch, not at epoch start: a run resumed from a checkpoint taken after a
+        # round's last step reaches the next round's epoch start before its data module has built
+        # the round, while a batch always comes from the built round.
         round_index, pairs = data_side(self.trainer).round_pairs()
         if pairs and round_index != self.fitted_round:
             self.fit_reward_model(pairs, round_index)
