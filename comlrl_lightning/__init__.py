@@ -9,6 +9,7 @@ from .comparators import (
     HistoryComparator,
     ModelComparator,
 )
+from .critics import IndividualCritics, SharedCritic
 from .data import PreferenceDataModule, TaskDataModule
 from .generation import Generator, HFGenerator
 from .iterative import IterativePreferenceDataModule
@@ -33,10 +34,12 @@ __all__ = [
     "Generator",
     "HFGenerator",
     "HistoryComparator",
+    "IndividualCritics",
     "LambdaDecayReplay",
     "ModelComparator",
     "NearestKReplay",
     "ReplayRule",
+    "SharedCritic",
     "GenerationSettings",
     "IterativePreferenceDataModule",
     "MADPOModule",

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from comlrl_lightning.losses import group_advantages, k3_kl, policy_gradient_loss
+from comlrl_lightning.losses import (actor_critic_advantages, explained_variance, group_advantages, k3_kl,
+                                    policy_gradient_loss, value_loss)
 
 R = torch.tensor([[1.0, 2.0, 4.0, 5.0]])
 STD = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (4 - 3) ** 2 + (5 - 3) ** 2) / 4)  # population std = sqrt(2.5)
@@ -69,3 +70,49 @@ def test_k3_kl_matches_a_direct_computation():
     torch.testing.assert_close(k3_kl(policy, reference, mask), torch.tensor(expected))
     assert (k3_kl(policy, reference, mask) >= 0).all()
     assert k3_kl(policy, policy, mask).abs().max() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Actor-critic pieces
+
+
+def test_actor_critic_advantages_are_return_minus_value_then_standardised():
+    returns = torch.tensor([1.0, 2.0, 4.0, 5.0])
+    values = torch.tensor([0.5, 2.5, 3.0, 3.0])
+    raw = [0.5, -0.5, 1.0, 2.0]  # R - V
+    torch.testing.assert_close(actor_critic_advantages(returns, values, normalize=False), torch.tensor(raw))
+    mean = sum(raw) / 4
+    std = math.sqrt(sum((a - mean) ** 2 for a in raw) / 4)
+    expected = torch.tensor([(a - mean) / std for a in raw])
+    torch.testing.assert_close(actor_critic_advantages(returns, values), expected)
+    # the critic's value is a constant for the actor
+    values.requires_grad_(True)
+    assert not actor_critic_advantages(returns, values).requires_grad
+    # a single sample is not standardised (nothing to compare it with)
+    torch.testing.assert_close(actor_critic_advantages(torch.tensor([3.0]), torch.tensor([1.0])), torch.tensor([2.0]))
+
+
+def test_value_loss_unclipped_and_clipped_by_hand():
+    values = torch.tensor([1.0, 0.0, 2.0], requires_grad=True)
+    returns = torch.tensor([0.0, 1.0, 2.5])
+    torch.testing.assert_close(value_loss(values, returns), torch.tensor((1.0 + 1.0 + 0.25) / 3))
+    old = torch.tensor([0.5, 0.5, 2.0])
+    # V_old + clip(V - V_old, -0.2, 0.2): [0.7, 0.3, 2.0]; squared errors [0.49, 0.49, 0.25] against [1, 1, 0.25]
+    # -> max: [1, 1, 0.25]; with old values far away the clipped term wins:
+    torch.testing.assert_close(value_loss(values, returns, old, 0.2), torch.tensor((1.0 + 1.0 + 0.25) / 3))
+    far = torch.tensor([-1.0, 3.0, 0.0])
+    # clipped: [-0.8, 2.8, 0.2] -> errors [0.64, 3.24, 5.29]; unclipped [1, 1, 0.25] -> max [1, 3.24, 5.29]
+    loss = value_loss(values, returns, far, 0.2)
+    torch.testing.assert_close(loss, torch.tensor((1.0 + 3.24 + 5.29) / 3))
+    loss.backward()
+    # only the first element's gradient flows (the clipped terms are flat in V): 2 (V - R) / 3
+    torch.testing.assert_close(values.grad, torch.tensor([2 * 1.0 / 3, 0.0, 0.0]))
+
+
+def test_explained_variance():
+    returns = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    torch.testing.assert_close(explained_variance(returns, returns), torch.tensor(1.0))
+    torch.testing.assert_close(explained_variance(torch.full((4,), 2.5), returns), torch.tensor(0.0))
+    # residuals [0.5, -0.5, 0.5, -0.5]: Var 0.25 against Var(R) 1.25
+    torch.testing.assert_close(explained_variance(returns - torch.tensor([0.5, -0.5, 0.5, -0.5]), returns), torch.tensor(0.8))
+    assert math.isnan(explained_variance(returns, torch.ones(4)).item())

@@ -188,17 +188,21 @@ class TeamModule(LightningModule):
             for agent, device in zip(self.team.agents, self.agent_devices):
                 agent.to(device)
 
+    def parameter_groups(self) -> List[Dict[str, Any]]:
+        """The optimizer's parameter groups: one per agent (modules with more parts add theirs)."""
+        decay = self.hparams.weight_decay
+        return [
+            {"params": agent_parameters(agent), "lr": lr, "weight_decay": decay, "name": f"agent_{i}"}
+            for i, (agent, lr) in enumerate(zip(self.team.agents, self.learning_rates))
+        ]
+
     def configure_optimizers(self):
         """One parameter group per agent (its ``lr``), in ``optimizer`` (default fused AdamW).
 
         One optimizer over per-agent groups equals one optimizer per agent, and keeps Lightning's
         automatic optimization (gradient clipping, accumulation, precision, sharding).
         """
-        decay = self.hparams.weight_decay
-        groups = [
-            {"params": agent_parameters(agent), "lr": lr, "weight_decay": decay, "name": f"agent_{i}"}
-            for i, (agent, lr) in enumerate(zip(self.team.agents, self.learning_rates))
-        ]
+        groups = self.parameter_groups()
         optimizer = adamw(groups) if self.optimizer_class is None else self.optimizer_class(groups)
         if self.lr_scheduler_class is None:
             return optimizer

@@ -111,13 +111,11 @@ class MAGRPOModule(TeamModule):
         if self.critic is not None:
             self.critic.place(self.team)
 
-    def configure_optimizers(self):
-        optimizer = super().configure_optimizers()
+    def parameter_groups(self) -> List[Dict[str, Any]]:
+        groups = super().parameter_groups()
         if self.critic is not None:
-            opt = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
-            for group in self.critic.parameter_groups(self.learning_rates, self.hparams.weight_decay):
-                opt.add_param_group(group)
-        return optimizer
+            groups += self.critic.parameter_groups(self.learning_rates, self.hparams.weight_decay)
+        return groups
 
     def reference_model(self, agent: int):
         """The frozen initial policy of ``agent``: a copy, or for a LoRA team the base with adapters disabled."""
