@@ -26,7 +26,7 @@ from torch import nn
 from .devices import DeviceSpec, resolve_devices
 from .losses import value_loss
 from .options import at_least, positive, require
-from .reward_model import hidden_size_of
+from .reward_model import hidden_size_of, last_token_states
 from .team import ModelSource, Team, load_model, load_tokenizer
 
 CriticType = Literal["v", "q"]
@@ -51,13 +51,6 @@ class ValueHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.layers(hidden).squeeze(-1)
-
-
-def last_token_states(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """``[B, H]``: the hidden state at each row's last position whose mask is 1 (any padding side)."""
-    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
-    last = (attention_mask.long() * positions).argmax(dim=-1)
-    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
 
 
 def encode_texts(tokenizer, texts: Sequence[str], device: torch.device) -> Dict[str, torch.Tensor]:

@@ -64,6 +64,13 @@ def hidden_size_of(config) -> int:
     raise ValueError("Could not infer reward model hidden size.")
 
 
+def last_token_states(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[B, H]``: the hidden state at each row's last position whose mask is 1 (any padding side)."""
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    last = (attention_mask.long() * positions).argmax(dim=-1)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
 class JointRewardModel(nn.Module):
     """A causal-LM backbone without its LM head plus a scalar head on the last non-padding token.
 
@@ -86,10 +93,7 @@ class JointRewardModel(nn.Module):
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         ).last_hidden_state
-        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
-        last = (attention_mask.long() * positions).argmax(dim=-1)
-        pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-        return self.head(pooled).squeeze(-1).float()
+        return self.head(last_token_states(hidden, attention_mask)).squeeze(-1).float()
 
 
 class RewardScorer:
