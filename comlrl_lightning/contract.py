@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 class TeamSide(Protocol):
     """What a data module may ask of the module it feeds (``TeamModule`` keeps it).
 
-    ``trains_on`` says whether the module's training batches are preference pairs (collated by
-    :meth:`collate_pairs`) or task items; collection samples with ``generator`` under
+    ``num_roles`` is the number of roles the task must have, and :meth:`team_task` the task as the
+    team sees it (a centralized team answers one joint prompt per item). ``trains_on`` says whether
+    the module's training batches are preference pairs (collated by :meth:`collate_pairs`) or task items; collection samples with ``generator`` under
     ``generation_settings`` inside :meth:`generation_context` and scores with
     :meth:`collection_oracle`; :meth:`log_metrics_now` reports collection metrics.
     """
@@ -34,12 +35,15 @@ class TeamSide(Protocol):
     trains_on: Literal["pairs", "items"]
     generator: "Generator"
     generation_settings: "GenerationSettings"
+    num_roles: int
 
     @property
     def team(self) -> "Team": ...
 
     @property
     def num_agents(self) -> int: ...
+
+    def team_task(self, task: "Task") -> "Task": ...
 
     def generation_context(self) -> ContextManager[None]: ...
 
@@ -74,8 +78,8 @@ class ContractError(TypeError):
 
 
 _MEMBERS = {
-    "TeamSide": ("trains_on", "generator", "generation_settings", "team", "num_agents", "generation_context",
-                 "collection_oracle", "collate_pairs", "log_metrics_now"),
+    "TeamSide": ("trains_on", "generator", "generation_settings", "num_roles", "team", "num_agents", "team_task",
+                 "generation_context", "collection_oracle", "collate_pairs", "log_metrics_now"),
     "DataSide": ("eval_batch_size", "task", "evaluation_items", "round_pairs"),
 }
 

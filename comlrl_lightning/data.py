@@ -177,14 +177,16 @@ class TaskDataModule(LightningDataModule):
         if self.task is not None:
             return
         num_agents = self.num_agents
-        if self.trainer is not None:
-            team_size = team_side(self.trainer).num_agents
+        module = team_side(self.trainer) if self.trainer is not None else None
+        if module is not None:
             require(
-                num_agents is None or num_agents == team_size,
-                f"data num_agents ({num_agents}) must match the team's {team_size} agents.",
+                num_agents is None or num_agents == module.num_roles,
+                f"data num_agents ({num_agents}) must match the team's {module.num_roles} roles.",
             )
-            num_agents = team_size
-        self.task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents or 2)
+            num_agents = module.num_roles
+        task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents or 2)
+        # the task as the team sees it: a centralized team answers one joint prompt per item
+        self.task = module.team_task(task) if module is not None else task
         self.train_items = load_items(self.train_source, self.dataset_split, "train")
         self.eval_items = load_items(self.eval_source, self.eval_split, "eval")
         require(bool(self.train_items), "train_dataset: training requires at least one task item.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Union
+from typing import Any, Callable, ClassVar, Dict, List, Sequence, Union
 
 from .defaults import EMBEDDED, MATCHER_TEMPLATE, TOY_EVAL_SEED, TOY_TRAIN_SEED, WRITER_TEMPLATE, toy_items
 from .oracle import CallableSpec, Oracle, resolve_callable
@@ -101,8 +101,19 @@ class Task:
             self.formatters = [resolve_formatter(formatters)] * num_agents
         self.oracle = Oracle(reward_func, reward_processor)
 
+    centralized: ClassVar[bool] = False
+    """Whether one joint completion answers every role (:class:`~comlrl_lightning.collaboration.CentralizedTask`)."""
+    scored_completions = 0
+    unparsed_completions = 0
+    """Joint completions scored, and those that could not be split into roles (centralized tasks only)."""
+
     @property
     def num_agents(self) -> int:
+        return len(self.formatters)
+
+    @property
+    def num_roles(self) -> int:
+        """Roles the reward scores (here: one per agent)."""
         return len(self.formatters)
 
     def prompts(self, item: Dict[str, Any]) -> List[str]:

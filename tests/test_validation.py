@@ -6,6 +6,7 @@ import pytest
 
 from comlrl_lightning import MADPOModule, OptionError, PreferenceDataModule
 from comlrl_lightning.cli import main
+from comlrl_lightning.collaboration import Centralized
 
 DATA_RULES = [
     (dict(num_turns=2), "MADPO currently supports num_turns=1 only."),
@@ -25,7 +26,7 @@ DATA_RULES = [
 MODEL_RULES = [
     (dict(dpo_beta=0.0), "dpo_beta must be > 0."),
     (dict(dpo_beta=-1.0), "dpo_beta must be > 0."),
-    (dict(collaboration_mode="centralized"), "collaboration_mode must be decentralized"),
+    (dict(collaboration=Centralized(), agents=["a", "b"]), "agents: a centralized team has one model that writes every role (got 2)."),
     (dict(num_agents=0), "num_agents must be >= 1 or null."),
     (dict(agents=["a", "b", "c"], num_agents=2), "num_agents (2) must match the number of agents (3)."),
     (dict(num_turns=2), "MADPO currently supports num_turns=1 only."),

@@ -108,6 +108,34 @@ def resolve_adapter(spec: Any) -> Any:
     return adapter
 
 
+def joint_prompt(adapter: Any, item: Dict[str, Any], prompts: Sequence[str]) -> str:
+    """``adapter.build_prompt(item, prompts)``, checked to be a non-empty string."""
+    prompt = adapter.build_prompt(item, list(prompts))
+    if not isinstance(prompt, str) or not prompt:
+        raise TypeError(f"{ADAPTER_OPTION}.build_prompt must return a non-empty str (got {type(prompt).__name__}).")
+    return prompt
+
+
+def parse_roles(adapter: Any, text: str, item: Dict[str, Any], num_roles: int) -> Optional[List[str]]:
+    """``num_roles`` role texts of a joint completion, or ``None`` when the adapter cannot split it.
+
+    The adapter signals an unparseable completion with :class:`CentralizedComparatorParseError`;
+    any other malformed answer (not a sequence of ``num_roles`` strings) is a programming error.
+    """
+    try:
+        roles = adapter.parse_completion(text, item, num_roles)
+    except CentralizedComparatorParseError:
+        return None
+    if isinstance(roles, (str, bytes)) or not isinstance(roles, Sequence):
+        raise TypeError(f"{ADAPTER_OPTION}.parse_completion must return a sequence of strings, not {type(roles).__name__}.")
+    roles = list(roles)
+    if len(roles) != num_roles:
+        raise ValueError(f"{ADAPTER_OPTION}.parse_completion must return exactly {num_roles} outputs; got {len(roles)}.")
+    if not all(isinstance(role, str) for role in roles):
+        raise TypeError(f"{ADAPTER_OPTION}.parse_completion must return strings only.")
+    return roles
+
+
 class CentralizedComparator(Comparator):
     """Joint completions from one source, split into roles by the adapter.
 
@@ -172,25 +200,11 @@ class CentralizedComparator(Comparator):
         return {**self.source_comparator.metrics(), **metrics}
 
     def joint_prompt(self, item: Dict[str, Any], prompts: Sequence[str]) -> str:
-        prompt = self.adapter.build_prompt(item, list(prompts))
-        if not isinstance(prompt, str) or not prompt:
-            raise TypeError(f"{ADAPTER_OPTION}.build_prompt must return a non-empty str (got {type(prompt).__name__}).")
-        return prompt
+        return joint_prompt(self.adapter, item, prompts)
 
     def parse(self, text: str, item: Dict[str, Any], num_agents: int) -> Optional[List[str]]:
         """The role texts of one completion, or ``None`` when the adapter cannot split it."""
-        try:
-            roles = self.adapter.parse_completion(text, item, num_agents)
-        except CentralizedComparatorParseError:
-            return None
-        if isinstance(roles, (str, bytes)) or not isinstance(roles, Sequence):
-            raise TypeError(f"{ADAPTER_OPTION}.parse_completion must return a sequence of strings, not {type(roles).__name__}.")
-        roles = list(roles)
-        if len(roles) != num_agents:
-            raise ValueError(f"{ADAPTER_OPTION}.parse_completion must return exactly {num_agents} outputs; got {len(roles)}.")
-        if not all(isinstance(role, str) for role in roles):
-            raise TypeError(f"{ADAPTER_OPTION}.parse_completion must return strings only.")
-        return roles
+        return parse_roles(self.adapter, text, item, num_agents)
 
     def sample(
         self,

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
 from ..checkpointing import enable_activation_checkpointing
+from ..collaboration import Collaboration, Decentralized
 from ..contract import data_side, optional_data_side
 from ..defaults import EMBEDDED
 from ..devices import DeviceSpec, resolve_devices
@@ -22,10 +23,11 @@ from ..optim import adamw
 from ..options import at_least, positive, require
 from ..rng import RandomStream
 from ..lora import agent_parameters, build_lora_agents
+from ..task import Task
 from ..team import GenerationSettings, Team, load_tokenizer
 
 
-NOT_HYPERPARAMETERS = ["agents", "tokenizers", "optimizer", "lr_scheduler", "generator", "critic"]
+NOT_HYPERPARAMETERS = ["agents", "tokenizers", "optimizer", "lr_scheduler", "generator", "critic", "collaboration"]
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
 
 
@@ -35,8 +37,10 @@ class TeamModule(LightningModule):
     Args:
         agent_model: model for every agent: a hub id, a local path, or ``"embedded"`` (tiny local model).
         agents: one model per agent (hub ids / paths, or model objects from Python); overrides
-            ``agent_model`` and sets the team size.
-        num_agents: team size (default: ``len(agents)``, else 2); must match ``agents`` when both are given.
+            ``agent_model`` and sets the team size (a centralized team: one model).
+        num_agents: number of roles (default: ``len(agents)``, else 2): the team size, or with a
+            centralized ``collaboration`` the roles its one model writes; must match a
+            decentralized ``agents`` list when both are given.
         tokenizers: tokenizer object(s) for model objects (Python API only).
         dtype: torch dtype name for loaded models (``bfloat16``, ``float32``...); default: as saved.
         agent_devices: one device per agent inside one process (``None``/``auto``: the strategy's
@@ -67,7 +71,9 @@ class TeamModule(LightningModule):
         checkpoint_every_n_layers: with ``gradient_checkpointing``, checkpoint only every n-th
             layer; the others keep their activations (memory traded back for speed).
         num_turns: must be 1.
-        collaboration_mode: ``decentralized`` (one model per agent).
+        collaboration: how the team covers the roles: :class:`~comlrl_lightning.collaboration.Decentralized`
+            (``None``: one agent per role) or :class:`~comlrl_lightning.collaboration.Centralized`
+            (one model writes every role in one joint completion).
         seed: seed of the evaluation (and rollout) sampling streams, derived per step and rank.
     """
 
@@ -95,20 +101,21 @@ class TeamModule(LightningModule):
         gradient_checkpointing: bool = False,
         checkpoint_every_n_layers: int = 1,
         num_turns: int = 1,
-        collaboration_mode: Literal["decentralized"] = "decentralized",
+        collaboration: Optional[Collaboration] = None,
         seed: int = 0,
     ) -> None:
         super().__init__()
-        require(
-            collaboration_mode == "decentralized",
-            "collaboration_mode must be decentralized (centralized collaboration is not available in comlrl-lightning).",
-        )
+        self.collaboration = collaboration if collaboration is not None else Decentralized()
         if num_agents is not None:
             at_least("num_agents", num_agents, 1, allow_none=True)
-        require(
-            not (agents and num_agents is not None and num_agents != len(agents)),
-            f"num_agents ({num_agents}) must match the number of agents ({len(agents or [])}).",
-        )
+        if self.collaboration.centralized:
+            require(not agents or len(agents) == 1,
+                    f"agents: a centralized team has one model that writes every role (got {len(agents or [])}).")
+        else:
+            require(
+                not (agents and num_agents is not None and num_agents != len(agents)),
+                f"num_agents ({num_agents}) must match the number of agents ({len(agents or [])}).",
+            )
         at_least("num_turns", num_turns, 1)
         require(num_turns == 1, "MADPO currently supports num_turns=1 only.")
         at_least("max_new_tokens", max_new_tokens, 1)
@@ -117,7 +124,11 @@ class TeamModule(LightningModule):
         if top_k is not None:
             at_least("top_k", top_k, 1, allow_none=True)
         at_least("checkpoint_every_n_layers", checkpoint_every_n_layers, 1)
-        self.agent_sources = list(agents) if agents else [agent_model] * (num_agents or 2)
+        if self.collaboration.centralized:
+            self.agent_sources, self.num_roles = list(agents or [agent_model]), num_agents or 2
+        else:
+            self.agent_sources = list(agents) if agents else [agent_model] * (num_agents or 2)
+            self.num_roles = len(self.agent_sources)
         rates = agent_learning_rate if isinstance(agent_learning_rate, (list, tuple)) else [agent_learning_rate] * len(self.agent_sources)
         require(
             len(rates) == len(self.agent_sources),
@@ -173,7 +184,12 @@ class TeamModule(LightningModule):
 
     @property
     def num_agents(self) -> int:
+        """Agents of the team (one for a centralized team; :attr:`num_roles` counts the roles)."""
         return len(self.agent_sources)
+
+    def team_task(self, task: Task) -> Task:
+        """The task as this team sees it (a centralized team: one joint prompt per item)."""
+        return self.collaboration.team_task(task)
 
     def configure_model(self) -> None:
         # from_pretrained returns models in eval mode; training runs in train mode like the reference.
