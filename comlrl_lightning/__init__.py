@@ -1,5 +1,6 @@
 """comlrl-lightning: train teams of cooperating LLM agents from preferences, with PyTorch Lightning."""
 
+from .collaboration import Centralized, Decentralized
 from .comparators import (
     ApiComparator,
     CentralizedComparator,
@@ -26,11 +27,13 @@ __version__ = "0.1.0"
 __all__ = [
     "AllHistoryReplay",
     "ApiComparator",
+    "Centralized",
     "CentralizedComparator",
     "Comparator",
     "CurrentComparator",
     "CurrentCopyComparator",
     "CurrentReplay",
+    "Decentralized",
     "Generator",
     "HFGenerator",
     "HistoryComparator",

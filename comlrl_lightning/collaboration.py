@@ -11,7 +11,7 @@ unchanged: a comparator samples the joint prompt too (centralized generation fro
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 from .comparators.centralized import (
     CentralizedAdapter,
@@ -69,15 +69,19 @@ class DelimitedAdapter(CentralizedAdapter):
     A model with a small vocabulary (the embedded default has no ``<`` or ``/``) can write it.
 
     Args:
-        separator: text between two roles; a completion with fewer separators than roles - 1 does
-            not parse (text after the last role's separator stays in the last role).
+        separator: text between two roles (text after the last role's separator stays in the last role).
         prompt_template: the joint prompt, formatted with the item's fields (``"topic: {prompt}\\n"``);
             ``None``: the roles' prompts, one per line, then ``"answer every role, separated by <separator>:"``.
+        missing: a completion with fewer separators than roles - 1: ``error`` (it does not parse, and
+            scores as every role empty) or ``empty`` (its parts go to the first roles, the rest are
+            empty: a model that leaves roles out is scored on that).
     """
 
-    def __init__(self, separator: str = ";", prompt_template: Optional[str] = None) -> None:
+    def __init__(self, separator: str = ";", prompt_template: Optional[str] = None,
+                 missing: Literal["error", "empty"] = "error") -> None:
         require(bool(separator), "separator must not be empty.")
-        self.separator, self.prompt_template = separator, prompt_template
+        require(missing in ("error", "empty"), "missing must be one of: error, empty.")
+        self.separator, self.prompt_template, self.missing = separator, prompt_template, missing
 
     def build_prompt(self, batch_item: Dict[str, Any], agent_prompts: Sequence[str]) -> str:
         if self.prompt_template is not None:
@@ -86,9 +90,9 @@ class DelimitedAdapter(CentralizedAdapter):
 
     def parse_completion(self, completion: str, batch_item: Dict[str, Any], num_agents: int) -> List[str]:
         parts = completion.split(self.separator, num_agents - 1)
-        if len(parts) != num_agents:
+        if len(parts) != num_agents and self.missing == "error":
             raise CentralizedComparatorParseError(f"expected {num_agents - 1} separator(s) {self.separator!r}.")
-        return [part.strip() for part in parts]
+        return [part.strip() for part in parts] + [""] * (num_agents - len(parts))
 
 
 class CentralizedTask(Task):
@@ -102,7 +106,8 @@ class CentralizedTask(Task):
 
     centralized = True
 
-    def __init__(self, roles: Task, adapter: Any) -> None:  # noqa: D107 - no Task.__init__: nothing to resolve
+    def __init__(self, roles: Task, adapter: Any) -> None:
+        # no Task.__init__: the roles' task already resolved the formatters and the reward
         self.roles, self.adapter = roles, adapter
         self.oracle = CentralizedOracle(self)
         self.scored_completions = 0

@@ -63,6 +63,8 @@ class CollectionResult:
 
     item_pairs: List[List[PreferencePair]] = field(default_factory=list)
     scores: List[List[float]] = field(default_factory=list)
+    unparsed: int = 0
+    """Joint completions of a centralized team that did not split into roles (scored as empty roles)."""
 
     @property
     def pairs(self) -> List[PreferencePair]:
@@ -180,6 +182,7 @@ def merge_results(parts: Sequence[CollectionResult], world: int) -> CollectionRe
     return CollectionResult(
         item_pairs=unshard([part.item_pairs for part in parts], world),
         scores=unshard([part.scores for part in parts], world),
+        unparsed=sum(part.unparsed for part in parts),
     )
 
 

@@ -218,6 +218,19 @@ class TaskDataModule(LightningDataModule):
         """Shuffled, resumable batches of pairs collated by ``module.collate_pairs``."""
         return self._loader(pairs, module.collate_pairs)
 
+    def counting_unparsed(self, collect: Callable[[], CollectionResult]) -> Callable[[], CollectionResult]:
+        """``collect`` that also records how many joint completions of this rank did not parse."""
+        def counted() -> CollectionResult:
+            before = self.task.unparsed_completions
+            result = collect()
+            result.unparsed = self.task.unparsed_completions - before
+            return result
+        return counted
+
+    def parse_metrics(self, result: CollectionResult) -> Dict[str, float]:
+        """``collect/unparsed_completions`` for a centralized team (nothing otherwise)."""
+        return {"collect/unparsed_completions": float(result.unparsed)} if self.task.centralized else {}
+
     # ------------------------------------------------------------------------------------------
     # What the team module may ask (comlrl_lightning.contract.DataSide)
 
@@ -293,6 +306,7 @@ class PreferenceDataModule(TaskDataModule):
             module.log_metrics_now({
                 "collect/preference_pairs": float(len(self.pairs)),
                 "collect/candidate_reward_mean": self.last_collection.reward_mean,
+                **self.parse_metrics(self.last_collection),
             })
         if not self.pairs:
             rank_zero_warn("no non-tied preference pairs were generated; training ends without an update.")
@@ -341,7 +355,7 @@ class PreferenceDataModule(TaskDataModule):
                 self.preference_pairs_per_sample, stream,
             )
 
-        result = merge_results(gather_results(collect_shard, world), world)
+        result = merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
         rank_zero_info(
             f"collected {len(result.pairs)} preference pairs from {len(self.train_items)} items "
             f"(candidate reward mean {result.reward_mean:.4f}) in {time.perf_counter() - started:.1f}s"

@@ -11,11 +11,11 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
 from .collection import ITERATIVE_PAIR_SELECTIONS, build_pairs_against, merge_results, pair_from_record, sample_candidates
-from .comparators import Comparator, ComparatorContext, CurrentComparator
+from .comparators import CentralizedComparator, Comparator, ComparatorContext, CurrentComparator
 from .contract import TeamSide, team_side
 from .data import PreferenceDataModule
 from .distributed import barrier, gather_objects, gather_results, rank_and_world, shard
-from .options import at_least
+from .options import OptionError, at_least
 from .pairs import PreferencePair
 from .replay import CurrentReplay, ReplayBuffer, ReplayRule
 from .rng import RandomStream, derived_seed
@@ -110,6 +110,9 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             directory = Path(self.policy_checkpoint_dir) if self.policy_checkpoint_dir else root / "policy_snapshots"
             self.snapshots = PolicySnapshots(directory.absolute(), keep_all=self.policy_checkpoint_dir is not None)
         module = team_side(self.trainer)
+        if self.task.centralized and isinstance(self.comparator, CentralizedComparator):
+            raise OptionError("comparator: a centralized team already writes every role in one completion, and so "
+                              "does every comparator of its joint prompt; give CentralizedComparator's source directly.")
         self.comparator.bind(ComparatorContext(
             actors=lambda: module.team,
             generator=module.generator,
@@ -177,7 +180,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 self.preference_pairs_per_sample, stream,
             )
 
-        result = merge_results(gather_results(collect_shard, world), world)
+        result = merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
         records = [pair.to_record() for pair in result.pairs]
         path = self.replay.write_round(round_index + 1, records, publish=self.trainer.is_global_zero)
         barrier(self.trainer)  # the round file is in place before any rank reads it
@@ -201,6 +204,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             "iter/total_preference_pairs": float(self.replay.total_pairs),
             "iter/train_preference_pairs": float(len(training)),
             "collect/candidate_reward_mean": result.reward_mean,
+            **self.parse_metrics(result),
             **comparator_metrics,
         })
         rank_zero_info(

@@ -231,6 +231,16 @@ class Team(nn.Module):
         length = list(completion).index(pad) if pad is not None and pad in completion else len(completion)
         return max(length - 1, 0)
 
+    def joint_scored_length(self, agent_index: int, completion: Sequence[int]) -> int:
+        """Tokens of a centralized joint completion that are scored: up to the first pad id, that
+        token included when it is the EOS (pad == eos), else excluded; every token without a pad."""
+        tokenizer = self.tokenizers[agent_index]
+        pad = tokenizer.pad_token_id
+        if pad is None or pad not in completion:
+            return len(completion)
+        cut = list(completion).index(pad)
+        return cut + 1 if pad == tokenizer.eos_token_id else cut
+
     def sequence_logprobs(
         self,
         agent_index: int,

@@ -158,6 +158,7 @@ class TeamModule(LightningModule):
         self.eval_metrics = torch.nn.ModuleDict(
             {"eval/turn_1/reward_mean": MeanMetric(), "eval/turn_1/expected_return": MeanMetric()}
         )
+        self.unparsed_rate = MeanMetric()  # a centralized team's evaluation completions that did not split
         self._team: Optional[Team] = None
         self.skipped_steps = 0  # identical on every process: they all skip together
         self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
@@ -292,11 +293,17 @@ class TeamModule(LightningModule):
         return RandomStream.derive(self.hparams.seed, "eval", self.global_step, self.global_rank, *keys)
 
     def validation_step(self, batch: List[Dict[str, Any]], batch_idx: int) -> None:
-        rewards = self.evaluate_items(batch, data_side(self.trainer).task, self._eval_stream(batch_idx))
+        task = data_side(self.trainer).task
+        unparsed_before = task.unparsed_completions
+        rewards = self.evaluate_items(batch, task, self._eval_stream(batch_idx))
         values = torch.tensor(rewards, dtype=torch.float32, device=self.device)
         for key, metric in self.eval_metrics.items():
             metric.update(values)
             self.log(key, metric, on_step=False, on_epoch=True, batch_size=len(batch))
+        if task.centralized:
+            rate = (task.unparsed_completions - unparsed_before) / len(batch)
+            self.unparsed_rate.update(torch.tensor(rate, device=self.device), weight=len(batch))
+            self.log("eval/unparsed_rate", self.unparsed_rate, on_step=False, on_epoch=True, batch_size=len(batch))
 
     def evaluate_now(self, label: str) -> Optional[float]:
         """Evaluate outside the validation loop (before the first and after the last update)."""
@@ -305,17 +312,21 @@ class TeamModule(LightningModule):
         if not every_item or self.trainer.limit_val_batches == 0:
             return None
         rank, world = rank_and_world(self.trainer)
-        items = shard(every_item, rank, world)
-        rewards = []
+        items, task = shard(every_item, rank, world), datamodule.task
+        rewards, unparsed_before = [], task.unparsed_completions
         for index, start in enumerate(range(0, len(items), datamodule.eval_batch_size)):
             batch = items[start : start + datamodule.eval_batch_size]
-            rewards += self.evaluate_items(batch, datamodule.task, self._eval_stream(label, index))
-        totals = gather_objects((sum(rewards), len(rewards)), world)
-        value = sum(t[0] for t in totals) / max(sum(t[1] for t in totals), 1)
+            rewards += self.evaluate_items(batch, task, self._eval_stream(label, index))
+        totals = gather_objects((sum(rewards), len(rewards), task.unparsed_completions - unparsed_before), world)
+        count = max(sum(t[1] for t in totals), 1)
+        value = sum(t[0] for t in totals) / count
+        metrics = {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value}
+        if task.centralized:
+            metrics["eval/unparsed_rate"] = sum(t[2] for t in totals) / count
         # Lightning logs a step's metrics at the index of its last update (updates - 1)
         step = max(self.global_step - 1, 0)
         for logger in self.loggers:
-            logger.log_metrics({"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value}, step=step)
+            logger.log_metrics(metrics, step=step)
         rank_zero_info(f"evaluation ({label}, {self.global_step} updates): eval/turn_1/reward_mean = {value:.4f}")
         return value
 

@@ -26,7 +26,7 @@ class MADPOModule(TeamModule):
         dpo_beta: beta of the loss (> 0).
         score_last_token: ``False`` (parity with the reference): cut each completion at the first
             pad id and leave its last token unscored; ``True``: score every completion token, EOS
-            included.
+            included. A centralized team always scores its joint completion whole, EOS included.
         **kwargs: team, optimizer and sampling options of :class:`TeamModule`.
     """
 
@@ -48,12 +48,19 @@ class MADPOModule(TeamModule):
             tokenizer = self.team.tokenizers[i]
             prompts = [pair.prompt_ids[i] for pair in pairs] * 2
             completions = [pair.winner_ids[i] for pair in pairs] + [pair.loser_ids[i] for pair in pairs]
-            scored = [self.team.scored_length(i, c, self.score_last_token) for c in completions]
+            scored = [self.scored_length(i, c) for c in completions]
             agents.append(pack_sequences(prompts, completions, scored, tokenizer.pad_token_id))
         return {
             "agents": agents,
             "candidate_reward_mean": torch.tensor([pair.candidate_reward_mean for pair in pairs], dtype=torch.float32),
         }
+
+    def scored_length(self, agent: int, completion: List[int]) -> int:
+        """Completion tokens scored: a centralized team's joint completion whole, through its EOS
+        (cut at the first pad, kept when pad == eos, as the reference); otherwise ``score_last_token``'s rule."""
+        if self.collaboration.centralized:
+            return self.team.joint_scored_length(agent, completion)
+        return self.team.scored_length(agent, completion, self.score_last_token)
 
     def margins(self, batch: Dict[str, Any]) -> torch.Tensor:
         """``[B, N]`` per-pair, per-agent log-prob margins (with grad)."""
