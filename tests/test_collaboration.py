@@ -234,3 +234,11 @@ def test_the_centralized_configs_parse_and_show_the_collaboration_object(capsys)
         printed = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["collaboration"]
         assert printed["class_path"] == "comlrl_lightning.collaboration.Centralized"
         assert printed["init_args"]["adapter"]["class_path"] == "comlrl_lightning.collaboration.DelimitedAdapter"
+
+
+def test_centralized_madpo_runs_in_bf16_mixed_precision(tmp_path):
+    module = MADPOModule(**TINY_CENTRAL, collaboration=centralized())
+    data = PreferenceDataModule(**{**TINY_DATA, "num_train_epochs": 1, "eval_num_samples": 0})
+    trainer = tiny_trainer(tmp_path, max_epochs=1, precision="bf16-mixed", limit_train_batches=2)
+    trainer.fit(module, data)
+    assert trainer.global_step == 2 and all(torch.isfinite(p).all() for p in module.team.parameters())
