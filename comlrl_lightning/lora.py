@@ -38,6 +38,10 @@ class _SharedModelView:
     def device(self) -> torch.device:
         return next(self.shared.parameters()).device
 
+    def get_base_model(self) -> nn.Module:
+        """The transformers model under the adapters (its forward signature, generation config, LM head)."""
+        return self.shared.get_base_model()
+
 
 class LoraAgent(_SharedModelView, nn.Module):
     """Agent ``adapter``'s view of a shared peft model."""
@@ -46,10 +50,6 @@ class LoraAgent(_SharedModelView, nn.Module):
         super().__init__()
         self.shared = shared  # registered in every view; parameters() and state saving de-duplicate it
         self.adapter = adapter
-
-    def get_base_model(self) -> nn.Module:
-        """The transformers model under the adapters (its forward signature, generation config, checkpointing)."""
-        return self.shared.get_base_model()
 
     def activate(self) -> None:
         if self.shared.active_adapter != self.adapter:

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .fused_head import captured_head, linear_logprobs
 from .losses import gathered_logprobs
 from .checkpointing import recomputed_inside
 
@@ -257,10 +258,15 @@ def _packed_attention(model: nn.Module, config) -> Iterator[None]:
 
 
 def packed_token_logprobs(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor,
+    head: Optional[nn.Linear] = None,
 ) -> Optional[torch.Tensor]:
     """``[M, C]`` float32 log-probabilities of each row's completion tokens up to its last scored
-    one (0 after it), computed packed; ``None`` when the model cannot be scored that way."""
+    one (0 after it), computed packed; ``None`` when the model cannot be scored that way.
+
+    With ``head`` (the model's LM head) the log-probs come from the fused, chunked head
+    (:func:`~comlrl_lightning.fused_head.linear_logprobs`) instead of materialised logits.
+    """
     config = getattr(model, "config", None)
     if not _REGISTERED or model in _UNSUPPORTED or not hasattr(config, "_attn_implementation"):
         return None
@@ -272,7 +278,7 @@ def packed_token_logprobs(
     # the model indexes its hidden states with logits_to_keep: distinct positions keep that deterministic
     positions, position_of = torch.unique(layout.keep, return_inverse=True)
     try:
-        with _packed_attention(model, config):
+        with _packed_attention(model, config), captured_head(head) if head is not None else contextlib.nullcontext() as captured:
             output = model(
                 input_ids=layout.input_ids, position_ids=layout.position_ids, use_cache=False,
                 logits_to_keep=positions, packed_layout=layout,
@@ -280,5 +286,8 @@ def packed_token_logprobs(
     except (PackingUnsupported, TypeError):  # TypeError: a forward that takes no extra keyword arguments
         _UNSUPPORTED.add(model)
         return None
-    logprobs = gathered_logprobs(output.logits[0].index_select(0, position_of), layout.targets)
+    if head is None:
+        logprobs = gathered_logprobs(output.logits[0].index_select(0, position_of), layout.targets)
+    else:
+        logprobs = linear_logprobs(captured[-1][0].index_select(0, position_of), head.weight, head.bias, layout.targets)
     return logprobs.new_zeros(score_mask.shape).index_put((layout.owner, layout.column), logprobs)

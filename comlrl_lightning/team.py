@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .defaults import EMBEDDED, embedded_model_path
+from .fused_head import captured_head, fusable_head, linear_logprobs, output_head
 from .losses import gathered_logprobs
 from .rng import RandomStream
 from .packed_scoring import packed_token_logprobs
@@ -284,20 +285,40 @@ class Team(nn.Module):
         # an agent may live on its own device (agent_devices); results come back to the batch's
         device = getattr(model, "device", None) or self.device_of(agent_index)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        head = self.fused_head_of(model)
         if score_mask is not None:
-            packed = packed_token_logprobs(model, input_ids, attention_mask, score_mask.to(device))
+            packed = packed_token_logprobs(model, input_ids, attention_mask, score_mask.to(device), head)
             if packed is not None:
                 return packed.to(home)
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        output = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-            logits_to_keep=width + 1,
-        )
-        logits = output.logits[:, -(width + 1) : -1]
-        return gathered_logprobs(logits, input_ids[:, -width:]).to(home)
+        with captured_head(head) if head is not None else contextlib.nullcontext() as captured:
+            output = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+                logits_to_keep=width + 1,
+            )
+        targets = input_ids[:, -width:]
+        if head is None:
+            return gathered_logprobs(output.logits[:, -(width + 1) : -1], targets).to(home)
+        hidden = captured[-1][:, -(width + 1) : -1]
+        logprobs = linear_logprobs(hidden.reshape(-1, hidden.shape[-1]), head.weight, head.bias, targets.reshape(-1))
+        return logprobs.view(targets.shape).to(home)
+
+    fused_head: Optional[bool] = None
+    """Score with the fused, chunked LM head: ``None`` where the head allows it, ``True`` always
+    (an error where it does not), ``False`` never (materialised logits)."""
+
+    def fused_head_of(self, model: nn.Module) -> Optional[nn.Linear]:
+        """The LM head to fuse for ``model`` under :attr:`fused_head`, or ``None`` (materialised logits)."""
+        if self.fused_head is False:
+            return None
+        head = fusable_head(model)
+        if head is None and self.fused_head:
+            raise ValueError("fused_lm_head: true needs a plain linear LM head without logit soft-capping or scaling; "
+                             f"{type(output_head(model)).__name__} is not one (set fused_lm_head: null or false).")
+        return head
 
 
 def _as_list(tokens) -> List[int]:

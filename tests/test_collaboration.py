@@ -193,7 +193,7 @@ def test_centralized_marlhf_fits_a_one_agent_reward_model_and_trains(tmp_path):
     assert score.shape == (1,)  # the joint reward model sees one "agent": joint prompt + joint text
 
 
-@pytest.mark.parametrize("options", [dict(), dict(lora_r=4)], ids=["full", "lora"])
+@pytest.mark.parametrize("options", [dict(), dict(lora_r=4), dict(rl_algorithm="maac")], ids=["full", "lora", "maac"])
 def test_centralized_policy_gradient_on_the_task_reward(tmp_path, options):
     module = MAGRPOModule(agent_model="embedded", num_agents=2, collaboration=centralized(), num_generations=2,
                           max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None, agent_learning_rate=1e-2, **options)
@@ -202,7 +202,8 @@ def test_centralized_policy_gradient_on_the_task_reward(tmp_path, options):
     data = TaskDataModule(train_dataset="embedded", eval_dataset=None, train_batch_size=4, num_train_epochs=1)
     tiny_trainer(tmp_path, max_epochs=1, limit_train_batches=2).fit(module, data)
     changed = [n for n, p in module.named_parameters() if n in before and not torch.equal(p, before[n])]
-    assert changed and (not options or all("lora_" in n for n in changed))
+    assert changed and ("lora_r" not in options or all("lora_" in n for n in changed))
+    assert any(n.startswith("_team.") for n in changed)
 
 
 def test_two_process_centralized_madpo_keeps_the_replicas_identical(tmp_path):

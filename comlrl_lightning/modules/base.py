@@ -70,6 +70,9 @@ class TeamModule(LightningModule):
             training falls to about one layer's, for about one more forward per step.
         checkpoint_every_n_layers: with ``gradient_checkpointing``, checkpoint only every n-th
             layer; the others keep their activations (memory traded back for speed).
+        fused_lm_head: score tokens with the fused, chunked LM head (no ``[positions, vocabulary]``
+            logits): ``None`` wherever the model's head is a plain linear layer (else the
+            materialised logits), ``True`` always (an error where it cannot), ``False`` never.
         num_turns: must be 1.
         collaboration: how the team covers the roles: :class:`~comlrl_lightning.collaboration.Decentralized`
             (``None``: one agent per role) or :class:`~comlrl_lightning.collaboration.Centralized`
@@ -100,6 +103,7 @@ class TeamModule(LightningModule):
         lora_target_modules: Optional[List[str]] = None,
         gradient_checkpointing: bool = False,
         checkpoint_every_n_layers: int = 1,
+        fused_lm_head: Optional[bool] = None,
         num_turns: int = 1,
         collaboration: Optional[Collaboration] = None,
         seed: int = 0,
@@ -181,6 +185,7 @@ class TeamModule(LightningModule):
             if self.hparams.gradient_checkpointing:
                 for agent in self._team.agents:
                     enable_activation_checkpointing(agent, self.hparams.checkpoint_every_n_layers)
+            self._team.fused_head = self.hparams.fused_lm_head
         return self._team
 
     @property
