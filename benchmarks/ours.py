@@ -171,7 +171,10 @@ def versions(job: Dict[str, Any]) -> Dict[str, Any]:
             "threads": torch.get_num_threads()}
 
 
-JOBS = {f.__name__: f for f in (madpo_step, madpo_fit, collection, iterative, matmul_peak, versions)}
+from scaling import large_vocab, replay_growth  # noqa: E402 - the scaling jobs run through this worker too
+
+JOBS = {f.__name__: f for f in (madpo_step, madpo_fit, collection, iterative, matmul_peak, versions, large_vocab,
+                                 replay_growth)}
 
 
 def run_job(job: Dict[str, Any]) -> Dict[str, Any]:

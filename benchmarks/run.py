@@ -29,6 +29,7 @@ sys.path.insert(0, str(HERE))
 
 import common  # noqa: E402
 import report  # noqa: E402
+import scaling  # noqa: E402
 
 common.limit_threads()
 
@@ -132,7 +133,11 @@ def main(argv=None) -> Dict[str, Any]:
     parser.add_argument("--readme", type=Path, default=HERE.parent / "README.md")
     parser.add_argument("--no-readme", action="store_true", help="do not update the README")
     parser.add_argument("--reference-venv", type=Path, default=None)
+    parser.add_argument("--only-scaling", action="store_true",
+                        help="only the large-vocabulary and replay-history rows (ours; writes SCALING.md)")
     args = parser.parse_args(argv)
+    if args.only_scaling:
+        return run_scaling(args)
     ours_only = args.ours_only or args.in_process
     plan = common.QUICK if args.quick else common.FULL
     reference_python = None
@@ -146,15 +151,30 @@ def main(argv=None) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="comlrl-bench-") as root:
         models = model_builder.build(Path(root), sorted(set(plan["models"]) | {"tiny"}))
         print(f"benchmarks ({'quick' if args.quick else 'full'}; sides: {', '.join(sides)}):", flush=True)
-        results = measure(plan, Runner(reference_python, args.in_process), sides, models, args.quick)
-    body = report.markdown(results)
+        run = Runner(reference_python, args.in_process)
+        results = measure(plan, run, sides, models, args.quick)
+        results["scaling"] = scaling.measure(run, args.quick)
+    body = report.markdown(results) + "\n" + scaling.markdown(results["scaling"])
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_results(args.out / "RESULTS.md", body)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     if not (args.quick or ours_only or args.no_readme):
         report.update_readme(args.readme, body)
     print("\n" + body)
-    for name, value in report.summary(results):
+    for name, value in report.summary(results) + scaling.summary(results["scaling"]):
+        print(f"{name}: {'n/a' if value is None else round(value, 4)}")
+    return results
+
+
+def run_scaling(args) -> Dict[str, Any]:
+    """``--only-scaling``: the scaling rows alone, written to ``SCALING.md`` (a full run includes them)."""
+    print(f"scaling benchmarks ({'quick' if args.quick else 'full'}):", flush=True)
+    results = scaling.measure(Runner(None, args.in_process), args.quick)
+    body = scaling.markdown(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "SCALING.md").write_text(body, encoding="utf-8")
+    print("\n" + body)
+    for name, value in scaling.summary(results):
         print(f"{name}: {'n/a' if value is None else round(value, 4)}")
     return results
 

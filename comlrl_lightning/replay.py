@@ -26,9 +26,10 @@ import hashlib
 import json
 import os
 import random
+from array import array
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from jsonargparse.typing import ClosedUnitInterval, PositiveInt
 
@@ -164,6 +165,7 @@ class ReplayBuffer:
 
     def __init__(self, directory: Union[str, os.PathLike], rule: Optional[ReplayRule] = None) -> None:
         self.rule = rule if rule is not None else CurrentReplay()
+        self._records: Dict[str, RecordIndex] = {}  # per indexed file: where each record is, and its digest
         self.directory = Path(directory)  # created on the first write
         self.shards: List[Shard] = []
 
@@ -188,14 +190,14 @@ class ReplayBuffer:
         """
         require(iteration >= 1, "iteration must be >= 1.")
         path = self.round_path(iteration)
-        payload = {"iteration": iteration, "num_pairs": len(records), "pairs": records}
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        data, index = encode_round(iteration, records)
         if publish:
             self._write_atomically(path, data)
         # The index changes only once the file is in place, so a failed write leaves it untouched.
         self.shards = [shard for shard in self.shards if shard.iteration < iteration]
         if records:
             self.shards.append(Shard(iteration, path.name, len(records), hashlib.sha256(data).hexdigest()))
+            self._records[path.name] = index
         return path
 
     def _write_atomically(self, path: Path, data: bytes) -> None:
@@ -236,24 +238,45 @@ class ReplayBuffer:
         counts = [0] * len(shards)
         for _ in range(total):
             counts[rng.choices(range(len(shards)), weights=weights, k=1)[0]] += 1
-        combined: List[Dict[str, Any]] = []
-        for shard, count in zip(shards, counts):
-            if count == 0:
-                continue  # rng.sample(records, 0) draws nothing, so skipping the read changes no stream
-            records = self.read_records(shard)
-            if count <= len(records):
-                combined.extend(rng.sample(records, count))
-                continue
-            remaining = count
-            while remaining >= len(records):
-                copy = list(records)
-                rng.shuffle(copy)
-                combined.extend(copy)
-                remaining -= len(records)
-            if remaining:
-                combined.extend(rng.sample(records, remaining))
-        rng.shuffle(combined)
-        return combined
+        # Draw record positions (the same random calls as drawing the records themselves), then read
+        # only the records drawn: a round's cost follows its sample size, not the history's.
+        picks: List[Tuple[int, int]] = []
+        for position, (shard, count) in enumerate(zip(shards, counts)):
+            picks.extend((position, index) for index in _draw_positions(shard.num_pairs, count, rng))
+        rng.shuffle(picks)
+        wanted: Dict[int, set] = {}
+        for position, index in picks:
+            wanted.setdefault(position, set()).add(index)
+        loaded = {position: self.read_some(shards[position], sorted(indices)) for position, indices in wanted.items()}
+        return [loaded[position][index] for position, index in picks]
+
+    def read_some(self, shard: Shard, indices: List[int]) -> Dict[int, Dict[str, Any]]:
+        """Records ``indices`` of an indexed shard, each checked against its digest in the record index."""
+        index = self._record_index(shard)
+        path = os.path.abspath(self.directory / shard.filename)
+        records: Dict[int, Dict[str, Any]] = {}
+        try:
+            with open(path, "rb") as handle:
+                for position in indices:
+                    handle.seek(index.offsets[position])
+                    data = handle.read(index.lengths[position])
+                    if hashlib.sha256(data).digest() != index.digest(position):
+                        raise ReplayIndexError(
+                            f"Replay round file {path} is corrupt: record {position} differs from the replay index "
+                            f"(iteration {shard.iteration})."
+                        )
+                    records[position] = json.loads(data.decode("utf-8"))
+        except FileNotFoundError:
+            raise ReplayIndexError(
+                f"Replay round file {path} is missing: the replay index refers to it "
+                f"(iteration {shard.iteration}, {shard.num_pairs} pairs)."
+            ) from None
+        return records
+
+    def _record_index(self, shard: Shard) -> "RecordIndex":
+        if shard.filename not in self._records:  # a shard indexed by hand: verify the file once
+            self.read_records(shard)
+        return self._records[shard.filename]
 
     def read_records(self, shard: Shard) -> List[Dict[str, Any]]:
         """The records of an indexed shard, after checking its bytes against the index."""
@@ -285,6 +308,10 @@ class ReplayBuffer:
                 f"Replay round file {path} holds {len(pairs)} pairs (num_pairs {payload.get('num_pairs')}), "
                 f"but the replay index expects {shard.num_pairs}."
             )
+        encoded, index = encode_round(payload.get("iteration"), pairs)
+        if encoded != data:
+            raise ReplayIndexError(f"Replay round file {path} is not in the round-file layout this library writes.")
+        self._records[shard.filename] = index
         return pairs
 
     def state_dict(self) -> Dict[str, Any]:
@@ -303,6 +330,56 @@ class ReplayBuffer:
         for shard in shards:
             self.read_records(shard)
         self.shards = shards
+
+
+class RecordIndex:
+    """Where each record of a round file starts, its length in bytes, and its sha256 (compact arrays)."""
+
+    def __init__(self, offsets: Sequence[int], lengths: Sequence[int], digests: bytes) -> None:
+        self.offsets, self.lengths, self.digests = array("Q", offsets), array("Q", lengths), digests
+
+    def digest(self, position: int) -> bytes:
+        return self.digests[32 * position : 32 * (position + 1)]
+
+
+def encode_round(iteration: int, records: Sequence[Dict[str, Any]]) -> Tuple[bytes, RecordIndex]:
+    """The round file's bytes, ``json.dumps({"iteration", "num_pairs", "pairs"}, ensure_ascii=False)``
+    as UTF-8, built record by record so the byte range and digest of each record are known."""
+    head = json.dumps({"iteration": iteration, "num_pairs": len(records), "pairs": []}, ensure_ascii=False)[:-2]
+    parts, offsets, lengths, digests = [head.encode("utf-8")], [], [], bytearray()
+    position = len(parts[0])
+    for number, record in enumerate(records):
+        if number:
+            parts.append(b", ")
+            position += 2
+        encoded = json.dumps(record, ensure_ascii=False).encode("utf-8")
+        offsets.append(position)
+        lengths.append(len(encoded))
+        digests += hashlib.sha256(encoded).digest()
+        parts.append(encoded)
+        position += len(encoded)
+    parts.append(b"]}")
+    return b"".join(parts), RecordIndex(offsets, lengths, bytes(digests))
+
+
+def _draw_positions(size: int, count: int, rng: random.Random) -> List[int]:
+    """Record positions of one shard's ``count`` draws: without replacement while ``count <= size``,
+    else shuffled full copies plus a remainder (the random calls of drawing the records themselves)."""
+    if count == 0:
+        return []  # rng.sample(records, 0) draws nothing, so skipping it changes no stream
+    population = list(range(size))
+    if count <= size:
+        return rng.sample(population, count)
+    drawn: List[int] = []
+    remaining = count
+    while remaining >= size:
+        copy = list(population)
+        rng.shuffle(copy)
+        drawn.extend(copy)
+        remaining -= size
+    if remaining:
+        drawn.extend(rng.sample(population, remaining))
+    return drawn
 
 
 def _fsync_directory(directory: Path) -> None:

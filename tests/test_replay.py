@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import collections
 import hashlib
 import json
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from comlrl_lightning.options import OptionError
+from comlrl_lightning import replay as replay_module
 from comlrl_lightning.pairs import PreferencePair
 from comlrl_lightning.replay import (
     AllHistoryReplay,
@@ -23,6 +25,7 @@ from comlrl_lightning.replay import (
     ReplayIndexError,
     ReplayRule,
     Shard,
+    encode_round,
     lambda_decay_weights,
 )
 
@@ -434,13 +437,18 @@ def test_files_outside_the_index_are_never_read(tmp_path, monkeypatch):
     buffer = ReplayBuffer(directory, rule=AllHistoryReplay(sample_size=20))
     buffer.write_round(1, tagged(1, 5))
     read = []
-    original = pathlib.Path.read_bytes
+    original_read_bytes, original_open = pathlib.Path.read_bytes, builtins.open
 
-    def spy(self):
+    def spy_read_bytes(self):
         read.append(self.name)
-        return original(self)
+        return original_read_bytes(self)
 
-    monkeypatch.setattr(pathlib.Path, "read_bytes", spy)
+    def spy_open(file, *args, **kwargs):
+        read.append(os.path.basename(str(file)))
+        return original_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", spy_read_bytes)
+    monkeypatch.setattr(builtins, "open", spy_open)
     records = buffer.sample(0, random.Random(0))
     assert len(records) == 20 and {r["shard"] for r in records} == {1}
     assert set(read) == {"iteration_0001.json"}
@@ -513,3 +521,56 @@ def test_index_mismatches_are_reported(tmp_path):
     with pytest.raises(ReplayIndexError, match="not valid JSON") as error:
         buffer.read_records(broken)
     assert str(path) in str(error.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# the record index: a draw reads only the records it takes
+
+
+def test_round_bytes_are_the_reference_layout_and_the_record_index_points_into_them():
+    records = [{"prompts": ["é ü", "x"], "winner_reward": 0.5, "raw_rewards": [1.0, None]}, {"k": 1}, {"k": "\n"}]
+    data, index = encode_round(7, records)
+    assert data == json.dumps({"iteration": 7, "num_pairs": 3, "pairs": records}, ensure_ascii=False).encode("utf-8")
+    for position, record in enumerate(records):
+        piece = data[index.offsets[position] : index.offsets[position] + index.lengths[position]]
+        assert json.loads(piece) == record and hashlib.sha256(piece).digest() == index.digest(position)
+
+
+def test_a_draw_reads_only_the_records_it_takes(tmp_path, monkeypatch):
+    buffer = filled(tmp_path, [400] * 5, rule=AllHistoryReplay(sample_size=10))
+    reads = []
+
+    class Counting:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def seek(self, offset):
+            self.handle.seek(offset)
+
+        def read(self, size=-1):
+            data = self.handle.read(size)
+            reads.append(len(data))
+            return data
+
+    monkeypatch.setattr(replay_module, "open", lambda path, mode="r": Counting(builtins.open(path, mode)), raising=False)
+    records = buffer.sample(0, random.Random(3))
+    assert len(records) == 10 and len(reads) == len({(r["shard"], r["index"]) for r in records})
+    total = sum((tmp_path / "replay" / f"iteration_{i:04d}.json").stat().st_size for i in range(1, 6))
+    assert sum(reads) < total / 100  # about 10 records' bytes, not the 2,000 records of the history
+
+
+def test_a_tampered_record_is_a_named_error_when_drawn(tmp_path):
+    buffer = filled(tmp_path, [3], rule=AllHistoryReplay(sample_size=30))
+    path = tmp_path / "replay" / "iteration_0001.json"
+    path.write_bytes(path.read_bytes().replace(b'"index": 1', b'"index": 7'))
+    with pytest.raises(ReplayIndexError, match=r"iteration_0001.json is corrupt: record 1 differs"):
+        buffer.sample(0, random.Random(0))
+    path.unlink()
+    with pytest.raises(ReplayIndexError, match="iteration_0001.json is missing"):
+        buffer.sample(0, random.Random(0))
