@@ -23,6 +23,7 @@ unseeded global ``random``), so a resumed run draws exactly what an uninterrupte
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -236,8 +237,10 @@ class ReplayBuffer:
             return []
         weights = self.rule.weights(len(shards))
         counts = [0] * len(shards)
-        for _ in range(total):
-            counts[rng.choices(range(len(shards)), weights=weights, k=1)[0]] += 1
+        # one choices() call with the cumulative weights computed once: the same random() calls and
+        # picks as a call per draw, in O(draws log rounds) rather than O(draws x rounds)
+        for picked in rng.choices(range(len(shards)), cum_weights=list(itertools.accumulate(weights)), k=total):
+            counts[picked] += 1
         # Draw record positions (the same random calls as drawing the records themselves), then read
         # only the records drawn: a round's cost follows its sample size, not the history's.
         picks: List[Tuple[int, int]] = []
@@ -256,21 +259,23 @@ class ReplayBuffer:
         path = os.path.abspath(self.directory / shard.filename)
         records: Dict[int, Dict[str, Any]] = {}
         try:
-            with open(path, "rb") as handle:
-                for position in indices:
-                    handle.seek(index.offsets[position])
-                    data = handle.read(index.lengths[position])
-                    if hashlib.sha256(data).digest() != index.digest(position):
-                        raise ReplayIndexError(
-                            f"Replay round file {path} is corrupt: record {position} differs from the replay index "
-                            f"(iteration {shard.iteration})."
-                        )
-                    records[position] = json.loads(data.decode("utf-8"))
+            descriptor = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             raise ReplayIndexError(
                 f"Replay round file {path} is missing: the replay index refers to it "
                 f"(iteration {shard.iteration}, {shard.num_pairs} pairs)."
             ) from None
+        try:
+            for position in indices:
+                data = os.pread(descriptor, index.lengths[position], index.offsets[position])
+                if hashlib.sha256(data).digest() != index.digest(position):
+                    raise ReplayIndexError(
+                        f"Replay round file {path} is corrupt: record {position} differs from the replay index "
+                        f"(iteration {shard.iteration})."
+                    )
+                records[position] = json.loads(data.decode("utf-8"))
+        finally:
+            os.close(descriptor)
         return records
 
     def _record_index(self, shard: Shard) -> "RecordIndex":
@@ -367,9 +372,9 @@ def _draw_positions(size: int, count: int, rng: random.Random) -> List[int]:
     else shuffled full copies plus a remainder (the random calls of drawing the records themselves)."""
     if count == 0:
         return []  # rng.sample(records, 0) draws nothing, so skipping it changes no stream
-    population = list(range(size))
     if count <= size:
-        return rng.sample(population, count)
+        return rng.sample(range(size), count)  # the same picks as from a list of ``size`` records
+    population = list(range(size))
     drawn: List[int] = []
     remaining = count
     while remaining >= size:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import collections
 import hashlib
 import json
@@ -14,7 +13,6 @@ import pytest
 import torch
 
 from comlrl_lightning.options import OptionError
-from comlrl_lightning import replay as replay_module
 from comlrl_lightning.pairs import PreferencePair
 from comlrl_lightning.replay import (
     AllHistoryReplay,
@@ -437,7 +435,7 @@ def test_files_outside_the_index_are_never_read(tmp_path, monkeypatch):
     buffer = ReplayBuffer(directory, rule=AllHistoryReplay(sample_size=20))
     buffer.write_round(1, tagged(1, 5))
     read = []
-    original_read_bytes, original_open = pathlib.Path.read_bytes, builtins.open
+    original_read_bytes, original_open = pathlib.Path.read_bytes, os.open
 
     def spy_read_bytes(self):
         read.append(self.name)
@@ -448,7 +446,7 @@ def test_files_outside_the_index_are_never_read(tmp_path, monkeypatch):
         return original_open(file, *args, **kwargs)
 
     monkeypatch.setattr(pathlib.Path, "read_bytes", spy_read_bytes)
-    monkeypatch.setattr(builtins, "open", spy_open)
+    monkeypatch.setattr(os, "open", spy_open)
     records = buffer.sample(0, random.Random(0))
     assert len(records) == 20 and {r["shard"] for r in records} == {1}
     assert set(read) == {"iteration_0001.json"}
@@ -539,26 +537,14 @@ def test_round_bytes_are_the_reference_layout_and_the_record_index_points_into_t
 def test_a_draw_reads_only_the_records_it_takes(tmp_path, monkeypatch):
     buffer = filled(tmp_path, [400] * 5, rule=AllHistoryReplay(sample_size=10))
     reads = []
+    original = os.pread
 
-    class Counting:
-        def __init__(self, handle):
-            self.handle = handle
+    def counting(descriptor, size, offset):
+        data = original(descriptor, size, offset)
+        reads.append(len(data))
+        return data
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.handle.close()
-
-        def seek(self, offset):
-            self.handle.seek(offset)
-
-        def read(self, size=-1):
-            data = self.handle.read(size)
-            reads.append(len(data))
-            return data
-
-    monkeypatch.setattr(replay_module, "open", lambda path, mode="r": Counting(builtins.open(path, mode)), raising=False)
+    monkeypatch.setattr(os, "pread", counting)
     records = buffer.sample(0, random.Random(3))
     assert len(records) == 10 and len(reads) == len({(r["shard"], r["index"]) for r in records})
     total = sum((tmp_path / "replay" / f"iteration_{i:04d}.json").stat().st_size for i in range(1, 6))
