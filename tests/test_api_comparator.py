@@ -6,6 +6,7 @@ format; nothing of the client side is mocked.
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from pathlib import Path
@@ -329,9 +330,10 @@ API_RULES = [
     (dict(concurrency=0), "concurrency must be >= 1."),
     (dict(max_retries=-1), "max_retries must be >= 0."),
     (dict(num_candidates=0), "num_candidates must be >= 1 or null."),
-    (dict(headers={"Authorization": "Bearer x"}), "headers must not carry the credential (Authorization)"),
-    (dict(headers={"x-api-key": "x"}), "headers must not carry the credential (x-api-key)"),
-    (dict(key_header="X-Token", headers={"x-token": "x"}), "headers must not carry the credential (x-token)"),
+    (dict(headers={"Authorization": "Bearer x"}), "headers must not carry a credential (Authorization)"),
+    (dict(headers={"x-api-key": "x"}), "headers must not carry a credential (x-api-key)"),
+    (dict(key_header="X-Token", headers={"x-token": "x"}), "headers must not carry a credential (x-token)"),
+    (dict(key_header="X-Custom", headers={"x-custom": "x"}), "headers must not carry the credential (x-custom)"),
     (dict(headers={"X-Retries": 3}), "headers must map header names to strings."),
     (dict(extra_body=["seed", 7]), "extra_body must be a mapping."),
     (dict(response_field=" "), "response_field must not be empty."),
@@ -385,8 +387,8 @@ def test_defaults_and_a_lazy_client(team):
     assert isinstance(data.comparator, ApiComparator) and data.comparator.num_candidates == 3
 
 
-def test_repr_shows_no_query_or_userinfo():
-    comparator = ApiComparator(url="https://user:pw@api.example.invalid/v1/chat/completions?key=abc", format="openai",
+def test_repr_shows_no_query():
+    comparator = ApiComparator(url="https://api.example.invalid/v1/chat/completions?deployment=abc", format="openai",
                                model="m")
     assert repr(comparator) == ("ApiComparator(url='https://api.example.invalid/v1/chat/completions', "
                                 "format='openai', model='m')")
@@ -446,3 +448,41 @@ def test_example_configs_name_the_key_variable_and_validate(fmt):
     assert data.comparator is comparator
     assert comparator.format == {"responses": "openai_responses"}.get(fmt, fmt)
     assert comparator.num_candidates == options["preference_num_candidates"]
+
+
+def _unicode_escaped(text):
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+@pytest.mark.parametrize("status, body", [
+    (200, json.dumps({"error": {"message": f"invalid key {KEY}"}}).encode()),  # a 200 with an error object
+    (500, ("x" * 290 + KEY + "y" * 50).encode()),  # the key straddles the 300-character cut
+    (400, ('{"error": "bad key \\"' + _unicode_escaped(KEY) + '\\""}').encode()),  # JSON \\u escapes
+    (401, ("key%3D" + "".join(f"%{ord(c):02X}" for c in KEY)).encode()),  # URL-encoded, every character
+], ids=["200-error-object", "straddling-the-cut", "json-escaped", "url-encoded"])
+def test_no_error_path_shows_the_key_or_a_prefix_of_it(team, status, body):
+    with FakeProvider("openai") as provider:
+        provider.always = Fault(status, body=body) if status != 200 else Fault(payload=json.loads(body))
+        comparator = make(team, provider, concurrency=1, max_retries=1)
+        with pytest.raises(ComparatorApiError) as error:
+            comparator.sample(ITEMS, PROMPTS, 2, SETTINGS)
+    message = "".join(traceback.format_exception(error.value))
+    assert "[redacted]" in message
+    for leak in (KEY, KEY[:8], KEY[-8:], _unicode_escaped(KEY)[:30], "".join(f"%{ord(c):02X}" for c in KEY)[:12]):
+        assert leak not in message
+
+
+@pytest.mark.parametrize("options, place", [
+    (dict(url="http://user:sk-secret@127.0.0.1:9/v1"), "url must not carry credentials (user:password@host)"),
+    (dict(url="http://127.0.0.1:9/v1?api_key=sk-secret"), "url must not carry a credential in its query (api_key=...)"),
+    (dict(url="http://127.0.0.1:9/v1?access_token=sk-secret"), "url must not carry a credential in its query (access_token=...)"),
+    (dict(url="http://127.0.0.1:9/v1", headers={"X-Auth-Token": "sk-secret"}), "headers must not carry a credential (X-Auth-Token)"),
+    (dict(url="http://127.0.0.1:9/v1", headers={"Cookie": "session=sk-secret"}), "headers must not carry a credential (Cookie)"),
+    (dict(url="http://127.0.0.1:9/v1", headers={"X-Client-Secret": "sk-secret"}), "headers must not carry a credential (X-Client-Secret)"),
+])
+def test_credentials_in_urls_and_credential_headers_are_refused_without_echoing_them(options, place):
+    with pytest.raises(OptionError) as error:
+        ApiComparator(**options)
+    message = str(error.value)
+    assert message.startswith(place) and "key_env" in message and "sk-secret" not in message
+    assert ApiComparator(url="http://127.0.0.1:9/v1?model=m", headers={"anthropic-version": "2023-06-01"}).url

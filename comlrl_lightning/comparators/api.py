@@ -16,6 +16,7 @@ resumes into a clean redo of the round.
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qsl, urlsplit
 from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence
 
 from ..options import at_least, positive, require
@@ -25,7 +26,26 @@ from .api_formats import API_FORMATS, openai_batch_sizes, parse_response, reques
 from .base import Comparator
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key")
+CREDENTIAL_WORDS = ("auth", "token", "key", "secret", "cookie", "password", "signature")
+"""A header or URL query parameter whose name contains one of these carries a credential: refused."""
+_USE_KEY_ENV = ("the config is saved to config.yaml, hparams and checkpoints. Put the key in an environment "
+                "variable and name it in key_env (key_header and key_prefix say how it is sent).")
+
+
+def _carries_credential(name: str) -> bool:
+    return any(word in str(name).lower() for word in CREDENTIAL_WORDS)
+
+
+def check_no_credentials(url: str, headers: Dict[str, str]) -> None:
+    """Refuse credentials where the config would store them: URL userinfo, credential-named query
+    parameters or headers. Messages name the place, never the value."""
+    parts = urlsplit(str(url))
+    require(parts.username is None and parts.password is None,
+            f"url must not carry credentials (user:password@host): {_USE_KEY_ENV}")
+    for name, _ in parse_qsl(parts.query, keep_blank_values=True):
+        require(not _carries_credential(name), f"url must not carry a credential in its query ({name}=...): {_USE_KEY_ENV}")
+    for name in headers:
+        require(not _carries_credential(name), f"headers must not carry a credential ({name}): {_USE_KEY_ENV}")
 
 ApiFormat = Literal["generic", "openai", "anthropic", "openai_responses"]
 
@@ -95,12 +115,9 @@ class ApiComparator(Comparator):
         at_least("max_retries", max_retries, 0)
         headers = dict(headers or {})
         require(all(isinstance(v, str) for v in headers.values()), "headers must map header names to strings.")
+        check_no_credentials(url, headers)
         for name in headers:
-            require(
-                str(name).lower() not in _CREDENTIAL_HEADERS and str(name).lower() != key_header.lower(),
-                f"headers must not carry the credential ({name}): the config is saved to config.yaml, hparams and "
-                "checkpoints. Put the key in an environment variable and name it in key_env.",
-            )
+            require(str(name).lower() != key_header.lower(), f"headers must not carry the credential ({name}): {_USE_KEY_ENV}")
         if key_env is not None:
             # Never echo the value: it may be a key pasted into the wrong option.
             require(bool(_ENV_NAME.match(str(key_env))),

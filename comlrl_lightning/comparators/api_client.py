@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .api_formats import ANTHROPIC_VERSION, snippet
+from .redaction import redact, remember
 
 RETRY_STATUSES = frozenset({408, 429})
 """Retried besides every 5xx: request timeout and rate limit."""
@@ -47,7 +48,7 @@ class ComparatorApiError(RuntimeError):
     """A comparator API request failed (after its retries, when the failure is retryable)."""
 
     def __init__(self, message: str, status: Optional[int] = None) -> None:
-        super().__init__(message)
+        super().__init__(redact(message))  # every error path: status, shape and parse errors alike
         self.status = status
 
 
@@ -121,6 +122,7 @@ class ApiClient:
             raise ComparatorApiError(
                 f"key_env names {self.key_env}, but that environment variable is not set or empty."
             )
+        remember(key.strip())
         return key.strip()
 
     def check_key(self) -> None:
@@ -141,7 +143,9 @@ class ApiClient:
 
     @staticmethod
     def _redact(text: str, key: Optional[str]) -> str:
-        return text.replace(key, "[redacted]") if key else text
+        if key:
+            remember(key)
+        return redact(text)
 
     # ------------------------------------------------------------------------------------------
     # One request

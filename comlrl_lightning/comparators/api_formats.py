@@ -17,6 +17,7 @@ import math
 from typing import Any, Dict, List, Mapping, Optional
 
 from ..team import GenerationSettings
+from .redaction import redact
 
 API_FORMATS = ("generic", "openai", "anthropic", "openai_responses")
 ANTHROPIC_VERSION = "2023-06-01"
@@ -129,8 +130,9 @@ def candidates_per_request(api_format: str) -> Optional[int]:
 
 
 def snippet(payload: Any, limit: int = 300) -> str:
-    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)[: limit * 2]
-    text = " ".join(text.split())
+    """The first ``limit`` characters of a response, secrets redacted *before* the cut (no key prefix)."""
+    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    text = redact(" ".join(text.split()))
     return text if len(text) <= limit else text[:limit] + "..."
 
 
