@@ -9,10 +9,13 @@ command runs every algorithm. ``trainer.max_epochs`` is ``num_train_epochs x num
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import List, Optional
 
+import torch
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
 
 from .options import OptionError
 
@@ -29,6 +32,32 @@ class PreferenceCLI(LightningCLI):
         parser.link_arguments("data.init_args", "trainer.max_epochs", compute_fn=total_epochs)
         parser.link_arguments("model.init_args.num_agents", "data.init_args.num_agents")
 
+    def _parse_ckpt_path(self) -> None:
+        """Resuming keeps the options of this command line and config, and says what changed.
+
+        LightningCLI would overwrite them silently with the hyperparameters saved in the checkpoint
+        (``--model.init_args.dpo_beta 7`` would train on with 0.1). Here the given options win and
+        every model option that differs from the checkpoint's is printed with both values. A remote
+        checkpoint (a URL) is refused: Lightning would load it with ``weights_only=False``, i.e. run
+        code from the network.
+        """
+        if not self.config.get("subcommand"):
+            return
+        ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
+        if not ckpt_path:
+            return
+        if is_remote(str(ckpt_path)):
+            print(f"error: ckpt_path {ckpt_path!r} is remote; download it and pass a local file "
+                  "(a checkpoint is loaded with weights_only=False, which runs code from it).", file=sys.stderr)
+            raise SystemExit(2)
+        if Path(ckpt_path).is_file():
+            saved = torch.load(ckpt_path, weights_only=True, map_location="cpu").get("hyper_parameters", {})
+            given = self.config[self.config.subcommand].get("model", {}).get("init_args", {})
+            for name, value in sorted(saved.items()):
+                if name in given and given[name] != value and not name.startswith("_"):
+                    rank_zero_info(f"resuming with model option {name} = {given[name]!r} (the checkpoint was "
+                                   f"trained with {value!r}); the given options win.")
+
     def instantiate_classes(self) -> None:
         try:
             super().instantiate_classes()
@@ -42,8 +71,15 @@ class PreferenceCLI(LightningCLI):
             raise SystemExit(2) from None
 
 
-def main(args: Optional[List[str]] = None) -> None:
-    PreferenceCLI(
+def is_remote(path: str) -> bool:
+    """A URL (``https://``, ``s3://``, ...) rather than a local path."""
+    scheme, separator, _ = path.partition("://")
+    return bool(separator) and scheme.isalnum() and scheme.lower() != "file"
+
+
+def main(args: Optional[List[str]] = None) -> PreferenceCLI:
+    """Run the command line (``args``: the words after the program name); returns the CLI object."""
+    return PreferenceCLI(
         LightningModule,
         LightningDataModule,
         subclass_mode_model=True,

@@ -245,13 +245,22 @@ class TaskDataModule(LightningDataModule):
     # ------------------------------------------------------------------------------------------
     # Checkpointed state (carried by DataStateCallback)
 
+    state_kind = "task"
+    """What kind of data state a checkpoint holds; another kind cannot resume this data module."""
+
     def data_state_dict(self) -> Dict[str, Any]:
         """Everything a resumed run needs to continue exactly (every random stream is derived
-        from ``(seed, round, rank)``, so here: nothing but the format version)."""
-        return {"version": 1}
+        from ``(seed, round, rank)``, so here: the format and the kind of data module)."""
+        return {"version": 1, "kind": self.state_kind}
 
     def load_data_state_dict(self, state: Dict[str, Any]) -> None:
-        pass
+        kind = state.get("kind")
+        if kind != self.state_kind:
+            raise ValueError(
+                f"The checkpoint holds the data state of a {kind or 'different'} data module; "
+                f"{type(self).__name__} ({self.state_kind}) cannot resume it. Resume with the kind of data module "
+                "that wrote the checkpoint, or start a new run."
+            )
 
 
 class PreferenceDataModule(TaskDataModule):
@@ -272,6 +281,8 @@ class PreferenceDataModule(TaskDataModule):
         pair_selection: ``reward_gap`` (largest gap first), ``random`` (seeded), or ``all``.
         **kwargs: the options of :class:`TaskDataModule`.
     """
+
+    state_kind = "preference"
 
     def __init__(
         self,

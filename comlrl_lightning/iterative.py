@@ -52,6 +52,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             ``comparator_reward`` (the default: highest comparator score first).
     """
 
+    state_kind = "iterative"
+
     def __init__(
         self,
         num_iterations: PositiveInt = 6,

@@ -332,6 +332,10 @@ class ReplayBuffer:
         """
         shards = [Shard(int(s["iteration"]), str(s["filename"]), int(s["num_pairs"]), str(s["sha256"]))
                   for s in state["shards"]]
+        for shard in shards:  # a checkpoint is data: only round files of this folder, by their own name
+            if shard.filename != self.round_path(shard.iteration).name:
+                raise ReplayIndexError(f"The checkpoint's replay index names {shard.filename!r} for iteration "
+                                       f"{shard.iteration}, which is not a round file of {self.directory}.")
         for shard in shards:
             self.read_records(shard)
         self.shards = shards

@@ -12,12 +12,16 @@ half-written snapshot under its final name.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .team import Team
+
+
+_SNAPSHOT_NAME = re.compile(r"initial|iteration_\d{4,}")
 
 
 def snapshot_name(round_start: int) -> str:
@@ -93,6 +97,12 @@ class PolicySnapshots:
         return {"saved": list(self.saved)}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore the index. A checkpoint is data: every name must be a snapshot of this folder
+        (``initial`` or ``iteration_NNNN``), since :meth:`prune` deletes what the index names."""
+        for name in state["saved"]:
+            if not _SNAPSHOT_NAME.fullmatch(str(name)):
+                raise ValueError(f"The checkpoint's snapshot index names {str(name)!r}, which is not a policy snapshot "
+                                 f"of {self.directory}; refusing to use (or prune) it.")
         # Snapshots pruned after this checkpoint was written are simply gone; require() checks
         # the ones a resumed run actually needs.
         self.saved = [name for name in state["saved"] if (self.directory / name).is_dir()]

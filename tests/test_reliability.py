@@ -1,0 +1,77 @@
+"""Faults a user or a doctored file can cause: paths read from checkpoints, remote checkpoints, resumes
+with changed options or a different data module."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from comlrl_lightning import HistoryComparator, IterativePreferenceDataModule, MADPOModule, PreferenceDataModule
+from comlrl_lightning.cli import main
+from comlrl_lightning.replay import ReplayBuffer, ReplayIndexError
+from comlrl_lightning.snapshots import PolicySnapshots
+from tests.cli_helpers import TINY_CLI
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
+from tests.iterative_run import make_run
+
+
+def test_a_doctored_snapshot_index_cannot_make_a_resume_delete_outside_the_run(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1, every_n_epochs=1, save_on_train_epoch_end=True)
+    module, datamodule, trainer = make_run(tmp_path / "run", data=dict(comparator=HistoryComparator(k=1)),
+                                           callbacks=[checkpoint], max_epochs=2)
+    trainer.fit(module, datamodule)
+    path = next((tmp_path / "ckpt").glob("epoch=1-*.ckpt"))
+    state = torch.load(path, weights_only=True)
+    state["callbacks"]["comlrl_lightning.data"]["snapshots"]["saved"].insert(0, "../../victim")
+    torch.save(state, path)  # still weights_only-safe: only the index is doctored
+    module, datamodule, trainer = make_run(tmp_path / "run", data=dict(comparator=HistoryComparator(k=1)))
+    with pytest.raises(ValueError, match=r"snapshot index names '\.\./\.\./victim', which is not a policy snapshot"):
+        trainer.fit(module, datamodule, ckpt_path=str(path))
+    assert (victim / "precious.txt").read_text() == "keep me"
+
+
+def test_snapshot_and_replay_indexes_only_name_files_of_their_own_folder(tmp_path):
+    snapshots = PolicySnapshots(tmp_path / "snapshots")
+    for name in ("../x", "/etc", "initial/../../x", "iteration_1"):
+        with pytest.raises(ValueError, match="not a policy snapshot"):
+            snapshots.load_state_dict({"saved": [name]})
+    snapshots.load_state_dict({"saved": ["initial", "iteration_0003"]})  # names of this folder are fine
+    replay = ReplayBuffer(tmp_path / "replay")
+    shard = {"iteration": 1, "filename": "../../outside.json", "num_pairs": 1, "sha256": "0" * 64}
+    with pytest.raises(ReplayIndexError, match=r"names '\.\./\.\./outside\.json' for iteration 1, which is not a round file"):
+        replay.load_state_dict({"version": 1, "directory": "x", "shards": [shard]})
+
+
+def test_a_remote_checkpoint_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path),
+              "--ckpt_path", "https://example.invalid/last.ckpt"])
+    assert exit_info.value.code == 2 and "is remote; download it and pass a local file" in capsys.readouterr().err
+    assert not list(tmp_path.glob("**/config.yaml"))  # refused before anything ran
+
+
+def test_resuming_keeps_the_given_options_and_says_what_changed(tmp_path, caplog):
+    common = ["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY_CLI]
+    main(common + ["--data.init_args.num_train_epochs", "1"])
+    (last,) = tmp_path.glob("lightning_logs/version_0/checkpoints/last.ckpt")
+    with caplog.at_level(logging.INFO):
+        cli = main(common + ["--data.init_args.num_train_epochs", "2", "--model.init_args.dpo_beta", "7",
+                             "--ckpt_path", str(last)])
+    assert cli.model.dpo_beta == 7.0  # the command line wins over the checkpoint's 0.1
+    assert "resuming with model option dpo_beta = 7.0 (the checkpoint was trained with 0.1)" in caplog.text
+
+
+def test_a_base_checkpoint_cannot_resume_an_iterative_data_module(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    tiny_trainer(tmp_path, max_epochs=1, callbacks=[checkpoint]).fit(
+        MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA))
+    module, datamodule, trainer = make_run(tmp_path / "iterative")
+    with pytest.raises(ValueError, match="holds the data state of a preference data module; "
+                                         "IterativePreferenceDataModule \\(iterative\\) cannot resume it"):
+        trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
