@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import tempfile
-import time
 from typing import Any, Dict
 
 import common

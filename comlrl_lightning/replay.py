@@ -27,14 +27,14 @@ import itertools
 import json
 import os
 import random
-from array import array
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from jsonargparse.typing import ClosedUnitInterval, PositiveInt
 
 from .options import at_least, require
+from .round_files import RecordIndex, encode_round, fsync_directory
 
 def lambda_decay_weights(num_rounds: int, lam: float) -> List[float]:
     """Shard weights for ``lambda_decay``, listed OLDEST first (as in the reference).
@@ -213,7 +213,7 @@ class ReplayBuffer:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
 
     def sample_size_for(self, current_count: int) -> int:
         """``S``: the rule's ``sample_size``; else this round's pair count; else the newest shard's; else 0."""
@@ -341,36 +341,6 @@ class ReplayBuffer:
         self.shards = shards
 
 
-class RecordIndex:
-    """Where each record of a round file starts, its length in bytes, and its sha256 (compact arrays)."""
-
-    def __init__(self, offsets: Sequence[int], lengths: Sequence[int], digests: bytes) -> None:
-        self.offsets, self.lengths, self.digests = array("Q", offsets), array("Q", lengths), digests
-
-    def digest(self, position: int) -> bytes:
-        return self.digests[32 * position : 32 * (position + 1)]
-
-
-def encode_round(iteration: int, records: Sequence[Dict[str, Any]]) -> Tuple[bytes, RecordIndex]:
-    """The round file's bytes, ``json.dumps({"iteration", "num_pairs", "pairs"}, ensure_ascii=False)``
-    as UTF-8, built record by record so the byte range and digest of each record are known."""
-    head = json.dumps({"iteration": iteration, "num_pairs": len(records), "pairs": []}, ensure_ascii=False)[:-2]
-    parts, offsets, lengths, digests = [head.encode("utf-8")], [], [], bytearray()
-    position = len(parts[0])
-    for number, record in enumerate(records):
-        if number:
-            parts.append(b", ")
-            position += 2
-        encoded = json.dumps(record, ensure_ascii=False).encode("utf-8")
-        offsets.append(position)
-        lengths.append(len(encoded))
-        digests += hashlib.sha256(encoded).digest()
-        parts.append(encoded)
-        position += len(encoded)
-    parts.append(b"]}")
-    return b"".join(parts), RecordIndex(offsets, lengths, bytes(digests))
-
-
 def _draw_positions(size: int, count: int, rng: random.Random) -> List[int]:
     """Record positions of one shard's ``count`` draws: without replacement while ``count <= size``,
     else shuffled full copies plus a remainder (the random calls of drawing the records themselves)."""
@@ -389,15 +359,3 @@ def _draw_positions(size: int, count: int, rng: random.Random) -> List[int]:
     if remaining:
         drawn.extend(rng.sample(population, remaining))
     return drawn
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable on POSIX; platforms that cannot open a directory skip it.
-    try:
-        handle = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(handle)
-        finally:
-            os.close(handle)
-    except OSError:
-        pass

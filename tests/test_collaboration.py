@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from comlrl_lightning import (
     CentralizedComparator,
     CurrentComparator,
-    IterativePreferenceDataModule,
     MADPOModule,
     MAGRPOModule,
     MARLHFModule,

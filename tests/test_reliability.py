@@ -9,7 +9,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from comlrl_lightning import HistoryComparator, IterativePreferenceDataModule, MADPOModule, PreferenceDataModule
+from comlrl_lightning import HistoryComparator, MADPOModule, PreferenceDataModule
 from comlrl_lightning.cli import main
 from comlrl_lightning.replay import ReplayBuffer, ReplayIndexError
 from comlrl_lightning.snapshots import PolicySnapshots
