@@ -43,6 +43,12 @@ class DataStateCallback(Callback):
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         self.datamodule.load_data_state_dict(state_dict)
 
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        self.datamodule.release_folders()
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.datamodule.release_folders()
+
 
 class EpochShuffleSampler(DistributedSampler):
     """This rank's share of a permutation of ``range(size)`` that depends only on ``(seed, epoch)``.
@@ -244,6 +250,9 @@ class TaskDataModule(LightningDataModule):
 
     # ------------------------------------------------------------------------------------------
     # Checkpointed state (carried by DataStateCallback)
+
+    def release_folders(self) -> None:
+        """Release the locks on this run's folders (at the end of a run, also a failed one)."""
 
     state_kind = "task"
     """What kind of data state a checkpoint holds; another kind cannot resume this data module."""

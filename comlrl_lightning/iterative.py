@@ -15,6 +15,7 @@ from .comparators import CentralizedComparator, Comparator, ComparatorContext, C
 from .contract import TeamSide, team_side
 from .data import PreferenceDataModule
 from .distributed import barrier, gather_objects, gather_results, rank_and_world, shard
+from .folder_lock import FolderLock
 from .options import OptionError, at_least
 from .pairs import PreferencePair
 from .replay import CurrentReplay, ReplayBuffer, ReplayRule
@@ -86,6 +87,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         self.built_round: Optional[int] = None
         self.replay: Optional[ReplayBuffer] = None
         self.snapshots: Optional[PolicySnapshots] = None
+        self.folder_locks: List[FolderLock] = []
 
     @classmethod
     def allowed_pair_selections(cls):
@@ -108,9 +110,13 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         root = Path(self.trainer.default_root_dir)
         replay_dir = Path(self.preference_replay_dir) if self.preference_replay_dir else root / "preference_replay"
         self.replay = ReplayBuffer(replay_dir.absolute(), self.replay_rule)
+        folders = [self.replay.directory]
         if self.comparator.snapshot_round(0) is not None or self.policy_checkpoint_dir:
             directory = Path(self.policy_checkpoint_dir) if self.policy_checkpoint_dir else root / "policy_snapshots"
             self.snapshots = PolicySnapshots(directory.absolute(), keep_all=self.policy_checkpoint_dir is not None)
+            folders.append(self.snapshots.directory)
+        if self.trainer.is_global_zero:  # one run per folder; the other ranks are this run
+            self.folder_locks = [FolderLock(folder).acquire() for folder in folders]
         module = team_side(self.trainer)
         if self.task.centralized and isinstance(self.comparator, CentralizedComparator):
             raise OptionError("comparator: a centralized team already writes every role in one completion, and so "
@@ -131,6 +137,11 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         if not self.pairs:
             rank_zero_warn(f"no replay preference pairs for iteration {round_index + 1}; the round trains nothing.")
         return self.round_loader(module)
+
+    def release_folders(self) -> None:
+        for lock in self.folder_locks:
+            lock.release()
+        self.folder_locks = []
 
     def teardown(self, stage: str) -> None:
         # The reference also snapshots the policy after the last round when asked to keep snapshots.

@@ -363,7 +363,7 @@ def test_a_centralized_history_comparator_gets_snapshots_from_the_data_module(tm
     assert datamodule.snapshots.directory == (tmp_path / "policy_snapshots").absolute()
     # saved at every round start; "initial" pruned once no later round (or resume) needs it
     assert datamodule.snapshots.saved == ["iteration_0000", "iteration_0001"]
-    assert sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir()) == ["iteration_0000", "iteration_0001"]
+    assert sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir()) == [".lock", "iteration_0000", "iteration_0001"]
     # round 3 compared against the policy at the start of round 2, agent 1 only, on agent 1's device
     assert history._loaded == 1 and history.source().num_agents == 1
     saved = Team([str(tmp_path / "policy_snapshots" / "iteration_0000" / f"agent_{i}") for i in range(2)])

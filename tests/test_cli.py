@@ -67,7 +67,7 @@ def test_iterative_config_runs_rounds_and_logs_round_metrics(tmp_path):
     main(["fit", "--config", "configs/madpo_iter.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
           "--data.init_args.num_iterations", "2", "--data.init_args.num_train_epochs", "1",
           "--data.init_args.replay.init_args.sample_size", "16", "--data.init_args.comparator.init_args.num_candidates", "3"])
-    assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == ["iteration_0001.json",
+    assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == [".lock", "iteration_0001.json",
                                                                                  "iteration_0002.json"]
     rows = _metrics(tmp_path)
     rounds = [float(r["iter/current_iteration"]) for r in rows if r.get("iter/current_iteration")]

@@ -99,7 +99,7 @@ def test_two_process_iterative_madpo_run_writes_one_set_of_round_files(tmp_path)
         records = json.loads(file.read_text())["pairs"]
         indices = [order[record["prompts"][0]] for record in records]
         assert indices == sorted(indices) and {i % 2 for i in indices} == {0, 1}  # both ranks' items
-    assert sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir()) == ["initial", "iteration_0000"]
+    assert sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir()) == [".lock", "initial", "iteration_0000"]
 
 
 def test_two_process_marlhf_run_keeps_replicas_and_reward_models_identical(tmp_path):
@@ -136,7 +136,7 @@ def test_cli_runs_with_the_plain_ddp_strategy_flag(tmp_path):
     result = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], env=dict(os.environ),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == ["iteration_0001.json",
+    assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == [".lock", "iteration_0001.json",
                                                                                  "iteration_0002.json"]
     assert list(tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt"))
 

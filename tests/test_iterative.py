@@ -157,7 +157,7 @@ def test_history_comparator_with_k1_uses_the_previous_rounds_policy(tmp_path):
     # round 2's comparator is the policy at the start of round 1
     assert all(torch.equal(seen[2][1][k], seen[1][2][k]) for k in seen[2][1])
     # unreachable snapshots are pruned (the default folder is ours), keeping one extra round for resumes
-    assert sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir()) == ["iteration_0000", "iteration_0001"]
+    assert sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir()) == [".lock", "iteration_0000", "iteration_0001"]
 
 
 ITER_RULES = [

@@ -4,6 +4,7 @@ with changed options or a different data module."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -75,3 +76,48 @@ def test_a_base_checkpoint_cannot_resume_an_iterative_data_module(tmp_path):
     with pytest.raises(ValueError, match="holds the data state of a preference data module; "
                                          "IterativePreferenceDataModule \\(iterative\\) cannot resume it"):
         trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+
+
+HOLD_LOCK = """
+import sys, time
+from comlrl_lightning.folder_lock import FolderLock
+FolderLock(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_two_runs_cannot_share_a_replay_folder_and_a_dead_runs_lock_does_not_block(tmp_path):
+    import subprocess
+    import sys
+
+    from comlrl_lightning.folder_lock import FolderInUseError
+
+    replay = tmp_path / "run" / "preference_replay"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(replay)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        module, datamodule, trainer = make_run(tmp_path / "run", data=dict(num_iterations=1), max_epochs=2)
+        with pytest.raises(FolderInUseError, match=rf"{replay} is in use by another run \(process {holder.pid} on "):
+            trainer.fit(module, datamodule)
+        assert not list(replay.glob("iteration_*.json"))  # refused before the first round was collected
+    finally:
+        holder.kill()  # SIGKILL: no clean-up, the kernel drops the lock
+        holder.wait()
+    module, datamodule, trainer = make_run(tmp_path / "run", data=dict(num_iterations=1), max_epochs=2)
+    trainer.fit(module, datamodule)
+    assert [p.name for p in replay.glob("iteration_*.json")] == ["iteration_0001.json"]
+
+
+def test_a_second_run_in_the_same_process_is_refused_and_a_finished_run_releases(tmp_path):
+    from comlrl_lightning.folder_lock import FolderInUseError, FolderLock
+
+    other = FolderLock(tmp_path / "preference_replay").acquire()  # a run of this process that is still going
+    module, datamodule, trainer = make_run(tmp_path, data=dict(num_iterations=1), max_epochs=2)
+    with pytest.raises(FolderInUseError, match=f"process {os.getpid()} on"):
+        trainer.fit(module, datamodule)
+    other.release()
+    module, datamodule, trainer = make_run(tmp_path, data=dict(num_iterations=1), max_epochs=2)
+    trainer.fit(module, datamodule)
+    assert not any(lock.held for lock in datamodule.folder_locks) and datamodule.folder_locks == []
+    FolderLock(tmp_path / "preference_replay").acquire().release()  # free again after the run
