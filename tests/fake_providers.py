@@ -10,6 +10,7 @@ server collect the same candidates.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import threading
@@ -39,6 +40,8 @@ class Fault:
     payload: Any = None  # a JSON answer with status 200
     headers: Dict[str, str] = field(default_factory=dict)
     hang: bool = False  # never answer (the client must time out)
+    drip: float = 0.0  # seconds between single bytes of the answer (a slow-loris server)
+    gzip: bool = False  # send the body gzip-compressed with Content-Encoding: gzip (e.g. a decompression bomb)
 
 
 @dataclass
@@ -86,7 +89,7 @@ class FakeProvider:
                     body = json.loads(raw)
                 except ValueError:
                     body = raw
-                status, payload, headers, hang = provider.handle(
+                status, payload, headers, hang, drip = provider.handle(
                     Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 )
                 if hang:
@@ -98,7 +101,16 @@ class FakeProvider:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    if not drip:
+                        self.wfile.write(payload)
+                    for index in range(len(payload) if drip else 0):
+                        if provider.released.wait(drip):
+                            break
+                        self.wfile.write(payload[index : index + 1])
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up, as it should
+                    self.close_connection = True
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -132,13 +144,15 @@ class FakeProvider:
             fault = self.faults.popleft() if self.faults else self.always
         if fault is not None:
             if fault.hang:
-                return 0, b"", {}, True
-            if fault.payload is not None:
-                return 200, json.dumps(fault.payload).encode(), fault.headers, False
-            body = fault.body if fault.body is not None else json.dumps(
-                {"error": {"message": f"scripted HTTP {fault.status}", "type": "test"}}).encode()
-            return fault.status, body, fault.headers, False
-        return 200, json.dumps(self.answer(request.body)).encode(), {}, False
+                return 0, b"", {}, True, 0.0
+            status, headers = (200 if fault.payload is not None else fault.status), dict(fault.headers)
+            body = json.dumps(fault.payload).encode() if fault.payload is not None else fault.body
+            if body is None:
+                body = json.dumps({"error": {"message": f"scripted HTTP {fault.status}", "type": "test"}}).encode()
+            if fault.gzip:
+                body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+            return status, body, headers, False, fault.drip
+        return 200, json.dumps(self.answer(request.body)).encode(), {}, False, 0.0
 
     def _next_index(self, prompt: str) -> int:
         # one-candidate formats repeat identical requests: number them per prompt

@@ -103,7 +103,7 @@ def test_openai_chat_bodies_headers_n_batching_and_parsing(team):
                              for a in range(2)]
     assert_ids_from_actor_tokenizer(team, result)
     assert comparator.metrics() == {"comparator/api_shortfall": 0.0, "comparator/api_requests": 8.0,
-                                    "comparator/api_retries": 0.0}
+                                    "comparator/api_retries": 0.0, "comparator/api_truncated": 0.0}
 
 
 def test_openai_deepseek_asks_one_candidate_per_request(team):
@@ -214,7 +214,7 @@ def test_429_honours_retry_after_then_succeeds(team):
         elapsed = time.perf_counter() - started
     assert 0.9 <= elapsed < 2.4
     assert comparator.metrics() == {"comparator/api_shortfall": 0.0, "comparator/api_requests": 5.0,
-                                    "comparator/api_retries": 1.0}
+                                    "comparator/api_retries": 1.0, "comparator/api_truncated": 0.0}
     assert all(len(per_item) == 2 for per_agent in result for per_item in per_agent)
 
 
@@ -486,3 +486,40 @@ def test_credentials_in_urls_and_credential_headers_are_refused_without_echoing_
     message = str(error.value)
     assert message.startswith(place) and "key_env" in message and "sk-secret" not in message
     assert ApiComparator(url="http://127.0.0.1:9/v1?model=m", headers={"anthropic-version": "2023-06-01"}).url
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile servers: decompression bombs, dripping answers, overlong completions
+
+
+def test_a_decompression_bomb_is_capped_and_not_retried(team):
+    bomb = {"choices": [{"message": {"content": "a" * 20_000_000}}]}  # 20 MB decoded, about 20 KB on the wire
+    with FakeProvider("openai") as provider:
+        provider.always = Fault(payload=bomb, gzip=True)
+        comparator = make(team, provider, concurrency=1, max_response_bytes=1_000_000)
+        with pytest.raises(ComparatorApiError, match="more than max_response_bytes=1000000 bytes"):
+            comparator.sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert len(provider.requests) == 1
+
+
+def test_a_dripping_server_meets_the_total_deadline(team):
+    with FakeProvider("openai") as provider:
+        provider.always = Fault(payload={"choices": [{"message": {"content": "x" * 200}}]}, drip=0.05)
+        comparator = make(team, provider, concurrency=1, max_retries=1, timeout=1.0, deadline=0.5)
+        started = time.perf_counter()
+        with pytest.raises(ComparatorApiError, match="no complete response within deadline=0.5s"):
+            comparator.sample(ITEMS, PROMPTS, 2, SETTINGS)
+        elapsed = time.perf_counter() - started
+    assert elapsed < 3.0  # two attempts of 0.5 s and a short backoff, not 10 s of dripping per attempt
+    assert len(provider.requests) == 2
+
+
+def test_completions_longer_than_the_token_budget_are_cut_on_arrival(team):
+    with FakeProvider("generic", text=lambda prompt, j: "aeiou" * 40) as provider:
+        comparator = make(team, provider)
+        result = comparator.sample(ITEMS, PROMPTS, 2, SETTINGS)
+    budget = SETTINGS.max_new_tokens
+    completions = [c for per_agent in result for per_item in per_agent for c in per_item]
+    assert completions and all(len(c.ids) == budget for c in completions)  # 200 characters cut to 6 tokens
+    assert {c.text for c in completions} == {("aeiou" * 40)[:budget]}  # the text follows the ids it was cut to
+    assert comparator.metrics()["comparator/api_truncated"] == 2 * len(ITEMS) * 2

@@ -286,10 +286,12 @@ def test_api_source_one_call_per_item_with_the_slot_and_drops_unparseable(team):
     assert sorted((b["prompt"], b["agent_idx"], b["num_return_sequences"]) for b in provider.bodies()) == sorted(
         (tagged.build_prompt(item, prompts), 1, 3) for item, prompts in zip(ITEMS, PROMPTS))
     assert texts(result[0]) == [["hello", ""]] * 2
-    assert texts(result[1]) == [["world", "only one"]] * 2
+    # a role longer than max_new_tokens (6 here) is cut to the budget on arrival, and counted
+    assert texts(result[1]) == [["world", "only o"]] * 2
     assert comparator.metrics() == {"comparator/api_shortfall": 0.0, "comparator/api_requests": 2.0,
-                                    "comparator/api_retries": 0.0, "comparator/unparseable": 2.0,
-                                    "comparator/empty_sections": 2.0}
+                                    "comparator/api_retries": 0.0, "comparator/api_truncated": 0.0,
+                                    "comparator/unparseable": 2.0, "comparator/empty_sections": 2.0,
+                                    "comparator/truncated_roles": 2.0}
     with FakeProvider("generic", text=lambda prompt, j: "never tagged") as provider:
         comparator = build(team, source=ApiComparator(url=provider.url), adapter=TaggedCentralizedComparatorAdapter())
         with pytest.raises(CentralizedComparatorParseError, match="none of this round's 6 completions"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from urllib.parse import parse_qsl, urlsplit
-from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence, Tuple
 
 from ..options import at_least, positive, require
 from ..team import Completion, GenerationSettings, Team
@@ -79,6 +79,9 @@ class ApiComparator(Comparator):
         extra_body: merged over the request body (``null`` values remove provider-format fields).
         max_n_per_request: cap on ``n`` per ``openai`` request (default K'; 1 for DeepSeek).
         timeout: seconds per HTTP operation; a request that times out is retried.
+        deadline: seconds one attempt may take in all, however slowly its bytes arrive
+            (``None``: 4 x ``timeout``); an attempt past it is retried like a timeout.
+        max_response_bytes: largest decoded answer read (a larger one is an error, not retried).
         concurrency: requests in flight at once, across items and candidates.
         max_retries: retries per request on connection errors, timeouts, 408, 429 and 5xx.
         num_candidates: K' (``None``: K).
@@ -102,6 +105,8 @@ class ApiComparator(Comparator):
         extra_body: Optional[Dict[str, Any]] = None,
         max_n_per_request: Optional[int] = None,
         timeout: float = 120.0,
+        deadline: Optional[float] = None,
+        max_response_bytes: int = 16 * 2**20,
         concurrency: int = 8,
         max_retries: int = 4,
         num_candidates: Optional[int] = None,
@@ -111,6 +116,8 @@ class ApiComparator(Comparator):
         require(format in API_FORMATS, f"format must be one of: {', '.join(API_FORMATS)}.")
         at_least("max_n_per_request", max_n_per_request, 1, allow_none=True)
         positive("timeout", timeout)
+        positive("deadline", deadline, allow_none=True)
+        at_least("max_response_bytes", max_response_bytes, 1)
         at_least("concurrency", concurrency, 1)
         at_least("max_retries", max_retries, 0)
         headers = dict(headers or {})
@@ -128,9 +135,10 @@ class ApiComparator(Comparator):
         self.key_env, self.key_header, self.key_prefix, self.headers = key_env, key_header, key_prefix, headers
         self.response_field, self.extra_body = response_field, dict(extra_body or {})
         self.max_n_per_request, self.timeout = max_n_per_request, float(timeout)
+        self.deadline, self.max_response_bytes = deadline, int(max_response_bytes)
         self.concurrency, self.max_retries = concurrency, max_retries
         self._client: Optional[ApiClient] = None
-        self.shortfall = 0
+        self.shortfall = self.truncated = 0
 
     @property
     def client(self) -> ApiClient:
@@ -139,7 +147,8 @@ class ApiComparator(Comparator):
             self._client = ApiClient(
                 self.url, self.timeout, self.headers, self.key_env, self.key_header, self.key_prefix,
                 anthropic=self.format == "anthropic", max_retries=self.max_retries, concurrency=self.concurrency,
-                backoff_base=self.backoff_base, retry_after_cap=self.retry_after_cap,
+                backoff_base=self.backoff_base, retry_after_cap=self.retry_after_cap, deadline=self.deadline,
+                max_response_bytes=self.max_response_bytes,
             )
         return self._client
 
@@ -147,13 +156,14 @@ class ApiComparator(Comparator):
         # Before the current side samples (minutes, on big models): a missing key fails now.
         self.client.check_key()
         self.client.stats.requests = self.client.stats.retries = 0
-        self.shortfall = 0
+        self.shortfall = self.truncated = 0
 
     def metrics(self) -> Dict[str, float]:
         return {
             "comparator/api_shortfall": float(self.shortfall),
             "comparator/api_requests": float(self.client.stats.requests),
             "comparator/api_retries": float(self.client.stats.retries),
+            "comparator/api_truncated": float(self.truncated),
         }
 
     def __repr__(self) -> str:
@@ -218,10 +228,13 @@ class ApiComparator(Comparator):
                 f"({self.client.stats.requests} requests): every item has an agent without any. Check "
                 "the comparator's format, response_field and the provider's answers."
             )
-        return [
-            [[encode(team, agent, text) for text in per_agent[agent][k][: usable[k]]] for k in range(len(items))]
+        encoded = [
+            [[encode(team, agent, text, settings.max_new_tokens) for text in per_agent[agent][k][: usable[k]]]
+             for k in range(len(items))]
             for agent in range(num_agents)
         ]
+        self.truncated += sum(cut for per_agent in encoded for per_item in per_agent for _, cut in per_item)
+        return [[[completion for completion, _ in per_item] for per_item in per_agent] for per_agent in encoded]
 
     def sample_texts(
         self, prompts: Sequence[str], items: Sequence[Dict[str, Any]], count: int, settings: GenerationSettings
@@ -231,7 +244,17 @@ class ApiComparator(Comparator):
         return self.texts_for([ApiJob(p, agent, item) for p, item in zip(prompts, items)], count, settings)
 
 
-def encode(team: Team, agent: int, text: str) -> Completion:
-    """A completion from text: ids from the actor's tokenizer, no special tokens (as round-file records)."""
-    return Completion(ids=list(team.tokenizers[agent](text, add_special_tokens=False)["input_ids"]), text=text)
+def encode(team: Team, agent: int, text: str, max_tokens: Optional[int] = None) -> Tuple[Completion, bool]:
+    """A completion from text, and whether it was cut: ids from the actor's tokenizer, no special
+    tokens (as round-file records).
+
+    A text longer than ``max_tokens`` tokens (a provider that ignored ``max_tokens``) is cut to that
+    budget on arrival, text and ids alike, so it cannot overrun the model's context later.
+    """
+    tokenizer = team.tokenizers[agent]
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if max_tokens is None or len(ids) <= max_tokens:
+        return Completion(ids=ids, text=text), False
+    ids = ids[:max_tokens]
+    return Completion(ids=ids, text=tokenizer.decode(ids, skip_special_tokens=True)), True
 

@@ -76,6 +76,10 @@ class ApiClient:
         backoff_base, backoff_cap: exponential backoff ``min(cap, base * 2**attempt)``, scaled by a
             random factor in [0.5, 1] (jitter, so parallel requests do not retry in lockstep).
         retry_after_cap: longest wait honoured from a ``Retry-After`` header, in seconds.
+        deadline: seconds one attempt may take in all, however its bytes trickle in (``None``: 4 x
+            ``timeout``); an attempt past it is retried like a timeout.
+        max_response_bytes: largest (decoded) answer read; a larger one (e.g. a decompression bomb)
+            is an error, not retried, and never held in memory whole.
     """
 
     def __init__(
@@ -92,6 +96,8 @@ class ApiClient:
         backoff_base: float = 1.0,
         backoff_cap: float = 30.0,
         retry_after_cap: float = 60.0,
+        deadline: Optional[float] = None,
+        max_response_bytes: int = 16 * 2**20,
     ) -> None:
         self.url, self.timeout = url, float(timeout)
         self.static_headers = dict(headers or {})
@@ -99,6 +105,8 @@ class ApiClient:
         self.anthropic = anthropic
         self.max_retries, self.concurrency = int(max_retries), int(concurrency)
         self.backoff_base, self.backoff_cap, self.retry_after_cap = backoff_base, backoff_cap, retry_after_cap
+        self.deadline = float(deadline) if deadline is not None else 4 * self.timeout
+        self.max_response_bytes = int(max_response_bytes)
         self.stats = RequestStats()
         self._lock = threading.Lock()
         self._jitter = random.Random()  # timing only: never affects what is collected
@@ -174,18 +182,21 @@ class ApiClient:
                 self.stats.retries += attempt > 0
             response = None
             try:
-                response = http.post(self.url, content=content, headers=self._headers(key))
+                with http.stream("POST", self.url, content=content, headers=self._headers(key)) as response:
+                    data = self._read(response, time.monotonic() + self.deadline)
             except httpx.TimeoutException:
-                last_problem = f"no response within timeout={self.timeout:g}s"
+                last_problem, response = f"no response within timeout={self.timeout:g}s", None
+            except _DeadlineExceeded:
+                last_problem, response = f"no complete response within deadline={self.deadline:g}s", None
             except httpx.TransportError as error:
-                last_problem = f"connection error ({type(error).__name__}: {self._redact(str(error), key)})"
+                last_problem, response = f"connection error ({type(error).__name__}: {self._redact(str(error), key)})", None
             if response is not None:
-                status = response.status_code
+                status, text = response.status_code, data.decode("utf-8", errors="replace")
                 if status < 300:
-                    return self._json(response, key)
-                body = self._redact(snippet(response.text), key)
+                    return self._json(data, text, status, key)
+                body = self._redact(snippet(text), key)
                 # OpenAI reports an empty account as 429 insufficient_quota: waiting will not help
-                no_quota = status == 429 and "insufficient_quota" in response.text
+                no_quota = status == 429 and "insufficient_quota" in text
                 if no_quota or (status not in RETRY_STATUSES and status < 500):
                     raise ComparatorApiError(
                         f"Comparator API request to {self.shown_url} failed with HTTP {status} "
@@ -210,14 +221,29 @@ class ApiClient:
         where = self.key_env or "named by key_env (none is set: no key was sent)"
         return _STATUS_HINTS.get(status, "not retried").format(key_env=where)
 
-    def _json(self, response: httpx.Response, key: Optional[str]) -> Any:
+    def _read(self, response: httpx.Response, deadline: float) -> bytes:
+        """The decoded body, at most ``max_response_bytes`` of it, before ``deadline`` (monotonic time)."""
+        data = bytearray()
+        for chunk in response.iter_bytes():
+            data += chunk
+            if len(data) > self.max_response_bytes:
+                raise ComparatorApiError(
+                    f"Comparator API at {self.shown_url} answered with more than max_response_bytes="
+                    f"{self.max_response_bytes} bytes (decoded); not read further and not retried.",
+                    response.status_code,
+                )
+            if time.monotonic() > deadline:
+                raise _DeadlineExceeded()
+        return bytes(data)
+
+    def _json(self, data: bytes, text: str, status: int, key: Optional[str]) -> Any:
         try:
-            return response.json()
+            return json.loads(data)
         except ValueError:
             raise ComparatorApiError(
-                f"Comparator API at {self.shown_url} returned a non-JSON response (HTTP {response.status_code}): "
-                f"{self._redact(snippet(response.text), key)}",
-                response.status_code,
+                f"Comparator API at {self.shown_url} returned a non-JSON response (HTTP {status}): "
+                f"{self._redact(snippet(text), key)}",
+                status,
             ) from None
 
     # ------------------------------------------------------------------------------------------
@@ -247,6 +273,10 @@ class ApiClient:
                 # On failure: stop retries and queued requests; requests in flight end within the timeout.
                 stop.set()
                 pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _DeadlineExceeded(Exception):
+    """An attempt that outlived its total deadline (retried like a timeout)."""
 
 
 def _retry_after_seconds(headers: httpx.Headers) -> Optional[float]:

@@ -161,7 +161,7 @@ class CentralizedComparator(Comparator):
         super().__init__(self.source_comparator.num_candidates)
         at_least("agent_index", agent_index, 0)
         self.adapter, self.agent_index = resolve_adapter(adapter), agent_index
-        self.unparseable = self.empty_sections = 0
+        self.unparseable = self.empty_sections = self.truncated = 0
 
     def check_team(self, num_agents: int) -> None:
         if self.agent_index >= num_agents:
@@ -182,7 +182,7 @@ class CentralizedComparator(Comparator):
         return self.source_comparator.snapshot_round(round_index)
 
     def start_round(self, round_index: int) -> None:
-        self.unparseable = self.empty_sections = 0
+        self.unparseable = self.empty_sections = self.truncated = 0
         self.source_comparator.start_round(round_index)
 
     def end_round(self) -> None:
@@ -196,7 +196,8 @@ class CentralizedComparator(Comparator):
 
     def metrics(self) -> Dict[str, float]:
         metrics = {"comparator/unparseable": float(self.unparseable),
-                   "comparator/empty_sections": float(self.empty_sections)}
+                   "comparator/empty_sections": float(self.empty_sections),
+                   "comparator/truncated_roles": float(self.truncated)}
         return {**self.source_comparator.metrics(), **metrics}
 
     def joint_prompt(self, item: Dict[str, Any], prompts: Sequence[str]) -> str:
@@ -228,7 +229,9 @@ class CentralizedComparator(Comparator):
                     continue
                 self.empty_sections += sum(1 for role in roles if not role.strip())
                 for agent, role in enumerate(roles):
-                    result[agent][k].append(encode(team, agent, role))
+                    completion, cut = encode(team, agent, role, settings.max_new_tokens)
+                    result[agent][k].append(completion)
+                    self.truncated += cut
         self.unparseable += dropped
         if total == 0:
             raise ValueError("Centralized comparator produced no candidates.")
