@@ -77,8 +77,16 @@ def is_remote(path: str) -> bool:
     return bool(separator) and scheme.isalnum() and scheme.lower() != "file"
 
 
-def main(args: Optional[List[str]] = None) -> PreferenceCLI:
-    """Run the command line (``args``: the words after the program name); returns the CLI object."""
+def main(args: Optional[List[str]] = None) -> None:
+    """The console script: run the command line (``args``: the words after the program name).
+
+    Returns nothing: a console script's return value becomes the process's exit status.
+    """
+    run_cli(args)
+
+
+def run_cli(args: Optional[List[str]] = None) -> PreferenceCLI:
+    """Run the command line and return the CLI object (its ``model``, ``datamodule`` and ``trainer``)."""
     return PreferenceCLI(
         LightningModule,
         LightningDataModule,

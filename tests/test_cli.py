@@ -152,3 +152,14 @@ def test_help_lists_allowed_values_and_no_unusable_options(capsys):
         main(["fit", "--model.help", "comlrl_lightning.MARLHFModule"])
     text = capsys.readouterr().out
     assert "{magrpo,mareinforce,maremax,marloo,maac,iac}" in text and "{task,reward_model}" in text
+
+
+def test_the_console_script_exits_zero(tmp_path):
+    """``sys.exit(main())`` is what the installed script runs: main must return None (exit 0)."""
+    result = subprocess.run([sys.executable, "-c", "import sys; from comlrl_lightning.cli import main; "
+                             f"sys.exit(main(['fit', '--config', 'configs/madpo.yaml', '--trainer.default_root_dir', {str(tmp_path)!r}, "
+                             "'--data.init_args.num_train_epochs', '1', '--data.init_args.preference_num_candidates', '2', "
+                             "'--data.init_args.eval_num_samples', '0', '--model.init_args.max_new_tokens', '4', "
+                             "'--trainer.enable_progress_bar', 'false']))"],
+                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from comlrl_lightning import HistoryComparator, MADPOModule, PreferenceDataModule
-from comlrl_lightning.cli import main
+from comlrl_lightning.cli import main, run_cli
 from comlrl_lightning.replay import ReplayBuffer, ReplayIndexError
 from comlrl_lightning.snapshots import PolicySnapshots
 from tests.cli_helpers import TINY_CLI
@@ -62,7 +62,7 @@ def test_resuming_keeps_the_given_options_and_says_what_changed(tmp_path, caplog
     main(common + ["--data.init_args.num_train_epochs", "1"])
     (last,) = tmp_path.glob("lightning_logs/version_0/checkpoints/last.ckpt")
     with caplog.at_level(logging.INFO):
-        cli = main(common + ["--data.init_args.num_train_epochs", "2", "--model.init_args.dpo_beta", "7",
+        cli = run_cli(common + ["--data.init_args.num_train_epochs", "2", "--model.init_args.dpo_beta", "7",
                              "--ckpt_path", str(last)])
     assert cli.model.dpo_beta == 7.0  # the command line wins over the checkpoint's 0.1
     assert "resuming with model option dpo_beta = 7.0 (the checkpoint was trained with 0.1)" in caplog.text
