@@ -19,7 +19,7 @@ from .oracle import CallableSpec
 from .options import at_least, choice, require
 from .pairs import PAIR_SELECTIONS, PreferencePair
 from .rng import RandomStream
-from .task import ItemSource, Task, embedded_formatters, load_items
+from .task import ItemSource, Task, check_items, embedded_formatters, load_items
 
 
 class DataStateCallback(Callback):
@@ -196,6 +196,8 @@ class TaskDataModule(LightningDataModule):
         self.train_items = load_items(self.train_source, self.dataset_split, "train")
         self.eval_items = load_items(self.eval_source, self.eval_split, "eval")
         require(bool(self.train_items), "train_dataset: training requires at least one task item.")
+        check_items(self.task, self.train_items, "train")
+        check_items(self.task, self.eval_items[: self.eval_num_samples], "eval")
 
     def train_dataloader(self) -> DataLoader:
         return self.item_loader(self.train_items)

@@ -111,16 +111,28 @@ def call_reward_function(
 ) -> float:
     """Call ``func`` on one joint response (one single-element list per agent); return its first value."""
     args, kwargs = _bind(func, completions, prompts or [], batch_items or [])
+    args, kwargs = _callable_with(func, (args, kwargs), (tuple(completions), {}))
     try:
-        value = func(*args, **kwargs)
-    except TypeError as first_error:
-        try:
-            value = func(*completions)
-        except TypeError:
-            raise ValueError(f"reward function {function_name(func)} raised TypeError: {first_error}") from first_error
+        value = func(*args, **kwargs)  # once: a reward with side effects must not run twice
     except Exception as error:
         raise RuntimeError(f"reward function {function_name(func)} raised {type(error).__name__}: {error}") from error
     return _first_value(func, value)
+
+
+def _callable_with(func: Callable, call: Tuple[tuple, dict], fallback: Tuple[tuple, dict]) -> Tuple[tuple, dict]:
+    """``call`` if ``func``'s signature accepts it, else ``fallback`` (checked by binding, never by calling)."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return call  # no signature to check (a builtin): call as bound
+    for args, kwargs in (call, fallback):
+        try:
+            signature.bind(*args, **kwargs)
+            return args, kwargs
+        except TypeError as error:
+            problem = error
+    raise ValueError(f"reward function {function_name(func)} cannot take {len(fallback[0])} completion lists: {problem}") \
+        from problem
 
 
 class Oracle:

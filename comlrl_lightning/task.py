@@ -27,8 +27,16 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
     elif source == EMBEDDED:
         items = toy_items(16 if role == "train" else 32, TOY_TRAIN_SEED if role == "train" else TOY_EVAL_SEED)
     elif str(source).endswith(".jsonl"):
+        items = []
         with open(source, encoding="utf-8") as handle:
-            items = [json.loads(line) for line in handle if line.strip()]
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{role}_dataset: {source} line {number}: not valid JSON ({error.msg}, "
+                                     f"column {error.colno}).") from None
     elif str(source).endswith(".json"):
         payload = json.loads(Path(source).read_text(encoding="utf-8"))
         if isinstance(payload, dict):
@@ -63,7 +71,12 @@ class TemplateFormatter:
 
 
 def default_formatter(item: Dict[str, Any]) -> str:
-    return str(item.get("prompt", ""))
+    """``item["prompt"]``, which must be a string (``None``, lists or numbers are not turned into text)."""
+    if "prompt" not in item:
+        raise KeyError("field 'prompt' is missing (set formatters to build prompts from other fields)")
+    if not isinstance(item["prompt"], str):
+        raise TypeError(f"field 'prompt' is a {type(item['prompt']).__name__}, expected a string")
+    return item["prompt"]
 
 
 def resolve_formatter(spec: FormatterSpec) -> Callable[[Dict[str, Any]], str]:
@@ -73,6 +86,17 @@ def resolve_formatter(spec: FormatterSpec) -> Callable[[Dict[str, Any]], str]:
     if isinstance(spec, str) and "{" in spec:
         return TemplateFormatter(spec)
     return resolve_callable(spec, "formatters")
+
+
+def check_items(task: "Task", items: Sequence[Dict[str, Any]], role: str) -> None:
+    """Build every item's prompts now, before any model work: a missing field or a prompt that is
+    not a string is an error naming the dataset, the item and the field."""
+    for index, item in enumerate(items):
+        try:
+            task.prompts(item)
+        except (KeyError, TypeError, ValueError) as error:
+            message = error.args[0] if isinstance(error, KeyError) and error.args else error
+            raise ValueError(f"{role}_dataset: item {index}: {message}.") from None
 
 
 class Task:

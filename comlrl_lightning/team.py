@@ -80,8 +80,20 @@ class Completion:
 
 
 def resolve_source(source: str) -> str:
-    """Map the embedded default's id to its local folder; other ids and paths pass through."""
-    return str(embedded_model_path()) if source == EMBEDDED else source
+    """Map the embedded default's id to its local folder; other ids and paths pass through.
+
+    A source written as a path (absolute, ``./``, ``../``, ``~``, or more than one ``/``, which no
+    hub id has) must exist: a missing one is an error saying so, not a hub lookup's complaint.
+    """
+    if source == EMBEDDED:
+        return str(embedded_model_path())
+    text = str(source)
+    if text.startswith(("/", "./", "../", "~")) or text.count("/") > 1:
+        path = os.path.expanduser(text)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"model path {text} does not exist.")
+        return path
+    return source
 
 
 def load_model(source: ModelSource, dtype: Optional[str] = None) -> nn.Module:

@@ -121,3 +121,50 @@ def test_a_second_run_in_the_same_process_is_refused_and_a_finished_run_releases
     trainer.fit(module, datamodule)
     assert not any(lock.held for lock in datamodule.folder_locks) and datamodule.folder_locks == []
     FolderLock(tmp_path / "preference_replay").acquire().release()  # free again after the run
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad data: found when it is loaded, before any model work, with the file, line, item and field
+
+
+def _fit_with(tmp_path, **data):
+    module = MADPOModule(**{**TINY_MODEL, "agent_model": "/nonexistent/never/loaded"})  # fails if a model loads
+    return tiny_trainer(tmp_path).fit(module, PreferenceDataModule(**{**TINY_DATA, "eval_dataset": None, **data}))
+
+
+def test_a_malformed_jsonl_line_is_named_with_file_and_line(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text('{"prompt": "ab"}\n\n{"prompt": "cd"\n')
+    with pytest.raises(ValueError, match=rf"train_dataset: {path} line 3: not valid JSON"):
+        _fit_with(tmp_path, train_dataset=str(path), reward_func=lambda a, b: [0.0])
+
+
+@pytest.mark.parametrize("items, formatters, message", [
+    ([{"prompt": "ab"}, {"question": "no prompt"}], None, "train_dataset: item 1: field 'prompt' is missing"),
+    ([{"prompt": "ab"}, {"prompt": None}], None, "train_dataset: item 1: field 'prompt' is a NoneType, expected a string"),
+    ([{"prompt": ["a"]}], None, "train_dataset: item 0: field 'prompt' is a list, expected a string"),
+    ([{"q": "x"}, {"q": "y"}, {"r": 1}], ["Q: {q}", "A: {q}"], "train_dataset: item 2: formatter template 'Q: {q}' needs field 'q'"),
+])
+def test_items_a_formatter_cannot_prompt_are_named_before_any_model_loads(tmp_path, items, formatters, message):
+    with pytest.raises(ValueError) as error:
+        _fit_with(tmp_path, train_dataset=items, formatters=formatters, reward_func=lambda a, b: [0.0])
+    assert message in str(error.value)
+
+
+def test_a_missing_model_path_says_it_does_not_exist():
+    with pytest.raises(FileNotFoundError, match="model path /nonexistent/model/path does not exist"):
+        MADPOModule(agent_model="/nonexistent/model/path").team
+
+
+def test_a_reward_function_that_raises_inside_is_called_once():
+    from comlrl_lightning.oracle import call_reward_function
+
+    calls = []
+
+    def reward(writer, matcher):
+        calls.append(1)  # a side effect: a second call would run it twice
+        raise TypeError("bug inside the reward")
+
+    with pytest.raises(RuntimeError, match="reward function .*reward raised TypeError: bug inside the reward"):
+        call_reward_function(reward, [["a"], ["b"]], ["p"], [{}])
+    assert calls == [1]

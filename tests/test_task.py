@@ -95,12 +95,15 @@ def test_no_formatter_gives_every_agent_the_item_prompt():
     task = Task(None, reward, num_agents=3)
     assert task.num_agents == 3
     assert task.prompts({"prompt": "topic", "other": 1}) == ["topic", "topic", "topic"]
-    assert task.prompts({"question": "no prompt field"}) == ["", "", ""]
+    with pytest.raises(KeyError, match="field 'prompt' is missing"):
+        task.prompts({"question": "no prompt field"})
 
 
 def test_default_formatter():
     assert default_formatter({"prompt": "x"}) == "x"
-    assert default_formatter({}) == ""
+    for bad in (None, ["a", "b"], 3):  # never silently turned into text
+        with pytest.raises(TypeError, match=f"field 'prompt' is a {type(bad).__name__}, expected a string"):
+            default_formatter({"prompt": bad})
     assert resolve_formatter(None) is default_formatter
 
 
