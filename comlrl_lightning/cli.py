@@ -17,6 +17,7 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
+from .checkpoint_io import is_remote
 from .options import OptionError
 
 
@@ -69,12 +70,6 @@ class PreferenceCLI(LightningCLI):
                 raise
             print(f"error: {cause}", file=sys.stderr)
             raise SystemExit(2) from None
-
-
-def is_remote(path: str) -> bool:
-    """A URL (``https://``, ``s3://``, ...) rather than a local path."""
-    scheme, separator, _ = path.partition("://")
-    return bool(separator) and scheme.isalnum() and scheme.lower() != "file"
 
 
 def main(args: Optional[List[str]] = None) -> None:

@@ -15,7 +15,7 @@ from .contract import TeamSide, team_side
 from .collection import CollectionResult, build_pairs_within, merge_results, sample_candidates
 from .distributed import gather_results, rank_and_world, shard
 from .defaults import EMBEDDED
-from .oracle import CallableSpec
+from .oracle import CallableSpec, ScoringProgress
 from .options import at_least, choice, require
 from .pairs import PAIR_SELECTIONS, PreferencePair
 from .rng import RandomStream
@@ -173,6 +173,7 @@ class TaskDataModule(LightningDataModule):
         self.train_items: List[Dict[str, Any]] = []
         self.eval_items: List[Dict[str, Any]] = []
         self.state_callback = DataStateCallback(self)
+        self._context_checked = False
 
     # ------------------------------------------------------------------------------------------
     # Lightning hooks
@@ -200,7 +201,32 @@ class TaskDataModule(LightningDataModule):
         check_items(self.task, self.eval_items[: self.eval_num_samples], "eval")
 
     def train_dataloader(self) -> DataLoader:
+        self.check_context(team_side(self.trainer))
         return self.item_loader(self.train_items)
+
+    def check_context(self, module: TeamSide) -> None:
+        """Once, before any sampling: every prompt plus ``max_new_tokens`` fits each agent's context.
+
+        A model whose config names its context (``max_position_embeddings`` or ``n_positions``)
+        would otherwise fail deep inside sampling; the error names the item, the agent and the excess.
+        """
+        if self._context_checked:
+            return
+        budget = module.generation_settings.max_new_tokens
+        for agent in range(module.team.num_agents):
+            config = module.team.agents[agent].config
+            config = config.get_text_config() if hasattr(config, "get_text_config") else config
+            context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+            if not context:
+                continue
+            for role, items in (("train", self.train_items), ("eval", self.evaluation_items())):
+                for index, item in enumerate(items):
+                    length = len(module.team.encode_prompts(agent, [self.task.prompts(item)[agent]])[0])
+                    require(length + budget <= context,
+                            f"{role}_dataset: item {index}: agent {agent}'s prompt has {length} tokens; with "
+                            f"max_new_tokens={budget} that is {length + budget - context} more than the model's "
+                            f"context of {context}. Shorten the prompt or lower max_new_tokens.")
+        self._context_checked = True
 
     def val_dataloader(self) -> Union[DataLoader, List]:
         items = self.evaluation_items()
@@ -322,6 +348,7 @@ class PreferenceDataModule(TaskDataModule):
 
     def train_dataloader(self) -> DataLoader:
         module = team_side(self.trainer)
+        self.check_context(module)
         if self.pairs is None:
             self.last_collection = self.collect(module)
             self.pairs = self.last_collection.pairs
@@ -373,7 +400,8 @@ class PreferenceDataModule(TaskDataModule):
                     progress, module.generator,
                 )
             return build_pairs_within(
-                candidates, module.collection_oracle(self.task), items, self.pair_selection,
+                candidates, ScoringProgress(module.collection_oracle(self.task), len(items), rank_zero_info),
+                items, self.pair_selection,
                 self.preference_pairs_per_sample, stream,
             )
 

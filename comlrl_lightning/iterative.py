@@ -17,6 +17,7 @@ from .data import PreferenceDataModule
 from .distributed import barrier, gather_objects, gather_results, rank_and_world, shard
 from .folder_lock import FolderLock
 from .options import OptionError, at_least
+from .oracle import ScoringProgress
 from .pairs import PreferencePair
 from .replay import CurrentReplay, ReplayBuffer, ReplayRule
 from .rng import RandomStream, derived_seed
@@ -131,6 +132,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
 
     def train_dataloader(self) -> DataLoader:
         module = team_side(self.trainer)
+        self.check_context(module)
         round_index = self.trainer.current_epoch // self.num_train_epochs
         if round_index != self.built_round:
             self.build_round(round_index, module)
@@ -189,7 +191,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 progress(len(items) * team.num_agents)
             self.comparator.end_round()
             return build_pairs_against(
-                current, comparator, module.collection_oracle(self.task), items, self.pair_selection,
+                current, comparator, ScoringProgress(module.collection_oracle(self.task), len(items), rank_zero_info),
+                items, self.pair_selection,
                 self.preference_pairs_per_sample, stream,
             )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import time
 from numbers import Real
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -178,3 +179,26 @@ class Oracle:
         if not math.isfinite(processed):
             raise ValueError(f"reward_processor {function_name(self.reward_processor)} returned {processed!r}.")
         return processed
+
+
+class ScoringProgress:
+    """Wraps an oracle and reports, at most every ``interval`` seconds, how far scoring has come.
+
+    Sampling shows its own progress; a slow reward function (a judge model, a test runner) would
+    otherwise leave collection silent for minutes.
+    """
+
+    def __init__(self, oracle: Any, items: int, report: Callable[[str], None], interval: float = 10.0) -> None:
+        self.oracle, self.items, self.report, self.interval = oracle, items, report, interval
+        self.started = self.last = time.monotonic()
+        self.scored = 0
+
+    def score(self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any) -> Tuple[List[float], List[float]]:
+        result = self.oracle.score(candidates, prompts, item)
+        self.scored += 1
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.report(f"scoring: {self.scored} candidate sets of {self.items} items scored "
+                        f"({now - self.started:.0f}s, the reward function is the slow part)")
+        return result

@@ -55,6 +55,25 @@ def test_a_remote_checkpoint_is_refused(tmp_path, capsys):
               "--ckpt_path", "https://example.invalid/last.ckpt"])
     assert exit_info.value.code == 2 and "is remote; download it and pass a local file" in capsys.readouterr().err
     assert not list(tmp_path.glob("**/config.yaml"))  # refused before anything ran
+    # from Python too: a real server on 127.0.0.1 serves a file that would run code if loaded
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "last.ckpt").write_bytes(b"not to be unpickled")
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "served"))
+    handler.log_message = lambda *args: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/last.ckpt"
+    try:
+        module, datamodule = MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA)
+        with pytest.raises(ValueError, match=f"ckpt_path '{url}' is remote"):
+            tiny_trainer(tmp_path / "python").fit(module, datamodule, ckpt_path=url)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_resuming_keeps_the_given_options_and_says_what_changed(tmp_path, caplog):
@@ -168,3 +187,84 @@ def test_a_reward_function_that_raises_inside_is_called_once():
     with pytest.raises(RuntimeError, match="reward function .*reward raised TypeError: bug inside the reward"):
         call_reward_function(reward, [["a"], ["b"]], ["p"], [{}])
     assert calls == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints on a full disk
+
+
+def test_a_full_disk_never_leaves_a_torn_checkpoint(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    from comlrl_lightning import checkpoint_io
+
+    class FullDisk:
+        """A file that takes half of what is written, then reports ENOSPC."""
+
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            self.handle.write(bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    class FillDiskAfterFirstEpoch(ModelCheckpoint):
+        def on_train_epoch_end(self, trainer, pl_module):
+            super().on_train_epoch_end(trainer, pl_module)
+            monkeypatch.setattr(checkpoint_io, "open", lambda path, mode: FullDisk(builtins.open(path, mode)), raising=False)
+
+    checkpoint = FillDiskAfterFirstEpoch(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=-1,
+                                         save_on_train_epoch_end=True)
+    trainer = tiny_trainer(tmp_path, max_epochs=2, callbacks=[checkpoint])
+    module = MADPOModule(**TINY_MODEL)
+    with pytest.raises(OSError, match="No space left on device"):
+        trainer.fit(module, PreferenceDataModule(**TINY_DATA))
+    assert isinstance(trainer.strategy.checkpoint_io, checkpoint_io.AtomicCheckpointIO)
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)  # complete: the first epoch's
+    assert saved["epoch"] == 0 and not list((tmp_path / "ckpt").glob("*.tmp"))
+    monkeypatch.undo()
+    module, datamodule = MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA)
+    tiny_trainer(tmp_path, max_epochs=2).fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+
+
+def test_a_prompt_that_does_not_fit_the_context_is_named_before_sampling(tmp_path):
+    items = [{"prompt": "ab"}, {"prompt": "x" * 240}]  # the embedded GPT-2 has 256 positions
+    module = MADPOModule(**{**TINY_MODEL, "max_new_tokens": 20})
+    data = PreferenceDataModule(**{**TINY_DATA, "train_dataset": items, "eval_dataset": None,
+                                   "formatters": None, "reward_func": lambda a, b: [0.0]})
+    with pytest.raises(ValueError, match=r"train_dataset: item 1: agent 0's prompt has 2\d\d tokens; with "
+                                         r"max_new_tokens=20 that is \d+ more than the model's context of 256"):
+        tiny_trainer(tmp_path).fit(module, data)
+
+
+def test_a_slow_reward_function_shows_progress():
+    from comlrl_lightning.oracle import Oracle, ScoringProgress
+
+    lines = []
+    clock = iter([0.0, 4.0, 11.0, 12.0, 25.0])  # monotonic seconds at the start and after each of 4 scorings
+    import comlrl_lightning.oracle as oracle_module
+
+    original = oracle_module.time.monotonic
+    oracle_module.time.monotonic = lambda: next(clock)
+    try:
+        progress = ScoringProgress(Oracle(lambda a, b: [1.0]), items=5, report=lines.append, interval=10.0)
+        for _ in range(4):
+            assert progress.score([["a"], ["b"]], ["p"], {}) == ([1.0], [1.0])
+    finally:
+        oracle_module.time.monotonic = original
+    assert lines == ["scoring: 2 candidate sets of 5 items scored (11s, the reward function is the slow part)",
+                     "scoring: 4 candidate sets of 5 items scored (25s, the reward function is the slow part)"]
+
+
+def test_an_empty_dataset_is_an_error_before_any_model_loads(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n\n")
+    with pytest.raises(ValueError, match="train_dataset: training requires at least one task item."):
+        _fit_with(tmp_path, train_dataset=str(path), reward_func=lambda a, b: [0.0])

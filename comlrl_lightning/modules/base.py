@@ -12,6 +12,7 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
+from ..checkpoint_io import install as install_atomic_checkpoints
 from ..checkpointing import enable_activation_checkpointing
 from ..collaboration import Collaboration, Decentralized
 from ..contract import data_side, optional_data_side
@@ -200,6 +201,11 @@ class TeamModule(LightningModule):
     def configure_model(self) -> None:
         # from_pretrained returns models in eval mode; training runs in train mode like the reference.
         self.team.train(self.training)
+
+    def setup(self, stage: str) -> None:
+        # checkpoints are written atomically (a full disk or a crash never leaves a torn one) and
+        # never loaded from a URL (unless the user chose a checkpoint IO of their own)
+        install_atomic_checkpoints(self.trainer.strategy)
 
     def on_fit_start(self) -> None:
         if self.agent_devices is not None:
