@@ -13,14 +13,13 @@ when the strategy uses Lightning's default checkpoint IO.
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from .round_files import fsync_directory
+from .files import write_atomically
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -39,26 +38,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None or is_remote(str(path)):  # remote stores keep Lightning's own path
             return super().save_checkpoint(checkpoint, path, storage_options)
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
-        write_atomically(target, buffer.getbuffer())
-
-
-def write_atomically(target: Path, data: memoryview) -> None:
-    """``data`` to ``target`` through ``<target>.tmp`` in the same folder (fsync, rename, fsync the folder)."""
-    temporary = target.with_name(target.name + ".tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    fsync_directory(target.parent)
+        write_atomically(Path(path), buffer.getbuffer())
 
 
 def is_remote(path: str) -> bool:
@@ -73,4 +55,4 @@ def install(strategy) -> None:
         strategy.checkpoint_io = AtomicCheckpointIO()
 
 
-__all__ = ["AtomicCheckpointIO", "install", "is_remote", "write_atomically"]
+__all__ = ["AtomicCheckpointIO", "install", "is_remote"]

@@ -33,8 +33,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from jsonargparse.typing import ClosedUnitInterval, PositiveInt
 
+from .files import write_atomically
 from .options import at_least, require
-from .round_files import RecordIndex, encode_round, fsync_directory
+from .round_files import RecordIndex, encode_round
 
 def lambda_decay_weights(num_rounds: int, lam: float) -> List[float]:
     """Shard weights for ``lambda_decay``, listed OLDEST first (as in the reference).
@@ -193,27 +194,13 @@ class ReplayBuffer:
         path = self.round_path(iteration)
         data, index = encode_round(iteration, records)
         if publish:
-            self._write_atomically(path, data)
+            write_atomically(path, data)
         # The index changes only once the file is in place, so a failed write leaves it untouched.
         self.shards = [shard for shard in self.shards if shard.iteration < iteration]
         if records:
             self.shards.append(Shard(iteration, path.name, len(records), hashlib.sha256(data).hexdigest()))
             self._records[path.name] = index
         return path
-
-    def _write_atomically(self, path: Path, data: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        fsync_directory(self.directory)
 
     def sample_size_for(self, current_count: int) -> int:
         """``S``: the rule's ``sample_size``; else this round's pair count; else the newest shard's; else 0."""

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from array import array
-from pathlib import Path
 from typing import Any, Dict, Sequence, Tuple
 
 
@@ -44,15 +42,3 @@ def encode_round(iteration: int, records: Sequence[Dict[str, Any]]) -> Tuple[byt
         position += len(encoded)
     parts.append(b"]}")
     return b"".join(parts), RecordIndex(offsets, lengths, bytes(digests))
-
-
-def fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable on POSIX; platforms that cannot open a directory skip it.
-    try:
-        handle = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(handle)
-        finally:
-            os.close(handle)
-    except OSError:
-        pass

@@ -197,7 +197,7 @@ def test_a_full_disk_never_leaves_a_torn_checkpoint(tmp_path, monkeypatch):
     import builtins
     import errno
 
-    from comlrl_lightning import checkpoint_io
+    from comlrl_lightning import checkpoint_io, files
 
     class FullDisk:
         """A file that takes half of what is written, then reports ENOSPC."""
@@ -218,7 +218,7 @@ def test_a_full_disk_never_leaves_a_torn_checkpoint(tmp_path, monkeypatch):
     class FillDiskAfterFirstEpoch(ModelCheckpoint):
         def on_train_epoch_end(self, trainer, pl_module):
             super().on_train_epoch_end(trainer, pl_module)
-            monkeypatch.setattr(checkpoint_io, "open", lambda path, mode: FullDisk(builtins.open(path, mode)), raising=False)
+            monkeypatch.setattr(files, "open", lambda path, mode: FullDisk(builtins.open(path, mode)), raising=False)
 
     checkpoint = FillDiskAfterFirstEpoch(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=-1,
                                          save_on_train_epoch_end=True)
