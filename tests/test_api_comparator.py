@@ -473,18 +473,18 @@ def test_no_error_path_shows_the_key_or_a_prefix_of_it(team, status, body):
 
 
 @pytest.mark.parametrize("options, place", [
-    (dict(url="http://user:sk-secret@127.0.0.1:9/v1"), "url must not carry credentials (user:password@host)"),
-    (dict(url="http://127.0.0.1:9/v1?api_key=sk-secret"), "url must not carry a credential in its query (api_key=...)"),
-    (dict(url="http://127.0.0.1:9/v1?access_token=sk-secret"), "url must not carry a credential in its query (access_token=...)"),
-    (dict(url="http://127.0.0.1:9/v1", headers={"X-Auth-Token": "sk-secret"}), "headers must not carry a credential (X-Auth-Token)"),
-    (dict(url="http://127.0.0.1:9/v1", headers={"Cookie": "session=sk-secret"}), "headers must not carry a credential (Cookie)"),
-    (dict(url="http://127.0.0.1:9/v1", headers={"X-Client-Secret": "sk-secret"}), "headers must not carry a credential (X-Client-Secret)"),
+    (dict(url="http://user:fake-secret@127.0.0.1:9/v1"), "url must not carry credentials (user:password@host)"),
+    (dict(url="http://127.0.0.1:9/v1?api_key=fake-secret"), "url must not carry a credential in its query (api_key=...)"),
+    (dict(url="http://127.0.0.1:9/v1?access_token=fake-secret"), "url must not carry a credential in its query (access_token=...)"),
+    (dict(url="http://127.0.0.1:9/v1", headers={"X-Auth-Token": "fake-secret"}), "headers must not carry a credential (X-Auth-Token)"),
+    (dict(url="http://127.0.0.1:9/v1", headers={"Cookie": "session=fake-secret"}), "headers must not carry a credential (Cookie)"),
+    (dict(url="http://127.0.0.1:9/v1", headers={"X-Client-Secret": "fake-secret"}), "headers must not carry a credential (X-Client-Secret)"),
 ])
 def test_credentials_in_urls_and_credential_headers_are_refused_without_echoing_them(options, place):
     with pytest.raises(OptionError) as error:
         ApiComparator(**options)
     message = str(error.value)
-    assert message.startswith(place) and "key_env" in message and "sk-secret" not in message
+    assert message.startswith(place) and "key_env" in message and "fake-secret" not in message
     assert ApiComparator(url="http://127.0.0.1:9/v1?model=m", headers={"anthropic-version": "2023-06-01"}).url
 
 
