@@ -149,12 +149,6 @@ class ApiClient:
             headers[name] = f"{prefix} {key}" if prefix else key
         return headers
 
-    @staticmethod
-    def _redact(text: str, key: Optional[str]) -> str:
-        if key:
-            remember(key)
-        return redact(text)
-
     # ------------------------------------------------------------------------------------------
     # One request
 
@@ -189,12 +183,12 @@ class ApiClient:
             except _DeadlineExceeded:
                 last_problem, response = f"no complete response within deadline={self.deadline:g}s", None
             except httpx.TransportError as error:
-                last_problem, response = f"connection error ({type(error).__name__}: {self._redact(str(error), key)})", None
+                last_problem, response = f"connection error ({type(error).__name__}: {redact(str(error))})", None
             if response is not None:
                 status, text = response.status_code, data.decode("utf-8", errors="replace")
                 if status < 300:
-                    return self._json(data, text, status, key)
-                body = self._redact(snippet(text), key)
+                    return self._json(data, text, status)
+                body = snippet(text)  # redacted before it is cut
                 # OpenAI reports an empty account as 429 insufficient_quota: waiting will not help
                 no_quota = status == 429 and "insufficient_quota" in text
                 if no_quota or (status not in RETRY_STATUSES and status < 500):
@@ -236,13 +230,13 @@ class ApiClient:
                 raise _DeadlineExceeded()
         return bytes(data)
 
-    def _json(self, data: bytes, text: str, status: int, key: Optional[str]) -> Any:
+    def _json(self, data: bytes, text: str, status: int) -> Any:
         try:
             return json.loads(data)
         except ValueError:
             raise ComparatorApiError(
                 f"Comparator API at {self.shown_url} returned a non-JSON response (HTTP {status}): "
-                f"{self._redact(snippet(text), key)}",
+                f"{snippet(text)}",
                 status,
             ) from None
 
