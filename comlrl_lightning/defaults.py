@@ -28,7 +28,7 @@ EMBEDDED = "embedded"
 CHARACTERS = list("abcdefghijklmnopqrstuvwxyz0123456789 .,:;!?'-\n")
 SPECIAL_TOKENS = ["<eos>", "<unk>"]
 VOWELS = set("aeiou")
-_EMBEDDED_VERSION = "v1"
+_EMBEDDED_VERSION = "v2"  # v2: 512 positions (v1 had 256; every other weight is the same)
 
 
 def build_char_tokenizer():
@@ -44,7 +44,7 @@ def build_char_tokenizer():
 
 
 def build_tiny_model(vocab_size: int, eos_token_id: int, seed: int = 0, n_layer: int = 2, n_embd: int = 64):
-    """A randomly initialised GPT-2 (2 layers, 64 wide, ~0.1M parameters), deterministic in ``seed``."""
+    """A randomly initialised GPT-2 (2 layers, 64 wide, 512 positions, ~0.14M parameters), deterministic in ``seed``."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(
@@ -62,7 +62,15 @@ def build_tiny_model(vocab_size: int, eos_token_id: int, seed: int = 0, n_layer:
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return GPT2LMHeadModel(config)
+        model = GPT2LMHeadModel(config)
+    # 512 positions, so the seed's default max_new_tokens=256 fits after a prompt. The first 256
+    # position rows (and every other weight) are those of the 256-position model drawn above, so
+    # everything shorter than 256 tokens behaves exactly as before; the new rows have their own stream.
+    extra = torch.empty(256, n_embd).normal_(0.0, config.initializer_range, generator=torch.Generator().manual_seed(seed + 1))
+    model.transformer.wpe.weight = torch.nn.Parameter(torch.cat([model.transformer.wpe.weight.data, extra]))
+    model.transformer.wpe.num_embeddings = 512
+    model.config.n_positions = 512
+    return model
 
 
 def embedded_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -> Path:

@@ -235,12 +235,12 @@ def test_a_full_disk_never_leaves_a_torn_checkpoint(tmp_path, monkeypatch):
 
 
 def test_a_prompt_that_does_not_fit_the_context_is_named_before_sampling(tmp_path):
-    items = [{"prompt": "ab"}, {"prompt": "x" * 240}]  # the embedded GPT-2 has 256 positions
+    items = [{"prompt": "ab"}, {"prompt": "x" * 496}]  # the embedded GPT-2 has 512 positions
     module = MADPOModule(**{**TINY_MODEL, "max_new_tokens": 20})
     data = PreferenceDataModule(**{**TINY_DATA, "train_dataset": items, "eval_dataset": None,
                                    "formatters": None, "reward_func": lambda a, b: [0.0]})
-    with pytest.raises(ValueError, match=r"train_dataset: item 1: agent 0's prompt has 2\d\d tokens; with "
-                                         r"max_new_tokens=20 that is \d+ more than the model's context of 256"):
+    with pytest.raises(ValueError, match=r"train_dataset: item 1: agent 0's prompt has 49\d tokens; with "
+                                         r"max_new_tokens=20 that is \d+ more than the model's context of 512"):
         tiny_trainer(tmp_path).fit(module, data)
 
 

@@ -1,0 +1,275 @@
+"""How each field of the seed's configs becomes an option of the Lightning modules, data modules and trainer.
+
+:data:`FIELD_MAP` is the table (the README's "Coming from CoMLRL" table is generated from it and a
+test keeps them equal); the ``*_options`` functions below do what it says. A field is either mapped
+onto one option or listed in :data:`IGNORED` with the reason it has no effect here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Dict, Optional
+
+from ..collaboration import Centralized
+from ..comparators import (
+    ApiComparator,
+    CentralizedComparator,
+    Comparator,
+    CurrentComparator,
+    CurrentCopyComparator,
+    HistoryComparator,
+    ModelComparator,
+)
+from ..critics import Critic, IndividualCritics, SharedCritic
+from ..replay import AllHistoryReplay, CurrentReplay, LambdaDecayReplay, NearestKReplay, ReplayRule
+from .configs import GROUP_BASELINES, MADPOConfig
+
+FIELD_MAP: Dict[str, str] = {
+    "num_train_epochs": "`data.num_train_epochs` (MADPO: epochs over the pairs; MARLHF: policy epochs; per round when iterative)",
+    "agent_learning_rate": "`model.agent_learning_rate`",
+    "logging_steps": "`trainer.log_every_n_steps`",
+    "num_agents": "`model.num_agents` (and the data module's)",
+    "collaboration_mode": "`model.collaboration`: `Decentralized()` or `Centralized(adapter)`",
+    "parallel_training": "`none`: every agent on the first of `agent_devices`; `mp`: agent i on `agent_devices[i]` (one process, as `model.agent_devices`)",
+    "agent_devices": "`model.agent_devices`",
+    "max_new_tokens": "`model.max_new_tokens`",
+    "temperature": "`model.temperature`",
+    "top_p": "`model.top_p`",
+    "top_k": "`model.top_k`",
+    "num_turns": "`model.num_turns` and `data.num_turns` (must be 1)",
+    "joint_mode": "`data.joint_mode` (must be aligned)",
+    "eval_interval": "`trainer.val_check_interval` in optimizer updates (0: `trainer.limit_val_batches=0`)",
+    "eval_num_samples": "`data.eval_num_samples`",
+    "eval_batch_size": "`data.eval_batch_size`",
+    "rollout_buffer_size": "the default of `train_batch_size`",
+    "train_batch_size": "`data.train_batch_size` (MADPO: pairs per update; MARLHF: task items per policy update)",
+    "advantage_normalization": "`model.advantage_normalization` (MARLHF)",
+    "reference_kl_enabled": "`model.reference_kl_enabled` (MARLHF; MADPO ignores it, as the reference)",
+    "reference_kl_coef": "`model.reference_kl_coef` (MARLHF)",
+    "reference_devices": "`model.reference_devices` (MARLHF)",
+    "preference_num_candidates": "`data.preference_num_candidates`",
+    "preference_pairs_per_sample": "`data.preference_pairs_per_sample`",
+    "pair_selection": "`data.pair_selection`",
+    "dpo_beta": "`model.dpo_beta` (MADPO)",
+    "rl_algorithm": "`model.rl_algorithm`",
+    "num_generations": "`model.num_generations`",
+    "reward_model_name": "`model.reward_model_name`",
+    "reward_learning_rate": "`model.reward_learning_rate`",
+    "reward_num_train_epochs": "`model.reward_num_train_epochs`",
+    "reward_train_batch_size": "`model.reward_train_batch_size`",
+    "reward_max_length": "`model.reward_max_length`",
+    "reward_freeze_backbone": "`model.reward_freeze_backbone`",
+    "critic_model_name": "`model_name` of `model.critic` (`SharedCritic` for maac, `IndividualCritics` for iac)",
+    "critic_learning_rate": "`learning_rate` of `model.critic`",
+    "critic_devices": "`devices` of `model.critic`",
+    "use_separate_critic": "`use_separate_critic` of `IndividualCritics`",
+    "critic_type": "`critic_type` of `model.critic`",
+    "value_loss_coef": "`value_loss_coef` of `model.critic`",
+    "value_clip_range": "`value_clip_range` of `IndividualCritics`",
+    "critic_value_head_hidden_dim": "`critic_value_head_hidden_dim` of `model.critic`",
+    "value_head_hidden_dim": "`value_head_hidden_dim` of `IndividualCritics`",
+    "num_iterations": "`data.num_iterations` (`trainer.max_epochs` = rounds x `num_train_epochs`)",
+    "preference_replay_mode": "`data.replay`: `CurrentReplay`, `NearestKReplay`, `AllHistoryReplay` or `LambdaDecayReplay`",
+    "preference_replay_k": "`k` of `NearestKReplay`",
+    "preference_replay_lambda": "`lam` of `LambdaDecayReplay`",
+    "preference_replay_sample_size": "`sample_size` of the replay rule",
+    "preference_replay_dir": "`data.preference_replay_dir`",
+    "log_reward_distribution": "the `RewardDistributions` callback",
+    "policy_checkpoint_dir": "`data.policy_checkpoint_dir`",
+    "comparator_policy": "`data.comparator`: `CurrentComparator`, `CurrentCopyComparator`, `ModelComparator`, `HistoryComparator` or `ApiComparator`",
+    "comparator_generation_mode": "`centralized` wraps the comparator in `CentralizedComparator`",
+    "comparator_centralized_agent_index": "`agent_index` of `CentralizedComparator`",
+    "comparator_model_name": "`model_name` of `ModelComparator`",
+    "comparator_agents": "`agents` of `ModelComparator`",
+    "comparator_devices": "`devices` of `CurrentCopyComparator` / `ModelComparator`",
+    "comparator_num_candidates": "`num_candidates` of the comparator",
+    "comparator_history_k": "`k` of `HistoryComparator`",
+    "comparator_api_url": "`url` of `ApiComparator`",
+    "comparator_api_format": "`format` of `ApiComparator` (an unknown format is an error, not silently generic)",
+    "comparator_api_model": "`model` of `ApiComparator`",
+    "comparator_api_max_n_per_request": "`max_n_per_request` of `ApiComparator`",
+    "comparator_api_timeout": "`timeout` of `ApiComparator`",
+    "comparator_api_headers": "`headers` of `ApiComparator` (credentials in headers are refused)",
+    "comparator_api_key_env": "`key_env` of `ApiComparator`",
+    "comparator_api_key_header": "`key_header` of `ApiComparator`",
+    "comparator_api_key_prefix": "`key_prefix` of `ApiComparator`",
+    "comparator_api_response_field": "`response_field` of `ApiComparator`",
+    "comparator_api_extra_body": "`extra_body` of `ApiComparator`",
+    "preference_scoring_reward": "`model.preference_scoring_reward`",
+}
+"""Every mapped field and the option it becomes."""
+
+IGNORED: Dict[str, str] = {
+    "discount": "multi-turn only; no effect in single-turn training (as in the reference)",
+    "early_termination_threshold": "multi-turn only; no effect in single-turn training (as in the reference)",
+    "external_prompt_passthrough": "multi-turn only; no effect in single-turn training (as in the reference)",
+    "advantage_mode": "decided by `rl_algorithm` for the group baselines and unused by MADPO and the critics (as in the reference)",
+    "use_environment_step": "metrics are logged against Lightning's `global_step` (optimizer updates)",
+    "environment_steps_per_pair": "metrics are logged against Lightning's `global_step` (optimizer updates)",
+    "reward_model_device": "the reward model is part of the team module and lives on its device",
+    "comparator_api_key": "refused: a key is never a config value; name an environment variable in `comparator_api_key_env`",
+}
+"""Fields accepted for compatibility that have no effect here, and why."""
+
+
+def markdown_table() -> str:
+    """The mapping as the README's table: every field, what it becomes here (or why it has no effect)."""
+    rows = ["| seed field | here |", "|---|---|"]
+    rows += [f"| `{field}` | {target} |" for field, target in FIELD_MAP.items()]
+    rows += [f"| `{field}` | no effect: {reason} |" for field, reason in IGNORED.items()]
+    return "\n".join(rows)
+
+
+def warn_ignored(config: MADPOConfig) -> None:
+    """Warn once per ignored field whose value differs from the default (it would have no effect)."""
+    for field in dataclasses.fields(config):
+        if field.name in IGNORED and field.name != "advantage_mode" and getattr(config, field.name) != field.default:
+            warnings.warn(f"{field.name}={getattr(config, field.name)!r} has no effect here: {IGNORED[field.name]}.",
+                          stacklevel=3)
+
+
+def _devices(spec: Any) -> Any:
+    """A device field as the options take it: ``None``, one device name, or a list."""
+    return spec if spec is None or isinstance(spec, str) else list(spec)
+
+
+def module_options(config: MADPOConfig, marlhf: bool) -> Dict[str, Any]:
+    """Keyword options of ``MADPOModule`` / ``MARLHFModule`` (team, sampling and algorithm) from ``config``."""
+    devices = config.agent_devices
+    if devices is not None and not isinstance(devices, str):  # as the reference: "none" keeps one device
+        devices = list(devices) if config.parallel_training == "mp" else list(devices)[:1]
+    options: Dict[str, Any] = dict(
+        num_agents=config.num_agents,
+        agent_devices=devices,
+        agent_learning_rate=config.agent_learning_rate,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        top_k=config.top_k,
+        num_turns=config.num_turns,
+    )
+    if not marlhf:
+        return {**options, "dpo_beta": config.dpo_beta}
+    options.update(
+        rl_algorithm=config.rl_algorithm,
+        num_generations=config.num_generations,
+        advantage_normalization=config.advantage_normalization,
+        reference_kl_enabled=config.reference_kl_enabled,
+        reference_kl_coef=config.reference_kl_coef,
+        reference_devices=_devices(config.reference_devices),
+        reward_model_name=config.reward_model_name,
+        reward_learning_rate=config.reward_learning_rate,
+        reward_num_train_epochs=config.reward_num_train_epochs,
+        reward_train_batch_size=config.reward_train_batch_size,
+        reward_max_length=config.reward_max_length,
+        reward_freeze_backbone=config.reward_freeze_backbone,
+        preference_scoring_reward=getattr(config, "preference_scoring_reward", "task"),
+    )
+    return options
+
+
+def data_options(config: MADPOConfig) -> Dict[str, Any]:
+    """Keyword options of the (iterative) preference data module from ``config`` (parts excluded)."""
+    options: Dict[str, Any] = dict(
+        num_agents=config.num_agents,
+        train_batch_size=config.train_batch_size,
+        num_train_epochs=config.num_train_epochs,
+        eval_num_samples=config.eval_num_samples,
+        eval_batch_size=config.eval_batch_size,
+        num_turns=config.num_turns,
+        joint_mode="aligned",
+        preference_num_candidates=config.preference_num_candidates,
+        preference_pairs_per_sample=config.preference_pairs_per_sample,
+        pair_selection=config.pair_selection,
+    )
+    if hasattr(config, "num_iterations"):
+        options.update(
+            num_iterations=config.num_iterations,
+            preference_replay_dir=config.preference_replay_dir,
+            policy_checkpoint_dir=config.policy_checkpoint_dir,
+        )
+    return options
+
+
+def trainer_options(config: MADPOConfig) -> Dict[str, Any]:
+    """Keyword options of ``lightning.Trainer``: epochs, evaluation period and logging period."""
+    options: Dict[str, Any] = dict(
+        max_epochs=config.num_train_epochs * getattr(config, "num_iterations", 1),
+        log_every_n_steps=config.logging_steps,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=None,
+    )
+    if config.eval_interval == 0:
+        options.update(limit_val_batches=0, val_check_interval=None)
+    else:
+        options.update(val_check_interval=config.eval_interval)
+    return options
+
+
+def collaboration_for(config: MADPOConfig, adapter: Any = None) -> Optional[Centralized]:
+    """``Centralized(adapter)`` for ``collaboration_mode="centralized"``, else ``None`` (one agent per role)."""
+    return Centralized(adapter) if config.collaboration_mode == "centralized" else None
+
+
+def replay_for(config: Any) -> ReplayRule:
+    """The replay rule object of ``preference_replay_mode`` and its arguments."""
+    mode, size = config.preference_replay_mode, config.preference_replay_sample_size
+    if mode == "nearest_k":
+        return NearestKReplay(k=config.preference_replay_k, sample_size=size)
+    if mode == "all_history":
+        return AllHistoryReplay(sample_size=size)
+    if mode == "lambda_decay":
+        return LambdaDecayReplay(lam=config.preference_replay_lambda, sample_size=size)
+    return CurrentReplay()
+
+
+def comparator_for(config: Any, adapter: Any = None) -> Comparator:
+    """The comparator object of ``comparator_policy`` (wrapped in ``CentralizedComparator`` when
+    ``comparator_generation_mode`` is centralized and the team itself is decentralized)."""
+    policy, count = config.comparator_policy, config.comparator_num_candidates
+    devices = _devices(config.comparator_devices)
+    if policy == "current_copy":
+        comparator: Comparator = CurrentCopyComparator(devices=devices, num_candidates=count)
+    elif policy == "model":
+        agents = list(config.comparator_agents) if config.comparator_agents is not None else None
+        comparator = ModelComparator(model_name=None if agents else config.comparator_model_name, agents=agents,
+                                     devices=devices, num_candidates=count)
+    elif policy == "history":
+        comparator = HistoryComparator(k=config.comparator_history_k, num_candidates=count)
+    elif policy == "api":
+        comparator = ApiComparator(
+            url=config.comparator_api_url, format=config.comparator_api_format, model=config.comparator_api_model,
+            key_env=config.comparator_api_key_env, key_header=config.comparator_api_key_header,
+            key_prefix=config.comparator_api_key_prefix, headers=config.comparator_api_headers,
+            response_field=config.comparator_api_response_field, extra_body=config.comparator_api_extra_body,
+            max_n_per_request=config.comparator_api_max_n_per_request, timeout=config.comparator_api_timeout,
+            num_candidates=count,
+        )
+    else:
+        comparator = CurrentComparator(num_candidates=count)
+    # a centralized team's comparator already answers its one joint prompt
+    if config.comparator_generation_mode == "centralized" and config.collaboration_mode != "centralized":
+        return CentralizedComparator(comparator, adapter, config.comparator_centralized_agent_index)
+    return comparator
+
+
+def critic_for(config: Any, critic_model: Any = None) -> Optional[Critic]:
+    """The critic of ``maac`` (``SharedCritic``) or ``iac`` (``IndividualCritics``); ``None`` for the group baselines."""
+    if config.rl_algorithm in GROUP_BASELINES:
+        return None
+    model_name = critic_model if critic_model is not None else config.critic_model_name
+    common = dict(critic_type=config.critic_type, learning_rate=config.critic_learning_rate,
+                  value_loss_coef=config.value_loss_coef)
+    if config.rl_algorithm == "maac":
+        devices = _devices(config.critic_devices)
+        devices = devices[0] if isinstance(devices, list) else devices  # one shared critic: one device
+        return SharedCritic(model_name=model_name, critic_value_head_hidden_dim=config.critic_value_head_hidden_dim,
+                            devices=devices, **common)
+    if not config.use_separate_critic:
+        return IndividualCritics(use_separate_critic=False, value_clip_range=config.value_clip_range,
+                                 value_head_hidden_dim=config.value_head_hidden_dim, **common)
+    return IndividualCritics(model_name=model_name, use_separate_critic=True, value_clip_range=config.value_clip_range,
+                             critic_value_head_hidden_dim=config.critic_value_head_hidden_dim,
+                             devices=_devices(config.critic_devices),
+                             **common)

@@ -1,0 +1,288 @@
+"""The seed's Python API: ``MADPOTrainer``, ``MADPOIterTrainer``, ``MARLHFTrainer``, ``MARLHFIterTrainer``.
+
+Code written for the reference (CoMLRL) runs with one changed import::
+
+    from comlrl_lightning.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+
+    args = MADPOIterConfig(num_agents=2, preference_replay_mode="lambda_decay",
+                           preference_replay_lambda=0.8, preference_replay_sample_size=256)
+    trainer = MADPOIterTrainer(agent_model="embedded", args=args)
+    trainer.train()
+
+Each trainer builds this library's Lightning parts from the config (see
+:mod:`comlrl_lightning.trainers.mapping`): a team module (:attr:`module`), a data module
+(:attr:`datamodule`) and, in :meth:`train`, a ``lightning.Trainer`` (:attr:`trainer`) that runs
+``fit``. The same run is a ``comlrl-lightning fit`` config, and the parts can go into any Lightning
+project.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from ..callbacks import RewardCurvePlot
+from ..data import PreferenceDataModule
+from ..defaults import EMBEDDED
+from ..iterative import IterativePreferenceDataModule
+from ..modules import MADPOModule, MARLHFModule
+from ..options import OptionError, require
+from . import mapping
+from ..comparators import CentralizedComparatorParseError, TaggedCentralizedComparatorAdapter
+from ..comparators import CentralizedAdapter as CentralizedComparatorAdapter
+from ..reward_model import JointRewardModel
+from .configs import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
+from .wandb_config import logger_from_wandb_config, output_base
+
+GENERATION_KWARGS = ("max_new_tokens", "temperature", "top_p", "top_k")
+
+UNSUPPORTED_ARGUMENTS = {
+    "external_transition": "multi-turn training is not supported here (num_turns must be 1)",
+    "eval_logger": "log domain metrics from a Lightning Callback (e.g. on_validation_batch_end) instead",
+    "eval_aggregator": "log domain metrics from a Lightning Callback (e.g. on_validation_batch_end) instead",
+    "metrics_callback": "log domain metrics from a Lightning Callback (e.g. on_validation_batch_end) instead",
+    "critics": "give one critic model as critic_model= (or args.critic_model_name)",
+}
+"""Constructor arguments of the reference this library does not take, and what to do instead."""
+
+
+class _PreferenceTrainer:
+    """What the four trainers share: building the parts, ``train()`` and ``save_model()``.
+
+    The constructor takes the reference's arguments (models, tokenizer, datasets, reward function,
+    formatters, ``args``). Beyond the reference it accepts import paths for ``reward_func``,
+    ``reward_processor`` and formatters, ``.json``/``.jsonl`` paths and Hugging Face dataset names
+    for the datasets, and ``agent_model="embedded"`` (the embedded tiny model with its toy task
+    when no dataset is given, so runs need no downloads). Runs repeat exactly: every random
+    stream derives from ``torch.initial_seed()`` at construction (seed it with ``torch.manual_seed``).
+    """
+
+    config_class: type = MADPOConfig
+    module_class: type = MADPOModule
+    iterative = False
+
+    def __init__(
+        self,
+        agent_model: Any = None,
+        agents: Optional[Sequence[Any]] = None,
+        num_agents: int = 2,
+        tokenizer: Any = None,
+        model_config: Optional[Dict[str, Any]] = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        reward_func: Any = None,
+        reward_processor: Any = None,
+        formatters: Any = None,
+        external_transition: Any = None,
+        wandb_config: Optional[Dict[str, Any]] = None,
+        eval_logger: Any = None,
+        eval_aggregator: Any = None,
+        args: Optional[MADPOConfig] = None,
+        *,
+        centralized_comparator_adapter: Any = None,
+        **marlhf_arguments: Any,
+    ) -> None:
+        self.args = args if args is not None else self.config_class()
+        require(isinstance(self.args, self.config_class),
+                f"args must be a {self.config_class.__name__} (got {type(self.args).__name__}).")
+        self._refuse_unsupported(external_transition=external_transition, eval_logger=eval_logger,
+                                 eval_aggregator=eval_aggregator, **marlhf_arguments)
+        require(num_agents in (2, self.args.num_agents),
+                f"num_agents ({num_agents}) must match args.num_agents ({self.args.num_agents}) (the role count).")
+        require(agent_model is not None or agents, "agent_model or agents is required.")
+        require(agents or agent_model is None or isinstance(agent_model, (str, os.PathLike)),
+                "agent_model must be a model name or path; pass model objects as agents=[...] with tokenizer=.")
+        embedded = agent_model == EMBEDDED and train_dataset is None
+        if embedded:  # the toy task that goes with the embedded model
+            train_dataset, eval_dataset = EMBEDDED, EMBEDDED if eval_dataset is None else eval_dataset
+        require(train_dataset is not None, "train_dataset is required.")
+        require(reward_func is not None or embedded, "reward_func must be a callable.")
+        require(reward_func is None or callable(reward_func) or isinstance(reward_func, str),
+                "reward_func must be a callable.")
+        mapping.warn_ignored(self.args)
+        self.seed = torch.initial_seed() % 2**32
+        seed_everything(self.seed, verbose=False)
+        self.wandb_config = dict(wandb_config or {})
+        self.output_dir = output_base(self.wandb_config)
+        self.reward_func = reward_func
+        self.module = self._build_module(agent_model, agents, tokenizer, model_config or {},
+                                         centralized_comparator_adapter, marlhf_arguments.get("critic_model"))
+        data_class = IterativePreferenceDataModule if self.iterative else PreferenceDataModule
+        parts: Dict[str, Any] = {}
+        if self.iterative:
+            parts = dict(comparator=mapping.comparator_for(self.args, centralized_comparator_adapter),
+                         replay=mapping.replay_for(self.args))
+        self.datamodule = data_class(
+            train_dataset=_items(train_dataset), eval_dataset=_items(eval_dataset), formatters=formatters,
+            reward_func=reward_func, reward_processor=reward_processor, seed=self.seed,
+            **mapping.data_options(self.args), **parts,
+        )
+        if getattr(self.args, "log_reward_distribution", False):
+            from ..reward_distribution import resolve_reward_range
+
+            resolve_reward_range(self.datamodule.reward_func)  # the error now, before any model loads
+        self.trainer: Optional[Trainer] = None
+
+    def _refuse_unsupported(self, **given: Any) -> None:
+        """A keyword the reference does not have is a ``TypeError``; one it has that this library
+        does not support is an error with the reason (never silently ignored)."""
+        marlhf_only = ("metrics_callback", "critic_model", "critics")
+        for name in given:
+            if name in marlhf_only and self.module_class is not MARLHFModule or name not in UNSUPPORTED_ARGUMENTS \
+                    and name not in marlhf_only:
+                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {name!r}")
+            if name in UNSUPPORTED_ARGUMENTS and given[name] is not None:
+                raise OptionError(f"{name} is not supported: {UNSUPPORTED_ARGUMENTS[name]}.")
+
+    def _build_module(self, agent_model, agents, tokenizer, model_config, adapter, critic_model):
+        dtype = model_config.get("torch_dtype", model_config.get("dtype"))
+        unknown = sorted(set(model_config) - {"torch_dtype", "dtype", "attn_implementation"})
+        require(not unknown, f"model_config: {', '.join(unknown)} not supported (dtype / torch_dtype is).")
+        sources: Dict[str, Any] = {"agent_model": str(agent_model)} if not agents else {"agents": list(agents)}
+        objects = bool(agents) and not all(isinstance(a, (str, os.PathLike)) for a in agents)
+        require(not objects or tokenizer is not None, "Tokenizer(s) must be provided when agents are model objects.")
+        options = mapping.module_options(self.args, marlhf=self.module_class is MARLHFModule)
+        if self.module_class is MARLHFModule:
+            options["critic"] = mapping.critic_for(self.args, critic_model)
+        if agents and self.args.collaboration_mode == "decentralized":
+            options["num_agents"] = len(list(agents))
+            require(len(list(agents)) == self.args.num_agents,
+                    f"num_agents ({self.args.num_agents}) must match the number of agents ({len(list(agents))}).")
+        return self.module_class(
+            **sources, tokenizers=tokenizer, dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
+            collaboration=mapping.collaboration_for(self.args, adapter), seed=self.seed, **options,
+        )
+
+    # ------------------------------------------------------------------------------------------
+
+    def train(self, resume_from_checkpoint: Optional[str] = None, checkpoint_dir: Optional[str] = None,
+              checkpoint_interval: int = 1, checkpoint_total_limit: Optional[int] = None,
+              **generation_kwargs: Any) -> None:
+        """Run ``lightning.Trainer.fit``; checkpoints (``last.ckpt`` and one per commit) go to ``checkpoint_dir``.
+
+        A commit is an epoch (base trainers) or a round (iterative trainers); a checkpoint is kept
+        every ``checkpoint_interval`` commits, the newest ``checkpoint_total_limit`` of them.
+        ``resume_from_checkpoint`` is a ``.ckpt`` file or a folder holding ``last.ckpt``; the run
+        continues exactly where it stopped (raise ``num_iterations`` to extend a finished run).
+        ``generation_kwargs`` override the sampling settings (``max_new_tokens``, ``temperature``,
+        ``top_p``, ``top_k``; ``do_sample=True`` is accepted).
+        """
+        require(isinstance(checkpoint_interval, int) and not isinstance(checkpoint_interval, bool)
+                and checkpoint_interval >= 1, "checkpoint_interval must be a positive integer.")
+        require(checkpoint_total_limit is None or (isinstance(checkpoint_total_limit, int) and checkpoint_total_limit >= 1),
+                "checkpoint_total_limit must be a positive integer or None.")
+        self._apply_generation_kwargs(generation_kwargs)
+        tracking = resume_from_checkpoint is not None or checkpoint_dir is not None or checkpoint_interval != 1 \
+            or checkpoint_total_limit is not None
+        callbacks: List[Callback] = [RewardCurvePlot()]
+        if tracking:
+            directory = checkpoint_dir or str(self.output_dir / "checkpoints")
+            every = checkpoint_interval * (self.args.num_train_epochs if self.iterative else 1)
+            limit = dict(save_top_k=checkpoint_total_limit, monitor="step", mode="max") if checkpoint_total_limit else {}
+            callbacks.append(ModelCheckpoint(dirpath=directory, save_last=True, save_on_train_epoch_end=True,
+                                             every_n_epochs=every, **limit))
+        if getattr(self.args, "log_reward_distribution", False):
+            from ..reward_distribution import RewardDistributions
+
+            callbacks.append(RewardDistributions())
+        verbose = self.wandb_config.get("config_sections", {}).get("output", {}).get("verbose", True)
+        self.trainer = Trainer(
+            accelerator="auto", devices=1, default_root_dir=str(self.output_dir), callbacks=callbacks,
+            logger=logger_from_wandb_config(self.wandb_config, self.output_dir, self.args),
+            enable_checkpointing=tracking, enable_progress_bar=bool(verbose), enable_model_summary=False,
+            **mapping.trainer_options(self.args),
+        )
+        self.trainer.fit(self.module, self.datamodule, ckpt_path=_checkpoint_file(resume_from_checkpoint))
+
+    def _apply_generation_kwargs(self, kwargs: Dict[str, Any]) -> None:
+        if kwargs.pop("do_sample", True) is not True:
+            raise OptionError("do_sample=False is not supported: preference collection samples.")
+        unknown = sorted(set(kwargs) - set(GENERATION_KWARGS))
+        require(not unknown, f"train(): generation option(s) {', '.join(unknown)} not supported "
+                             f"(supported: {', '.join(GENERATION_KWARGS)}, do_sample).")
+        if kwargs:
+            self.module.generation_settings = dataclasses.replace(self.module.generation_settings, **kwargs)
+
+    def save_model(self, output_dir: str) -> None:
+        """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer.
+
+        Each folder is written beside its final name and renamed into place, so an interrupted save
+        never leaves a half-written agent. The reward model is not saved (as the reference).
+        """
+        root = Path(output_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        team = self.module.team
+        for index, (agent, tokenizer) in enumerate(zip(team.agents, team.tokenizers)):
+            staging = Path(tempfile.mkdtemp(prefix=f".agent_{index}-", dir=root))
+            agent.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            target = root / f"agent_{index}"
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+
+
+def _items(dataset: Any) -> Any:
+    """Datasets as the data module takes them: a ``datasets.Dataset`` (or any sequence of dicts) becomes a list."""
+    if dataset is None or isinstance(dataset, (str, os.PathLike, list)):
+        return str(dataset) if isinstance(dataset, os.PathLike) else dataset
+    return [dict(item) for item in dataset]
+
+
+def _checkpoint_file(path: Optional[str]) -> Optional[str]:
+    """A ``.ckpt`` file, or ``last.ckpt`` inside a folder."""
+    if path is None:
+        return None
+    candidate = Path(path)
+    if candidate.is_dir():
+        candidate = candidate / "last.ckpt"
+    require(candidate.is_file(), f"resume_from_checkpoint: no checkpoint at {candidate}.")
+    return str(candidate)
+
+
+class MADPOTrainer(_PreferenceTrainer):
+    """MADPO: pairs collected once by the team, then reference-free DPO on the joint margin."""
+
+    config_class, module_class = MADPOConfig, MADPOModule
+
+
+class MADPOIterTrainer(_PreferenceTrainer):
+    """Iterative MADPO: ``num_iterations`` rounds of collect against a comparator -> replay -> DPO."""
+
+    config_class, module_class, iterative = MADPOIterConfig, MADPOModule, True
+
+
+class MARLHFTrainer(_PreferenceTrainer):
+    """MARLHF: pairs, a joint reward model, then multi-agent RL on it (``critic_model=`` for maac/iac)."""
+
+    config_class, module_class = MARLHFConfig, MARLHFModule
+
+
+class MARLHFIterTrainer(_PreferenceTrainer):
+    """Iterative MARLHF: per round, pairs against a comparator, a fresh reward model, then RL."""
+
+    config_class, module_class, iterative = MARLHFIterConfig, MARLHFModule, True
+
+
+__all__ = [
+    "CentralizedComparatorAdapter",
+    "CentralizedComparatorParseError",
+    "JointRewardModel",
+    "MADPOConfig",
+    "MADPOIterConfig",
+    "MADPOIterTrainer",
+    "MADPOTrainer",
+    "MARLHFConfig",
+    "MARLHFIterConfig",
+    "MARLHFIterTrainer",
+    "MARLHFTrainer",
+    "TaggedCentralizedComparatorAdapter",
+]
