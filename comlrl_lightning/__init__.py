@@ -19,6 +19,7 @@ from .modules import MADPOModule, MAGRPOModule, MARLHFModule, RewardModelModule,
 from .options import OptionError
 from .pairs import PreferencePair
 from .replay import AllHistoryReplay, CurrentReplay, LambdaDecayReplay, NearestKReplay, ReplayRule
+from .reward_distribution import RewardDistributions
 from .task import Task
 from .team import GenerationSettings, Team
 
@@ -42,6 +43,7 @@ __all__ = [
     "ModelComparator",
     "NearestKReplay",
     "ReplayRule",
+    "RewardDistributions",
     "SharedCritic",
     "GenerationSettings",
     "IterativePreferenceDataModule",

@@ -59,10 +59,16 @@ def sample_candidates(
 
 @dataclass
 class CollectionResult:
-    """The pairs of one collection, per item, and what it saw (processed candidate scores per item)."""
+    """The pairs of one collection, per item, and what it saw (processed candidate scores per item).
+
+    An iterative collection also keeps every candidate's raw reward (before the reward processor)
+    per item and side: the current team's (``target_raw_rewards``) and the comparator's.
+    """
 
     item_pairs: List[List[PreferencePair]] = field(default_factory=list)
     scores: List[List[float]] = field(default_factory=list)
+    target_raw_rewards: List[List[float]] = field(default_factory=list)
+    comparator_raw_rewards: List[List[float]] = field(default_factory=list)
     unparsed: int = 0
     """Joint completions of a centralized team that did not split into roles (scored as empty roles)."""
 
@@ -141,6 +147,8 @@ def build_pairs_against(
             raw[side], scores[side] = oracle.score([[c.text for c in cs] for cs in per_agent], prompts, item)
         all_scores = scores["current"] + scores["comparator"]
         result.scores.append(all_scores)
+        result.target_raw_rewards.append(raw["current"])
+        result.comparator_raw_rewards.append(raw["comparator"])
         mean = sum(all_scores) / len(all_scores) if all_scores else 0.0
         entries = []
         for j in range(min(len(scores["current"]), len(scores["comparator"]))):
@@ -182,6 +190,8 @@ def merge_results(parts: Sequence[CollectionResult], world: int) -> CollectionRe
     return CollectionResult(
         item_pairs=unshard([part.item_pairs for part in parts], world),
         scores=unshard([part.scores for part in parts], world),
+        target_raw_rewards=unshard([part.target_raw_rewards for part in parts], world),
+        comparator_raw_rewards=unshard([part.comparator_raw_rewards for part in parts], world),
         unparsed=sum(part.unparsed for part in parts),
     )
 

@@ -99,6 +99,12 @@ def maac_critic_text(prompts: Sequence[str], completions: Optional[Sequence[str]
     return text + "\n\n" + "\n\n".join(actions)
 
 
+def _keep_source(critic: nn.Module, model_name: ModelSource) -> None:
+    """Keep the critic's model source as a plain attribute: a model object given from Python is a
+    template copied by :meth:`Critic.build`, not a submodule (it would look built and be checkpointed)."""
+    object.__setattr__(critic, "model_name", model_name)
+
+
 class Critic(nn.Module):
     """What the policy-gradient module asks of a critic.
 
@@ -169,7 +175,8 @@ class SharedCritic(Critic):
                  critic_value_head_hidden_dim: Optional[PositiveInt] = None, devices: Optional[str] = None) -> None:
         super().__init__(critic_type, learning_rate, value_loss_coef)
         at_least("critic_value_head_hidden_dim", critic_value_head_hidden_dim, 1, allow_none=True)
-        self.model_name, self.head_hidden_dim, self.devices = model_name, critic_value_head_hidden_dim, devices
+        self.head_hidden_dim, self.devices = critic_value_head_hidden_dim, devices
+        _keep_source(self, model_name)
         self.model: Optional[ValueModel] = None
 
     def build(self, team: Team, sources: Sequence[ModelSource], seed: int = 0) -> None:
@@ -232,7 +239,8 @@ class IndividualCritics(Critic):
         else:
             require(value_head_hidden_dim is None,
                     "value_head_hidden_dim sizes the value head on an agent; it needs use_separate_critic: false.")
-        self.model_name, self.use_separate_critic, self.value_clip_range = model_name, use_separate_critic, value_clip_range
+        self.use_separate_critic, self.value_clip_range = use_separate_critic, value_clip_range
+        _keep_source(self, model_name)
         self.critic_head_hidden_dim, self.value_head_hidden_dim, self.devices = (
             critic_value_head_hidden_dim, value_head_hidden_dim, devices)
         self.models = nn.ModuleList()

@@ -10,7 +10,10 @@ from jsonargparse.typing import PositiveInt
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
-from .collection import ITERATIVE_PAIR_SELECTIONS, build_pairs_against, merge_results, pair_from_record, sample_candidates
+from .collection import (
+    ITERATIVE_PAIR_SELECTIONS, CollectionResult, build_pairs_against, merge_results, pair_from_record,
+    sample_candidates,
+)
 from .comparators import CentralizedComparator, Comparator, ComparatorContext, CurrentComparator
 from .contract import TeamSide, team_side
 from .data import PreferenceDataModule
@@ -36,7 +39,10 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     ``trainer.current_epoch``; the round's pairs, the replay index, the snapshot index and the
     comparator's state are in each checkpoint, and every random stream (the comparator's too) is
     derived from ``(seed, round, rank)``, so a resumed run continues exactly; raising
-    ``num_iterations`` and resuming extends a finished run.
+    ``num_iterations`` and resuming extends a finished run. Observers read each round through
+    :meth:`round_collection` and :meth:`round_pairs`; a callback with a
+    ``check_data_module(datamodule)`` method is asked in ``setup``, before the team is loaded
+    (:class:`~comlrl_lightning.reward_distribution.RewardDistributions` checks the reward range).
 
     Args:
         num_iterations: rounds; the CLI sets ``trainer.max_epochs = num_iterations * num_train_epochs``.
@@ -106,6 +112,11 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         super().setup(stage)
         if already:
             return
+        # Callbacks that observe the rounds check this run now, before the comparator binding below
+        # loads the team: a callback that cannot work here fails before any model is loaded.
+        for callback in self.trainer.callbacks:
+            if callable(getattr(callback, "check_data_module", None)):
+                callback.check_data_module(self)
         # train_dataloader() must run every epoch: it decides whether a new round starts.
         self.trainer.reload_dataloaders_every_n_epochs = 1
         root = Path(self.trainer.default_root_dir)
@@ -236,6 +247,16 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         """The round built last and the pairs it trains on."""
         return self.built_round, self.pairs
 
+    def round_collection(self) -> Tuple[Optional[int], Optional[CollectionResult]]:
+        """The round (0-based) this process collected last and its collection (every item, gathered
+        from every rank, with each candidate's raw reward per side).
+
+        ``(None, None)`` before the first collection and after a checkpoint restore: a checkpoint
+        keeps a round's training pairs but not its candidates, so whoever observes rounds sees each
+        one once, in the process that collected it, and never again after a resume inside it.
+        """
+        return (None, None) if self.last_collection is None else (self.built_round, self.last_collection)
+
     def data_state_dict(self) -> Dict[str, Any]:
         state = super().data_state_dict()
         state.update(
@@ -249,6 +270,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     def load_data_state_dict(self, state: Dict[str, Any]) -> None:
         super().load_data_state_dict(state)
         self.built_round = state["built_round"]
+        self.last_collection = None  # the restored round was collected by another process
         if state.get("replay") is not None:
             self.replay.load_state_dict(state["replay"])
         self.comparator.load_state_dict(state.get("comparator") or {})

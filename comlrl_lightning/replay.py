@@ -29,7 +29,7 @@ import os
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from jsonargparse.typing import ClosedUnitInterval, PositiveInt
 
@@ -85,6 +85,31 @@ class ReplayRule:
         """Draw probability of each of ``count`` eligible shards, oldest first (here: uniform)."""
         return [1.0 / count] * count if count else []
 
+    def shard_weights(self, shards: List["Shard"]) -> List[Tuple["Shard", float]]:
+        """The shards a draw may pick (:meth:`eligible`, oldest first), each with its draw
+        probability (:meth:`weights`): what :meth:`ReplayBuffer.sample` draws with."""
+        window = self.eligible(shards)
+        return list(zip(window, self.weights(len(window))))
+
+    def round_weights(self, round_sizes: Sequence[int]) -> List[float]:
+        """The probability with which one draw picks each round of a history, oldest first, when
+        training at the history's last round (``round_sizes[i]``: pairs of round ``i + 1``).
+
+        A round without pairs is never indexed, so it gets 0; the non-empty rounds go through
+        :meth:`shard_weights`, the same call the draw makes, so with ``W`` the rule's window::
+
+            p_i = weights(|W|)[position of round i in W]   if round i is in W,   else 0
+
+        e.g. over four non-empty rounds ``NearestKReplay(k=2)`` gives ``[0, 0, 0.5, 0.5]`` and
+        ``LambdaDecayReplay(lam=0.5)`` ``[0.0667, 0.1333, 0.2667, 0.5333]``.
+        """
+        shards = [Shard(number, f"iteration_{number:04d}.json", size, "")
+                  for number, size in enumerate(round_sizes, start=1) if size > 0]
+        by_round = [0.0] * len(round_sizes)
+        for shard, weight in self.shard_weights(shards):
+            by_round[shard.iteration - 1] = float(weight)
+        return by_round
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
 
@@ -99,6 +124,13 @@ class CurrentReplay(ReplayRule):
 
     def eligible(self, shards: List["Shard"]) -> List["Shard"]:
         return list(shards[-1:])
+
+    def round_weights(self, round_sizes: Sequence[int]) -> List[float]:
+        """1 for the last round if it has pairs, else nothing: a round trains on its own pairs
+        without a draw, so an empty round trains on nothing (it never falls back to an older one)."""
+        if not round_sizes:
+            return []
+        return [0.0] * (len(round_sizes) - 1) + [1.0 if round_sizes[-1] > 0 else 0.0]
 
 
 class NearestKReplay(ReplayRule):
@@ -218,11 +250,11 @@ class ReplayBuffer:
         if ``c <= n``, else ``⌊c/n⌋`` independently shuffled full copies plus ``c mod n`` without
         replacement; the combined list is shuffled. Repeated records are the same dict objects.
         """
-        shards = self.rule.eligible(self.shards)
+        window = self.rule.shard_weights(self.shards)
         total = self.sample_size_for(current_count)
-        if total <= 0 or not shards:
+        if total <= 0 or not window:
             return []
-        weights = self.rule.weights(len(shards))
+        shards, weights = [shard for shard, _ in window], [weight for _, weight in window]
         counts = [0] * len(shards)
         # one choices() call with the cumulative weights computed once: the same random() calls and
         # picks as a call per draw, in O(draws log rounds) rather than O(draws x rounds)

@@ -165,3 +165,38 @@ def test_reward_model_scoring_for_collection_after_the_first_fit():
     assert isinstance(oracle, RewardModelOracle)
     raw, processed = oracle.score([["aa", "bb"], ["cc", "dd", "ee"]], ["p0", "p1"], {})
     assert raw == processed and len(raw) == 2
+
+
+def test_every_reward_model_epoch_is_logged_at_the_step_of_its_fit(tmp_path):
+    """One row per Bradley–Terry epoch, with its epoch and round; a fit between two updates shares
+    their step, so the CSV log's steps never decrease."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    from comlrl_lightning.curves import read_metric_rows
+
+    module = MARLHFModule(**{**RLHF, "reward_num_train_epochs": 3})
+    returned = []
+    original = module.fit_reward_model
+
+    def recording_fit(pairs, round_index=0):
+        returned.append(original(pairs, round_index))
+        return returned[-1]
+    module.fit_reward_model = recording_fit
+    data = IterativePreferenceDataModule(**{**DATA, "num_iterations": 2, "num_train_epochs": 1,
+                                            "replay": AllHistoryReplay()})
+    logger = CSVLogger(tmp_path, name="marlhf")
+    fit = trainer(tmp_path, max_epochs=2, reload_dataloaders_every_n_epochs=1, logger=logger, log_every_n_steps=1,
+                  limit_train_batches=2)
+    fit.fit(module, data)
+    rows = read_metric_rows(logger.log_dir)
+    steps = [row["step"] for row in rows]
+    assert steps == sorted(steps)
+    fits = [row for row in rows if "reward_model/epoch" in row]
+    assert [(r["reward_model/iteration"], r["reward_model/epoch"], r["step"]) for r in fits] == [
+        (1.0, 1.0, 0.0), (1.0, 2.0, 0.0), (1.0, 3.0, 0.0), (2.0, 1.0, 2.0), (2.0, 2.0, 2.0), (2.0, 3.0, 2.0)]
+    assert all(set(r) >= {"reward_model/loss", "reward_model/accuracy", "reward_model/margin"} for r in fits)
+    last_epochs = [r for r in fits if r["reward_model/epoch"] == 3.0]
+    for logged, metrics in zip(last_epochs, returned, strict=True):
+        for key, value in metrics.items():
+            assert logged[key] == pytest.approx(value, rel=1e-6), key
+    assert fits[0]["reward_model/loss"] != fits[2]["reward_model/loss"]  # the epochs are distinct passes

@@ -90,7 +90,14 @@ class MARLHFModule(MAGRPOModule):
             self.fit_reward_model(pairs, round_index)
 
     def fit_reward_model(self, pairs: List, round_index: int = 0) -> Dict[str, float]:
-        """A fresh reward model (initial backbone, seeded new head) fitted with Bradley–Terry on ``pairs``."""
+        """A fresh reward model (initial backbone, seeded new head) fitted with Bradley–Terry on ``pairs``.
+
+        Every epoch's ``reward_model/{loss,accuracy,margin}`` (means over the epoch's pairs, taken
+        while it trains) is logged with ``reward_model/epoch`` (1-based) and ``reward_model/iteration``
+        (the round, 1-based like ``iter/current_iteration``), all at the round's current step: the fit
+        happens between two updates, so its rows share one step and loggers keep a non-decreasing
+        step. Returns the last epoch's metrics.
+        """
         model = self.reward_model
         model.load_state_dict(self._fresh_reward_state)
         generator = torch.Generator().manual_seed(self.hparams.seed * 1_000_003 + round_index)
@@ -101,25 +108,32 @@ class MARLHFModule(MAGRPOModule):
         model.backbone.requires_grad_(not self.reward_freeze_backbone)
         optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=self.reward_learning_rate)
         model.train()
-        totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
+        metrics: Dict[str, float] = {}
         with torch.enable_grad():
-            for _ in range(self.reward_num_train_epochs):
-                totals = {key: 0.0 for key in totals}
-                order = torch.randperm(len(pairs), generator=generator).tolist()
-                for start in range(0, len(order), self.reward_train_batch_size):
-                    batch = [pairs[i] for i in order[start : start + self.reward_train_batch_size]]
-                    loss, chosen, rejected = self.scorer.pair_loss(batch)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    totals["loss"] += loss.item() * len(batch)
-                    totals["accuracy"] += (chosen > rejected).float().sum().item()
-                    totals["margin"] += (chosen - rejected).sum().item()
+            for epoch in range(1, self.reward_num_train_epochs + 1):
+                metrics = self._reward_model_epoch(pairs, optimizer, generator)
+                self.log_metrics_now({**metrics, "reward_model/epoch": float(epoch),
+                                      "reward_model/iteration": float(round_index + 1)})
         model.requires_grad_(False).eval()
         self.fitted_round = round_index
-        metrics = {f"reward_model/{key}": value / len(pairs) for key, value in totals.items()}
-        self.log_metrics_now(metrics)
         return metrics
+
+    def _reward_model_epoch(self, pairs: List, optimizer: torch.optim.Optimizer,
+                            generator: torch.Generator) -> Dict[str, float]:
+        """One shuffled pass of Bradley–Terry steps; the epoch's mean loss, accuracy (share of pairs
+        scored winner > loser) and margin (winner score minus loser score), each taken before its step."""
+        totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
+        order = torch.randperm(len(pairs), generator=generator).tolist()
+        for start in range(0, len(order), self.reward_train_batch_size):
+            batch = [pairs[i] for i in order[start : start + self.reward_train_batch_size]]
+            loss, chosen, rejected = self.scorer.pair_loss(batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            totals["loss"] += loss.item() * len(batch)
+            totals["accuracy"] += (chosen > rejected).float().sum().item()
+            totals["margin"] += (chosen - rejected).sum().item()
+        return {f"reward_model/{key}": value / len(pairs) for key, value in totals.items()}
 
     # ------------------------------------------------------------------------------------------
     # Rewards

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import WandbLogger
 
 from ..callbacks import RewardCurvePlot
 from ..data import PreferenceDataModule
@@ -35,6 +36,7 @@ from ..defaults import EMBEDDED
 from ..iterative import IterativePreferenceDataModule
 from ..modules import MADPOModule, MARLHFModule
 from ..options import OptionError, require
+from ..oracle import resolve_callable
 from . import mapping
 from ..comparators import CentralizedComparatorParseError, TaggedCentralizedComparatorAdapter
 from ..comparators import CentralizedAdapter as CentralizedComparatorAdapter
@@ -91,7 +93,9 @@ class _PreferenceTrainer:
         **marlhf_arguments: Any,
     ) -> None:
         self.args = args if args is not None else self.config_class()
-        require(isinstance(self.args, self.config_class),
+        # MARLHFConfig and the iterative configs derive from MADPOConfig: each trainer takes its own kind only
+        other_kinds = tuple({MADPOConfig, MARLHFConfig, MADPOIterConfig, MARLHFIterConfig} - set(self.config_class.__mro__))
+        require(isinstance(self.args, self.config_class) and not isinstance(self.args, other_kinds),
                 f"args must be a {self.config_class.__name__} (got {type(self.args).__name__}).")
         self._refuse_unsupported(external_transition=external_transition, eval_logger=eval_logger,
                                  eval_aggregator=eval_aggregator, **marlhf_arguments)
@@ -128,7 +132,8 @@ class _PreferenceTrainer:
         if getattr(self.args, "log_reward_distribution", False):
             from ..reward_distribution import resolve_reward_range
 
-            resolve_reward_range(self.datamodule.reward_func)  # the error now, before any model loads
+            # the error now, before any model loads
+            resolve_reward_range(resolve_callable(self.datamodule.reward_func, "reward_func"))
         self.trainer: Optional[Trainer] = None
 
     def _refuse_unsupported(self, **given: Any) -> None:
@@ -171,7 +176,8 @@ class _PreferenceTrainer:
         A commit is an epoch (base trainers) or a round (iterative trainers); a checkpoint is kept
         every ``checkpoint_interval`` commits, the newest ``checkpoint_total_limit`` of them.
         ``resume_from_checkpoint`` is a ``.ckpt`` file or a folder holding ``last.ckpt``; the run
-        continues exactly where it stopped (raise ``num_iterations`` to extend a finished run).
+        continues exactly where it stopped (raise ``num_iterations`` to extend a finished run), and
+        its checkpoints go on in that folder unless ``checkpoint_dir`` says otherwise.
         ``generation_kwargs`` override the sampling settings (``max_new_tokens``, ``temperature``,
         ``top_p``, ``top_k``; ``do_sample=True`` is accepted).
         """
@@ -183,8 +189,9 @@ class _PreferenceTrainer:
         tracking = resume_from_checkpoint is not None or checkpoint_dir is not None or checkpoint_interval != 1 \
             or checkpoint_total_limit is not None
         callbacks: List[Callback] = [RewardCurvePlot()]
-        if tracking:
-            directory = checkpoint_dir or str(self.output_dir / "checkpoints")
+        resume = _checkpoint_file(resume_from_checkpoint)
+        if tracking:  # a resumed run keeps writing beside the checkpoint it resumed unless told otherwise
+            directory = checkpoint_dir or (str(Path(resume).parent) if resume else str(self.output_dir / "checkpoints"))
             every = checkpoint_interval * (self.args.num_train_epochs if self.iterative else 1)
             limit = dict(save_top_k=checkpoint_total_limit, monitor="step", mode="max") if checkpoint_total_limit else {}
             callbacks.append(ModelCheckpoint(dirpath=directory, save_last=True, save_on_train_epoch_end=True,
@@ -200,7 +207,12 @@ class _PreferenceTrainer:
             enable_checkpointing=tracking, enable_progress_bar=bool(verbose), enable_model_summary=False,
             **mapping.trainer_options(self.args),
         )
-        self.trainer.fit(self.module, self.datamodule, ckpt_path=_checkpoint_file(resume_from_checkpoint))
+        try:
+            self.trainer.fit(self.module, self.datamodule, ckpt_path=resume)
+        finally:  # a W&B run is complete (and its offline record flushed) when train() returns
+            for logger in self.trainer.loggers:
+                if isinstance(logger, WandbLogger) and logger._experiment is not None:
+                    logger.experiment.finish()
 
     def _apply_generation_kwargs(self, kwargs: Dict[str, Any]) -> None:
         if kwargs.pop("do_sample", True) is not True:
