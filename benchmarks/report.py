@@ -1,4 +1,4 @@
-"""Turn the collected measurements into the markdown table, the README section and the summary lines."""
+"""Turn the collected measurements into the markdown table, the docs performance page's results and the summary lines."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-SECTION = "## Performance"
-ANCHOR = "## Development"
+START = "<!-- benchmarks/run.py writes the results below; edit benchmarks/report.py, not this text -->"
+END = "<!-- end of the results written by benchmarks/run.py -->"
+"""The markers of the generated results on the docs performance page (``docs/performance.md``)."""
 
 
 def _f(value: Optional[float], digits: int = 1, suffix: str = "") -> str:
@@ -86,7 +87,7 @@ def _all_pairs(results: Dict[str, Any], collection: str = "ours", checkpoint_eve
 
 
 def markdown(results: Dict[str, Any]) -> str:
-    """The results as markdown (a ``## Performance`` section body, headed by its own title)."""
+    """The results as markdown: the body of ``RESULTS.md`` and of the docs performance page's generated results."""
     plan, machine, versions = results["plan"], results["machine"], results["versions"]
     ours_v, ref_v = versions["ours"], versions.get("reference") or {}
     largest = max(plan["batch_sizes"])
@@ -233,19 +234,17 @@ def write_results(path: Path, body: str) -> None:
     path.write_text("# Benchmarks: comlrl-lightning vs the reference (comlrl 1.4.3)\n\n" + body, encoding="utf-8")
 
 
-def update_readme(readme: Path, body: str) -> None:
-    """Replace the README's ``## Performance`` section, or insert it just before ``## Development``.
+def update_page(page: Path, body: str) -> None:
+    """Replace the results between the :data:`START` and :data:`END` markers of ``page`` (the docs
+    performance page), or append the markers and the results to a page that has none.
 
-    The README is re-read right before the write; other sections are left exactly as they are.
+    The page is re-read right before the write; everything outside the markers is left exactly as it is.
     """
-    text = readme.read_text(encoding="utf-8")
-    section = f"{SECTION}\n\n{body}\n"
-    existing = re.search(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", text, flags=re.S | re.M)
+    text = page.read_text(encoding="utf-8")
+    block = f"{START}\n\n{body.rstrip()}\n\n{END}"
+    existing = re.search(rf"^{re.escape(START)}\n.*?^{re.escape(END)}$", text, flags=re.S | re.M)
     if existing:
-        text = text[: existing.start()] + section + text[existing.end():]
-    elif re.search(rf"^{re.escape(ANCHOR)}\b", text, flags=re.M):
-        anchor = re.search(rf"^{re.escape(ANCHOR)}\b", text, flags=re.M)
-        text = text[: anchor.start()] + section + text[anchor.start():]
+        text = text[: existing.start()] + block + text[existing.end():]
     else:
-        text = text.rstrip("\n") + "\n\n" + section
-    readme.write_text(text, encoding="utf-8")
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    page.write_text(text, encoding="utf-8")

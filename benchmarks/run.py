@@ -6,8 +6,8 @@
 
 Every measurement runs in its own process (so its peak RSS is its own) with 1 torch thread: ours with
 this interpreter, the reference with the interpreter of its own venv (``refenv.py``). Writes
-``benchmarks/RESULTS.md``, copies it into the README's ``## Performance`` section (full runs), and
-prints ``name: value`` summary lines last.
+``benchmarks/RESULTS.md``, copies it into the docs performance page (``docs/performance.md``, between
+its markers; full runs only, ``--no-docs`` to skip), and prints ``name: value`` summary lines last.
 """
 
 from __future__ import annotations
@@ -130,8 +130,10 @@ def main(argv=None) -> Dict[str, Any]:
     parser.add_argument("--ours-only", action="store_true", help="skip the reference (no venv needed)")
     parser.add_argument("--in-process", action="store_true", help="run our jobs in this process (implies --ours-only)")
     parser.add_argument("--out", type=Path, default=HERE, help="folder for RESULTS.md (default: benchmarks/)")
-    parser.add_argument("--readme", type=Path, default=HERE.parent / "README.md")
-    parser.add_argument("--no-readme", action="store_true", help="do not update the README")
+    parser.add_argument("--docs-page", "--readme", dest="docs_page", type=Path, default=HERE.parent / "docs" / "performance.md",
+                        help="the page whose generated results a full run replaces (default: docs/performance.md)")
+    parser.add_argument("--no-docs", "--no-readme", dest="no_docs", action="store_true",
+                        help="do not update the docs performance page (--no-readme: the old name)")
     parser.add_argument("--reference-venv", type=Path, default=None)
     parser.add_argument("--only-scaling", action="store_true",
                         help="only the large-vocabulary and replay-history rows (ours; writes SCALING.md)")
@@ -158,8 +160,8 @@ def main(argv=None) -> Dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_results(args.out / "RESULTS.md", body)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
-    if not (args.quick or ours_only or args.no_readme):
-        report.update_readme(args.readme, body)
+    if not (args.quick or ours_only or args.no_docs):
+        report.update_page(args.docs_page, body)
     print("\n" + body)
     for name, value in report.summary(results) + scaling.summary(results["scaling"]):
         print(f"{name}: {'n/a' if value is None else round(value, 4)}")

@@ -12,18 +12,22 @@ from .comparators import (
 )
 from .critics import IndividualCritics, SharedCritic
 from .data import PreferenceDataModule, TaskDataModule
-from .generation import Generator, HFGenerator
+from .generation import Generator, HFGenerator, VLLMGenerator
+from .item_sources import HFDataset
 from .iterative import IterativePreferenceDataModule
 from .losses import bradley_terry_loss, madpo_loss
 from .modules import MADPOModule, MAGRPOModule, MARLHFModule, RewardModelModule, RoundFilesDataModule, TeamModule
 from .options import OptionError
 from .pairs import PreferencePair
+from .quiet import install_noise_filters
 from .replay import AllHistoryReplay, CurrentReplay, LambdaDecayReplay, NearestKReplay, ReplayRule
 from .reward_distribution import RewardDistributions
 from .task import Task
 from .team import GenerationSettings, Team
 
 __version__ = "0.1.0"
+
+install_noise_filters()  # two exact, harmless Lightning messages (see comlrl_lightning.quiet)
 
 __all__ = [
     "AllHistoryReplay",
@@ -36,6 +40,7 @@ __all__ = [
     "CurrentReplay",
     "Decentralized",
     "Generator",
+    "HFDataset",
     "HFGenerator",
     "HistoryComparator",
     "IndividualCritics",
@@ -59,6 +64,7 @@ __all__ = [
     "Team",
     "TaskDataModule",
     "TeamModule",
+    "VLLMGenerator",
     "bradley_terry_loss",
     "madpo_loss",
 ]

@@ -1,4 +1,4 @@
-"""Callbacks that only observe training: the reward-curve plot."""
+"""Callbacks that only observe training: the reward-curve plot and a one-line parameter summary."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import List, Optional, Tuple
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
 EVAL_KEY = "eval/turn_1/reward_mean"
 
@@ -48,13 +49,15 @@ class RewardCurvePlot(Callback):
     def plot(self, directory: Path) -> Optional[Path]:
         if not self.points:
             return None
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # a Figure on its own Agg canvas, without pyplot: switching the process's backend
+        # (matplotlib.use) would stop a notebook's inline figures from showing after training
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
         steps, values = zip(*sorted(self.points))
-        figure, axis = plt.subplots(figsize=(6, 3.5))
+        figure = Figure(figsize=(6, 3.5))
+        FigureCanvasAgg(figure)
+        axis = figure.subplots()
         axis.plot(steps, values, marker="o")
         axis.set_xlabel("optimizer updates")
         axis.set_ylabel(EVAL_KEY)
@@ -64,6 +67,28 @@ class RewardCurvePlot(Callback):
         path = directory / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(path, dpi=120)
-        plt.close(figure)
         rank_zero_info(f"reward curve: {path}")
         return path
+
+
+def parameter_counts(module: LightningModule) -> Tuple[int, int, int]:
+    """``(total, trainable, bytes)`` over ``module.parameters()``: ``sum(numel)``, the same over
+    parameters with ``requires_grad``, and ``sum(numel * element_size)``."""
+    parameters = list(module.parameters())
+    total = sum(p.numel() for p in parameters)
+    trainable = sum(p.numel() for p in parameters if p.requires_grad)
+    return total, trainable, sum(p.numel() * p.element_size() for p in parameters)
+
+
+class ParameterSummary(Callback):
+    """Prints one line when fitting starts: the module's parameters, how many train, their size.
+
+    Meant in place of Lightning's model summary table (``enable_model_summary: false``), whose rows
+    (metric containers, the whole team as one module) and FLOPs column (0 without an example
+    input) say little about a team of agents.
+    """
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        total, trainable, size = parameter_counts(pl_module)
+        rank_zero_info(f"{type(pl_module).__name__}: {get_human_readable_count(total)} parameters, "
+                       f"{get_human_readable_count(trainable)} trainable, {size / 1e6:.1f} MB")

@@ -13,13 +13,15 @@ when the strategy uses Lightning's default checkpoint IO.
 from __future__ import annotations
 
 import io
+import os
+import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from .files import write_atomically
+from .files import fsync_directory, write_atomically
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -51,8 +53,49 @@ def is_remote(path: str) -> bool:
 
 def install(strategy) -> None:
     """Make ``strategy`` write checkpoints atomically, unless it was given a checkpoint IO of its own."""
-    if type(strategy.checkpoint_io) is TorchCheckpointIO:
+    from .sharding import is_sharded
+
+    if is_sharded(strategy) and getattr(strategy, "_save_distributed_checkpoint", False):
+        _write_folders_atomically(strategy)
+    elif type(strategy.checkpoint_io) is TorchCheckpointIO:
         strategy.checkpoint_io = AtomicCheckpointIO()
+
+
+def _write_folders_atomically(strategy) -> None:
+    """A sharded (distributed) checkpoint is a folder every rank writes into; written in place, a crash
+    would leave old and new shards mixed under a name a resume trusts. Here every rank writes into
+    ``<name>.tmp``, and rank 0 swaps it in once all are done: the name holds a whole checkpoint or
+    (between the two renames, with the old one kept as ``<name>.old``) none."""
+    if getattr(strategy, "_comlrl_atomic_folders", False):
+        return
+    save = strategy.save_checkpoint
+
+    def save_checkpoint(checkpoint: Dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
+        target = Path(strategy.broadcast(str(filepath)))
+        staging, previous = target.with_name(target.name + ".tmp"), target.with_name(target.name + ".old")
+        if strategy.global_rank == 0:
+            for leftover in (staging, previous):
+                _remove(leftover)
+        strategy.barrier()
+        save(checkpoint, staging, storage_options)
+        strategy.barrier()
+        if strategy.global_rank == 0:
+            if target.exists():
+                os.replace(target, previous)
+            os.replace(staging, target)
+            _remove(previous)
+            fsync_directory(target.parent)
+        strategy.barrier()
+
+    strategy.save_checkpoint = save_checkpoint
+    strategy._comlrl_atomic_folders = True
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
 
 
 __all__ = ["AtomicCheckpointIO", "install", "is_remote"]

@@ -32,6 +32,13 @@ class PreferenceCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.init_args", "trainer.max_epochs", compute_fn=total_epochs)
         parser.link_arguments("model.init_args.num_agents", "data.init_args.num_agents")
+        # Logs, checkpoints and plots stay together under trainer.default_root_dir, as with
+        # Lightning's own default logger: a logger's save_dir follows it (loggers without one are left alone).
+        parser.link_arguments("trainer.default_root_dir", "trainer.logger.init_args.save_dir")
+        # A CSV logger unless the config names one: Lightning's default (logger: true) would print
+        # a notice about TensorBoard not being installed.
+        parser.set_defaults({"trainer.logger": {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                                                "init_args": {"save_dir": "."}}})
 
     def _parse_ckpt_path(self) -> None:
         """Resuming keeps the options of this command line and config, and says what changed.

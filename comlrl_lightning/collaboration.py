@@ -11,7 +11,9 @@ unchanged: a comparator samples the joint prompt too (centralized generation fro
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Literal, Optional, Sequence, Tuple, Union
+
+from .chat import PromptRenderer, is_conversation, prompt_text
 
 from .comparators.centralized import (
     CentralizedAdapter,
@@ -29,9 +31,10 @@ class Collaboration:
 
     centralized: ClassVar[bool] = False
 
-    def team_task(self, task: Task) -> Task:
-        """The task as this team sees it (here: as it is)."""
-        return task
+    def team_task(self, task: Task, tokenizers: Optional[Callable[[], Sequence[Any]]] = None) -> Task:
+        """The task as this team sees it: each agent's prompt rendered with its tokenizer's chat
+        template where one applies (``tokenizers`` returns one per agent; ``None``: as it is)."""
+        return task if tokenizers is None else task.for_team(tokenizers)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -56,8 +59,8 @@ class Centralized(Collaboration):
     def __init__(self, adapter: Union[CentralizedAdapter, str, None] = None) -> None:
         self.adapter = resolve_adapter(adapter)
 
-    def team_task(self, task: Task) -> "CentralizedTask":
-        return CentralizedTask(task, self.adapter)
+    def team_task(self, task: Task, tokenizers: Optional[Callable[[], Sequence[Any]]] = None) -> "CentralizedTask":
+        return CentralizedTask(task, self.adapter, tokenizers)
 
     def __repr__(self) -> str:
         return f"Centralized(adapter={type(self.adapter).__name__})"
@@ -98,17 +101,29 @@ class DelimitedAdapter(CentralizedAdapter):
 class CentralizedTask(Task):
     """The task as a centralized team sees it: one joint prompt per item, scored through its roles.
 
-    ``prompts(item)`` is ``[adapter.build_prompt(item, roles.prompts(item))]``; the oracle splits each
-    joint completion into the roles' texts and calls the roles' task reward with them (and the
-    roles' prompts). A completion that does not split scores as every role empty (as the
-    reference) and is counted in :attr:`unparsed_completions`, never a crash.
+    ``prompts(item)`` is ``[adapter.build_prompt(item, role_prompts(item))]``, rendered with the one
+    model's chat template when the roles' task has ``chat_template`` on or a role's prompt is a list
+    of chat messages (then the joint prompt is one user message). The adapter and the roles'
+    reward get the roles' prompts as text (:func:`~comlrl_lightning.chat.prompt_text`: a
+    conversation's contents). The oracle splits each joint completion into the roles' texts and
+    calls the roles' task reward with them. A completion that does not split scores as every role
+    empty (as the reference) and is counted in :attr:`unparsed_completions`, never a crash.
+
+    Args:
+        roles: the task of the roles (one formatter per role).
+        adapter: builds the joint prompt and splits joint completions.
+        tokenizers: returns the one model's tokenizer (in a list); ``None``: prompts are not rendered.
     """
 
     centralized = True
 
-    def __init__(self, roles: Task, adapter: Any) -> None:
+    def __init__(self, roles: Task, adapter: Any, tokenizers: Optional[Callable[[], Sequence[Any]]] = None) -> None:
         # no Task.__init__: the roles' task already resolved the formatters and the reward
-        self.roles, self.adapter = roles, adapter
+        self.roles, self.adapter, self.chat_template = roles, adapter, roles.chat_template
+        self.renderer = None
+        if tokenizers is not None:
+            self.renderer = PromptRenderer(tokenizers, roles.chat_template, names=["the centralized team's model"])
+            self.renderer.check()
         self.oracle = CentralizedOracle(self)
         self.scored_completions = 0
         self.unparsed_completions = 0
@@ -121,8 +136,16 @@ class CentralizedTask(Task):
     def num_roles(self) -> int:
         return self.roles.num_agents
 
+    def role_prompts(self, item: Dict[str, Any]) -> List[str]:
+        """Each role's prompt as text (what the adapter and the roles' reward get)."""
+        return [prompt_text(prompt) for prompt in self.roles.agent_prompts(item)]
+
     def prompts(self, item: Dict[str, Any]) -> List[str]:
-        return [joint_prompt(self.adapter, item, self.roles.prompts(item))]
+        given = self.roles.agent_prompts(item)
+        joint = joint_prompt(self.adapter, item, [prompt_text(prompt) for prompt in given])
+        if any(is_conversation(prompt) for prompt in given):  # chat roles: the joint prompt is a chat turn too
+            return [self.render(0, [{"role": "user", "content": joint}])]
+        return [self.render(0, joint)]
 
     def split(self, text: str, item: Dict[str, Any]) -> Tuple[List[str], bool]:
         """The role texts of a joint completion, and whether it parsed (else every role is empty)."""
@@ -147,7 +170,7 @@ class CentralizedOracle:
     def score(self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any) -> Tuple[List[float], List[float]]:
         split = [self.task.split(text, item)[0] for text in candidates[0]]
         by_role = [[roles[r] for roles in split] for r in range(self.task.num_roles)]
-        return self.task.roles.oracle.score(by_role, self.task.roles.prompts(item), item)
+        return self.task.roles.oracle.score(by_role, self.task.role_prompts(item), item)
 
 
 __all__ = ["Centralized", "CentralizedTask", "Collaboration", "Decentralized", "DelimitedAdapter"]

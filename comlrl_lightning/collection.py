@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from .distributed import unshard
 from .generation import Generator, HFGenerator
 from .oracle import Oracle
 from .pairs import PreferencePair, select_pairs
+from .progress import Progress
 from .rng import RandomStream
 from .task import Task
-from .team import Completion, GenerationSettings, Team
+from .team import Completion, GenerationSettings, Team, encode_prompt
 
 
 @dataclass
@@ -34,27 +38,35 @@ def sample_candidates(
     num_candidates: int,
     settings: GenerationSettings,
     stream: Optional[RandomStream] = None,
-    progress: Optional[Callable[[int], None]] = None,
+    progress: Optional[Progress] = None,
     generator: Optional[Generator] = None,
 ) -> Candidates:
     """Every agent samples ``num_candidates`` completions of its own prompt for every item.
 
-    Items share batched calls of ``generator`` (default :class:`HFGenerator`); ``progress(n)`` is
-    called with the number of (agent, item) prompts finished after each agent.
+    Items share batched calls of ``generator`` (default :class:`HFGenerator`); ``progress``
+    advances by one per (agent, item) prompt sampled, batch by batch where the backend reports.
     """
     generator = generator if generator is not None else HFGenerator()
     prompts = [task.prompts(item) for item in items]
     completions = []
     for agent in range(team.num_agents):
         agent_prompts = [p[agent] for p in prompts]
-        completions.append(generator.generate(team, agent, agent_prompts, num_candidates, settings, stream))
-        if progress is not None:
-            progress(len(items))
+        with progress.part(len(items)) if progress is not None else contextlib.nullcontext():
+            completions.append(generator.generate(team, agent, agent_prompts, num_candidates, settings, stream))
     prompt_ids = [
         [team.encode_prompts(agent, [prompts[k][agent]])[0] for agent in range(team.num_agents)]
         for k in range(len(items))
     ]
     return Candidates(prompts=prompts, prompt_ids=prompt_ids, completions=completions)
+
+
+def mean_like_numpy(values: Sequence[float]) -> float:
+    """``mean(values)``, ``0.0`` when empty, computed as the reference's ``float(numpy.mean(values))``.
+
+    NumPy sums pairwise (eight running sums for eight or more values), so the last bit can differ
+    from ``sum(values) / len(values)``; records must match the reference's byte for byte.
+    """
+    return float(np.mean(values)) if len(values) else 0.0
 
 
 @dataclass
@@ -78,8 +90,8 @@ class CollectionResult:
 
     @property
     def reward_mean(self) -> float:
-        values = [v for per_item in self.scores for v in per_item]
-        return sum(values) / len(values) if values else 0.0
+        """Mean of every processed score of the collection (:func:`mean_like_numpy`)."""
+        return mean_like_numpy([v for per_item in self.scores for v in per_item])
 
 
 def build_pairs_within(
@@ -95,7 +107,7 @@ def build_pairs_within(
     for k, item in enumerate(items):
         _, scores = oracle.score(candidates.texts(k), candidates.prompts[k], item)
         result.scores.append(scores)
-        mean = sum(scores) / len(scores) if scores else 0.0
+        mean = mean_like_numpy(scores)
         result.item_pairs.append([])
         for winner, loser in select_pairs(scores, pair_selection, pairs_per_sample, stream.python):
             per_agent = [c[k] for c in candidates.completions]
@@ -149,7 +161,7 @@ def build_pairs_against(
         result.scores.append(all_scores)
         result.target_raw_rewards.append(raw["current"])
         result.comparator_raw_rewards.append(raw["comparator"])
-        mean = sum(all_scores) / len(all_scores) if all_scores else 0.0
+        mean = mean_like_numpy(all_scores)
         entries = []
         for j in range(min(len(scores["current"]), len(scores["comparator"]))):
             gap = scores["current"][j] - scores["comparator"][j]
@@ -199,11 +211,12 @@ def merge_results(parts: Sequence[CollectionResult], world: int) -> CollectionRe
 def pair_from_record(record: Dict[str, Any], team: Team) -> PreferencePair:
     """A stored record made trainable: texts re-tokenized with each agent's tokenizer (as the reference).
 
-    Prompts get the tokenizer's special tokens, completions none (the EOS is not in the text).
+    Prompts are encoded as sampling encodes them (:func:`~comlrl_lightning.team.encode_prompt`: the
+    tokenizer's special tokens, no second BOS), completions without special tokens (the EOS is not in the text).
     """
     pair = PreferencePair.from_record(record, team.num_agents)
     for agent, tokenizer in enumerate(team.tokenizers):
-        pair.prompt_ids.append(tokenizer(pair.prompts[agent], add_special_tokens=True)["input_ids"])
+        pair.prompt_ids.append(encode_prompt(tokenizer, pair.prompts[agent]))
         pair.winner_ids.append(tokenizer(pair.winner_completions[agent], add_special_tokens=False)["input_ids"])
         pair.loser_ids.append(tokenizer(pair.loser_completions[agent], add_special_tokens=False)["input_ids"])
     return pair

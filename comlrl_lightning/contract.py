@@ -26,7 +26,8 @@ class TeamSide(Protocol):
     """What a data module may ask of the module it feeds (``TeamModule`` keeps it).
 
     ``num_roles`` is the number of roles the task must have, and :meth:`team_task` the task as the
-    team sees it (a centralized team answers one joint prompt per item). ``trains_on`` says whether
+    team sees it (prompts rendered with each agent's chat template where one applies; a centralized
+    team answers one joint prompt per item). ``trains_on`` says whether
     the module's training batches are preference pairs (collated by :meth:`collate_pairs`) or task items; collection samples with ``generator`` under
     ``generation_settings`` inside :meth:`generation_context` and scores with
     :meth:`collection_oracle`; :meth:`log_metrics_now` reports collection metrics.

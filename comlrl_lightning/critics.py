@@ -284,7 +284,7 @@ class IndividualCritics(Critic):
 
     def loss(self, values, returns):
         clip = None if self.use_separate_critic else self.value_clip_range
-        # one update per fresh rollout: the values at rollout time are these values (see the README)
+        # one update per fresh rollout: the values at rollout time are these values (see the MARLHF documentation)
         return sum(value_loss(values[i], returns[i], values[i].detach() if clip else None, clip)
                    for i in range(returns.shape[0]))
 

@@ -18,6 +18,7 @@ from .loaders import EpochShuffleSampler, ResumablePairLoader
 from .oracle import CallableSpec, ScoringProgress
 from .options import at_least, choice, require
 from .pairs import PAIR_SELECTIONS, PreferencePair
+from .progress import Progress
 from .rng import RandomStream
 from .task import ItemSource, Task, check_items, embedded_formatters, load_items
 
@@ -59,12 +60,19 @@ class TaskDataModule(LightningDataModule):
 
     Args:
         train_dataset: task items: a list of dicts, a ``.json``/``.jsonl`` path, a Hugging Face dataset
-            name or folder, or ``"embedded"`` (the toy task).
+            name or folder (also one written by ``save_to_disk``), an
+            :class:`~comlrl_lightning.item_sources.HFDataset` (``{path: gsm8k, name: main}``,
+            ``data_files``, ``split``), a ``datasets.Dataset`` (Python), or ``"embedded"`` (the toy task).
+            Datasets are indexed where they are, never copied into a list.
         eval_dataset: evaluation items, same forms (``None``: no evaluation).
-        dataset_split: split for a Hugging Face ``train_dataset``.
-        eval_split: split for a Hugging Face ``eval_dataset``.
+        dataset_split: split for a Hugging Face ``train_dataset`` (unless it names its own).
+        eval_split: split for a Hugging Face ``eval_dataset`` (unless it names its own).
         formatters: per-agent prompt builders: callables, import paths, or templates like
-            ``"Q: {question}"``; ``None`` uses ``item["prompt"]`` for every agent.
+            ``"Q: {question}"``; ``None`` uses ``item["prompt"]`` (else ``item["messages"]``) for
+            every agent. A prompt is a text or a list of ``{"role", "content"}`` chat messages;
+            messages are rendered with each agent's own tokenizer's chat template.
+        chat_template: render text prompts with each agent's chat template too, as one user message
+            (for instruct models); off: text prompts are given to the model as they are.
         reward_func: task reward (callable or import path), called per joint response.
         reward_processor: optional map from raw reward to the pair score (callable or import path).
         num_agents: team size (linked to the model's ``num_agents`` by the CLI; ``None``: the team's).
@@ -94,6 +102,7 @@ class TaskDataModule(LightningDataModule):
         num_turns: Literal[1] = 1,
         joint_mode: Literal["aligned"] = "aligned",
         seed: int = 0,
+        chat_template: bool = False,
     ) -> None:
         super().__init__()
         require(num_turns == 1, "MADPO currently supports num_turns=1 only.")
@@ -117,10 +126,10 @@ class TaskDataModule(LightningDataModule):
         self.num_agents = num_agents
         self.train_batch_size, self.num_train_epochs = train_batch_size, num_train_epochs
         self.eval_num_samples, self.eval_batch_size = eval_num_samples, eval_batch_size
-        self.seed = seed
+        self.seed, self.chat_template = seed, chat_template
         self.task: Optional[Task] = None
-        self.train_items: List[Dict[str, Any]] = []
-        self.eval_items: List[Dict[str, Any]] = []
+        self.train_items: Sequence[Dict[str, Any]] = []
+        self.eval_items: Sequence[Dict[str, Any]] = []
         self.state_callback = DataStateCallback(self)
         self._context_checked = False
 
@@ -140,8 +149,9 @@ class TaskDataModule(LightningDataModule):
                 f"data num_agents ({num_agents}) must match the team's {module.num_roles} roles.",
             )
             num_agents = module.num_roles
-        task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents or 2)
-        # the task as the team sees it: a centralized team answers one joint prompt per item
+        task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents or 2, self.chat_template)
+        # the task as the team sees it: prompts rendered with each agent's chat template where one
+        # applies; a centralized team answers one joint prompt per item
         self.task = module.team_task(task) if module is not None else task
         self.train_items = load_items(self.train_source, self.dataset_split, "train")
         self.eval_items = load_items(self.eval_source, self.eval_split, "eval")
@@ -182,8 +192,12 @@ class TaskDataModule(LightningDataModule):
         if not items:
             return []
         rank, world = rank_and_world(self.trainer)
-        # every rank evaluates its own items; no duplicates pad the last batch
-        return DataLoader(shard(items, rank, world), batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
+        # every rank evaluates its own items; no duplicates pad the last batch (sharded agents: the
+        # ranks' shares are padded with None to one length, so every rank samples as often)
+        mine = shard(items, rank, world)
+        if team_side(self.trainer).team.synced:
+            mine += [None] * (-(-len(items) // world) - len(mine))
+        return DataLoader(mine, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
 
     def _loader(self, data: list, collate_fn: Callable) -> DataLoader:
         def batches_done() -> int:
@@ -218,8 +232,8 @@ class TaskDataModule(LightningDataModule):
     # What the team module may ask (comlrl_lightning.contract.DataSide)
 
     def evaluation_items(self) -> List[Dict[str, Any]]:
-        """The items every evaluation uses (the first ``eval_num_samples`` evaluation items)."""
-        return self.eval_items[: self.eval_num_samples]
+        """The items every evaluation uses (the first ``eval_num_samples`` evaluation items, as a list)."""
+        return list(self.eval_items[: self.eval_num_samples])
 
     def round_pairs(self) -> Tuple[Optional[int], Optional[List[PreferencePair]]]:
         """The round built last and its training pairs: none here (this data module serves items only)."""
@@ -334,25 +348,21 @@ class PreferenceDataModule(TaskDataModule):
         rank, world = rank_and_world(self.trainer)
         items = shard(self.train_items, rank, world)
         stream = RandomStream.derive(self.seed, "collect", 0, rank)
-        total = len(items) * module.team.num_agents
-        done = 0
-
-        def progress(count: int) -> None:
-            nonlocal done
-            done += count
-            rank_zero_info(f"collecting: {done}/{total} agent prompts sampled ({time.perf_counter() - started:.1f}s)")
+        prompts = len(items) * module.team.num_agents
 
         def collect_shard() -> CollectionResult:
-            with module.generation_context():
-                candidates = sample_candidates(
-                    module.team, self.task, items, self.preference_num_candidates, module.generation_settings, stream,
-                    progress, module.generator,
+            with Progress.for_trainer(self.trainer, "collection sampling", prompts, "prompt") as sampling:
+                with module.generation_context():
+                    candidates = sample_candidates(
+                        module.team, self.task, items, self.preference_num_candidates, module.generation_settings,
+                        stream, sampling, module.generator,
+                    )
+            with Progress.for_trainer(self.trainer, "collection scoring", len(items), "item") as scoring:
+                return build_pairs_within(
+                    candidates, ScoringProgress(module.collection_oracle(self.task), scoring),
+                    items, self.pair_selection,
+                    self.preference_pairs_per_sample, stream,
                 )
-            return build_pairs_within(
-                candidates, ScoringProgress(module.collection_oracle(self.task), len(items), rank_zero_info),
-                items, self.pair_selection,
-                self.preference_pairs_per_sample, stream,
-            )
 
         result = merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
         rank_zero_info(

@@ -22,6 +22,8 @@ from typing import Dict, List
 
 import torch
 
+from .quiet import transformers_bars_off
+
 EMBEDDED = "embedded"
 """Model id / dataset name that selects the embedded default."""
 
@@ -84,8 +86,9 @@ def embedded_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = Non
     try:
         tokenizer = build_char_tokenizer()
         model = build_tiny_model(len(tokenizer), tokenizer.eos_token_id, seed=seed)
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        with transformers_bars_off():
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
         # Inside a torch.distributed job save_pretrained writes nothing on ranks other than 0:
         # such a rank waits for rank 0's copy instead of publishing an incomplete folder.
         if _complete(staging):

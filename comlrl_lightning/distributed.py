@@ -6,6 +6,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import torch.distributed as dist
 
+from .item_sources import DatasetItems
+
 T = TypeVar("T")
 
 
@@ -16,9 +18,14 @@ def rank_and_world(trainer) -> Tuple[int, int]:
     return trainer.global_rank, trainer.world_size
 
 
-def shard(items: Sequence[T], rank: int, world: int) -> List[T]:
-    """This rank's share of ``items``: every ``world``-th item starting at ``rank`` (no padding)."""
-    return list(items[rank::world])
+def shard(items: Sequence[T], rank: int, world: int) -> Sequence[T]:
+    """This rank's share of ``items``: every ``world``-th item starting at ``rank`` (no padding).
+
+    A list for a list; a dataset's item view (:class:`~comlrl_lightning.item_sources.DatasetItems`)
+    stays a view, so a large dataset is not copied into a list every round.
+    """
+    share = items[rank::world]
+    return share if isinstance(share, DatasetItems) else list(share)
 
 
 def gather_objects(value: Any, world: int) -> List[Any]:

@@ -5,7 +5,8 @@ Lightning users choose callbacks: ``class_path`` plus its own ``init_args``. Wha
 (``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``) stays a module option, because every
 backend and the API comparator honour it; how to sample (batching, engines, memory) belongs to
 the backend. Collection, comparators, evaluation and rollouts all sample through the module's
-generator.
+generator. :class:`~comlrl_lightning.vllm_generator.VLLMGenerator` (optional, needs vLLM) samples
+with vLLM engines colocated in the training process.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ class Generator:
         stream: Optional[RandomStream] = None,
     ) -> List[List[Completion]]:
         raise NotImplementedError
+
+    def weights_updated(self) -> None:
+        """The team's weights may have changed: the team module calls this after every training
+        batch and when it loads a checkpoint. A backend that keeps its own copy of the weights
+        refreshes it before its next sample; one that samples with the agents themselves ignores it.
+        Call it yourself after changing an agent's weights outside training."""
 
 
 class HFGenerator(Generator):
@@ -69,4 +76,7 @@ class HFGenerator(Generator):
         return f"HFGenerator(batch_size={self.batch_size})"
 
 
-__all__ = ["Generator", "HFGenerator"]
+# at the end: the vLLM backend subclasses Generator (it imports vLLM only when constructed)
+from .vllm_generator import VLLMGenerator  # noqa: E402
+
+__all__ = ["Generator", "HFGenerator", "VLLMGenerator"]

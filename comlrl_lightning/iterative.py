@@ -22,6 +22,7 @@ from .folder_lock import FolderLock
 from .options import OptionError, at_least
 from .oracle import ScoringProgress
 from .pairs import PreferencePair
+from .progress import Progress
 from .replay import CurrentReplay, ReplayBuffer, ReplayRule
 from .rng import RandomStream, derived_seed
 from .snapshots import PolicySnapshots
@@ -159,8 +160,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     def teardown(self, stage: str) -> None:
         # The reference also snapshots the policy after the last round when asked to keep snapshots.
         finished = self.trainer is not None and self.trainer.current_epoch >= self.total_epochs
-        if stage == "fit" and finished and self.policy_checkpoint_dir and self.trainer.is_global_zero:
-            self.snapshots.save(self.num_iterations, team_side(self.trainer).team)
+        if stage == "fit" and finished and self.policy_checkpoint_dir:
+            self.snapshots.save(self.num_iterations, team_side(self.trainer).team, write=self.trainer.is_global_zero)
 
     # ------------------------------------------------------------------------------------------
     # One round
@@ -179,33 +180,30 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         stream = RandomStream.derive(self.seed, "collect", round_index, rank)
         self.comparator_stream.reseed(derived_seed(self.seed, "comparator", round_index, rank))
         if self.snapshots is not None:
-            if self.trainer.is_global_zero:
-                self.snapshots.save(round_index, team)
+            self.snapshots.save(round_index, team, write=self.trainer.is_global_zero)
             barrier(self.trainer)
         num_comparator = self.comparator.num_candidates or self.preference_num_candidates
         self.comparator.start_round(round_index)
-        total = 2 * len(items) * team.num_agents
-        done = 0
-
-        def progress(count: int) -> None:
-            nonlocal done
-            done += count
-            rank_zero_info(f"round {round_index + 1}: sampled {done}/{total} agent prompts")
+        label = f"round {round_index + 1}/{self.num_iterations}"
+        per_side = len(items) * team.num_agents  # agent prompts sampled by the team, and by the comparator
 
         def collect_shard():
-            with module.generation_context():
-                current = sample_candidates(
-                    team, self.task, items, self.preference_num_candidates, module.generation_settings, stream, progress,
-                    module.generator,
-                )
-                comparator = self.comparator.sample(items, current.prompts, num_comparator, module.generation_settings)
-                progress(len(items) * team.num_agents)
+            with Progress.for_trainer(self.trainer, f"{label} sampling", 2 * per_side, "prompt") as sampling:
+                with module.generation_context():
+                    current = sample_candidates(
+                        team, self.task, items, self.preference_num_candidates, module.generation_settings, stream,
+                        sampling, module.generator,
+                    )
+                    with sampling.part(per_side):
+                        comparator = self.comparator.sample(items, current.prompts, num_comparator,
+                                                            module.generation_settings)
             self.comparator.end_round()
-            return build_pairs_against(
-                current, comparator, ScoringProgress(module.collection_oracle(self.task), len(items), rank_zero_info),
-                items, self.pair_selection,
-                self.preference_pairs_per_sample, stream,
-            )
+            with Progress.for_trainer(self.trainer, f"{label} scoring", len(items), "item") as scoring:
+                return build_pairs_against(
+                    current, comparator, ScoringProgress(module.collection_oracle(self.task), scoring, calls_per_item=2),
+                    items, self.pair_selection,
+                    self.preference_pairs_per_sample, stream,
+                )
 
         result = merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
         records = [pair.to_record() for pair in result.pairs]

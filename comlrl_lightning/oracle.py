@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-import time
 from numbers import Real
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -182,23 +181,20 @@ class Oracle:
 
 
 class ScoringProgress:
-    """Wraps an oracle and reports, at most every ``interval`` seconds, how far scoring has come.
+    """Wraps an oracle and advances a :class:`~comlrl_lightning.progress.Progress` as items are scored.
 
     Sampling shows its own progress; a slow reward function (a judge model, a test runner) would
-    otherwise leave collection silent for minutes.
+    otherwise leave collection silent for minutes. ``calls_per_item``: oracle calls that make one
+    item (2 when the current team's and the comparator's candidates are scored separately).
     """
 
-    def __init__(self, oracle: Any, items: int, report: Callable[[str], None], interval: float = 10.0) -> None:
-        self.oracle, self.items, self.report, self.interval = oracle, items, report, interval
-        self.started = self.last = time.monotonic()
-        self.scored = 0
+    def __init__(self, oracle: Any, progress: Any, calls_per_item: int = 1) -> None:
+        self.oracle, self.progress, self.calls_per_item = oracle, progress, calls_per_item
+        self.calls = 0
 
     def score(self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any) -> Tuple[List[float], List[float]]:
         result = self.oracle.score(candidates, prompts, item)
-        self.scored += 1
-        now = time.monotonic()
-        if now - self.last >= self.interval:
-            self.last = now
-            self.report(f"scoring: {self.scored} candidate sets of {self.items} items scored "
-                        f"({now - self.started:.0f}s, the reward function is the slow part)")
+        self.calls += 1
+        if self.calls % self.calls_per_item == 0:
+            self.progress.advance(1)
         return result

@@ -32,6 +32,10 @@ class PreferencePair:
     winner_ids: List[List[int]] = field(default_factory=list, repr=False)
     loser_ids: List[List[int]] = field(default_factory=list, repr=False)
 
+    def __post_init__(self) -> None:
+        # plain text only: a rendered ChatPrompt's conversation is not part of the record or a checkpoint
+        self.prompts = [str(prompt) for prompt in self.prompts]
+
     def to_record(self) -> Dict[str, Any]:
         """The record, keys in the reference's order (``raw_rewards`` is ``[]`` when unset)."""
         return {

@@ -15,46 +15,87 @@ JOINT_HEADER = "Joint multi-agent response"
 SEPARATOR = "\n\n"
 
 
+Span = Tuple[int, int]
+"""A character range ``[start, end)`` of a text."""
+
+
+def joint_segments(prompts: Sequence[str], completions: Sequence[str]) -> Tuple[str, List[Tuple[str, Span]]]:
+    """:func:`joint_text` with the ``(kind, (start, end))`` character span of every prompt and response
+    body in it (``kind`` is ``"prompt"`` or ``"response"``; labels and separators are in no span)."""
+    text, segments = JOINT_HEADER, []
+    for index in range(max(len(prompts), len(completions))):
+        for kind, texts in (("prompt", prompts), ("response", completions)):
+            body = texts[index] if index < len(texts) else ""
+            text += f"{SEPARATOR}Agent {index + 1} {kind}:\n"
+            segments.append((kind, (len(text), len(text) + len(body))))
+            text += body
+    return text, segments
+
+
 def joint_text(prompts: Sequence[str], completions: Sequence[str]) -> str:
     """The reward model's input (as the reference's): header, then each agent's prompt and response (1-based)."""
-    parts = [JOINT_HEADER]
-    for index in range(max(len(prompts), len(completions))):
-        prompt = prompts[index] if index < len(prompts) else ""
-        completion = completions[index] if index < len(completions) else ""
-        parts += [f"Agent {index + 1} prompt:\n{prompt}", f"Agent {index + 1} response:\n{completion}"]
-    return SEPARATOR.join(parts)
+    return joint_segments(prompts, completions)[0]
+
+
+def tokens_inside(offsets: Sequence[Span], spans: Sequence[Span]) -> List[List[int]]:
+    """Per span, the indices of the tokens lying wholly inside it: ``start <= token_start < token_end <= end``.
+
+    Tokens without characters (special tokens) and tokens that straddle a span's edge belong to no span.
+    """
+    members: List[List[int]] = [[] for _ in spans]
+    for token, (token_start, token_end) in enumerate(offsets):
+        for index, (start, end) in enumerate(spans):
+            if start <= token_start < token_end <= end:
+                members[index].append(token)
+                break
+    return members
+
+
+def tokens_to_cut(lengths: Sequence[int], kinds: Sequence[str], excess: int) -> List[int]:
+    """How many tokens each segment loses so that ``excess`` tokens go, prompts before responses.
+
+    One token at a time from the segment of the current kind with the most tokens left (the first
+    such on ties): first among prompts, and only when every prompt is empty, among responses.
+    Returns fewer than ``excess`` in total when every segment is emptied.
+    """
+    left = list(lengths)
+    for kind in ("prompt", "response"):
+        while excess > 0:
+            candidates = [i for i, k in enumerate(kinds) if k == kind and left[i] > 0]
+            if not candidates:
+                break
+            left[max(candidates, key=lambda i: left[i])] -= 1
+            excess -= 1
+    return [before - after for before, after in zip(lengths, left)]
 
 
 def encode_joint(tokenizer, prompts: Sequence[str], completions: Sequence[str], max_length: Optional[int]) -> List[int]:
-    """Token ids of :func:`joint_text`, cut to ``max_length`` by shortening prompts before responses.
+    """Token ids of :func:`joint_text`, tokenized whole (as the reference), cut to ``max_length``.
 
-    Prompts lose tokens from their start (the end of a prompt sits next to its response), the
-    longest first; only when every prompt is empty do responses lose tokens from their end.
+    Without a cut the ids are exactly ``tokenizer(joint_text(...))["input_ids"]``. Over budget,
+    tokens of the whole-text tokenization are removed by the character segment they fall in:
+    prompts lose tokens from their start (the end of a prompt sits next to its response), the
+    longest first; only when every prompt is empty do responses lose tokens from their end; as a
+    last resort the ids are cut at ``max_length``. Header, labels, separators, special tokens and
+    tokens straddling a body's edge are never removed before that. (The reference instead cuts the
+    end of the joint text, i.e. the last agents' responses first.) Cutting needs a fast tokenizer
+    (character offsets).
     """
-    labels = [JOINT_HEADER]
-    bodies: List[List[int]] = []
-    kinds: List[str] = []
-    for index in range(max(len(prompts), len(completions))):
-        for kind, texts in (("prompt", prompts), ("response", completions)):
-            labels.append(f"Agent {index + 1} {kind}:\n")
-            bodies.append(tokenizer(texts[index] if index < len(texts) else "", add_special_tokens=False)["input_ids"])
-            kinds.append(kind)
-    fixed = [tokenizer(labels[0], add_special_tokens=True)["input_ids"]]
-    fixed += [tokenizer(SEPARATOR + label, add_special_tokens=False)["input_ids"] for label in labels[1:]]
-    if max_length is not None:
-        excess = sum(map(len, fixed)) + sum(map(len, bodies)) - max_length
-        for kind in ("prompt", "response"):
-            while excess > 0:
-                candidates = [i for i, k in enumerate(kinds) if k == kind and bodies[i]]
-                if not candidates:
-                    break
-                longest = max(candidates, key=lambda i: len(bodies[i]))
-                bodies[longest] = bodies[longest][1:] if kind == "prompt" else bodies[longest][:-1]
-                excess -= 1
-    ids = list(fixed[0])
-    for label, body in zip(fixed[1:], bodies):
-        ids += label + body
-    return ids[:max_length] if max_length is not None else ids
+    text, segments = joint_segments(prompts, completions)
+    if max_length is None:
+        return tokenizer(text)["input_ids"]
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
+    encoded = tokenizer(text, return_offsets_mapping=True)
+    ids = list(encoded["input_ids"])
+    if len(ids) <= max_length:
+        return ids
+    members = tokens_inside(encoded["offset_mapping"], [span for _, span in segments])
+    cuts = tokens_to_cut([len(m) for m in members], [kind for kind, _ in segments], len(ids) - max_length)
+    dropped = set()
+    for (kind, _), indices, count in zip(segments, members, cuts):
+        dropped.update(indices[:count] if kind == "prompt" else indices[len(indices) - count :])
+    return [token for index, token in enumerate(ids) if index not in dropped][:max_length]
 
 
 def hidden_size_of(config) -> int:
@@ -100,6 +141,9 @@ class RewardScorer:
     """A :class:`JointRewardModel` with its tokenizer: texts in, scores out."""
 
     def __init__(self, model: JointRewardModel, tokenizer, max_length: Optional[int] = None) -> None:
+        if max_length is not None and not getattr(tokenizer, "is_fast", False):
+            # fail at setup rather than at the first joint text over budget
+            raise ValueError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
         self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
 
     @classmethod

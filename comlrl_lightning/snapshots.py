@@ -18,6 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from .lora import is_lora_team
+from .options import OptionError
+from .quiet import transformers_bars_off
+from .sharding import full_state_dict
 from .team import Team
 
 
@@ -51,15 +55,27 @@ class PolicySnapshots:
     def path(self, round_start: int) -> Path:
         return self.directory / snapshot_name(round_start)
 
-    def save(self, round_start: int, team: Team) -> Path:
-        """Write the team's current weights as the snapshot of ``round_start``."""
+    def save(self, round_start: int, team: Team, write: bool = True) -> Path:
+        """Write the team's current weights as the snapshot of ``round_start`` (Hugging Face folders).
+
+        Every rank calls it; only the one with ``write`` writes. Sharded agents are gathered into
+        whole state dicts first, a collective every rank takes part in.
+        """
         target = self.path(round_start)
+        if team.synced and is_lora_team(team.agents):
+            raise OptionError("policy snapshots (HistoryComparator, policy_checkpoint_dir) of a LoRA team are not "
+                              "supported under ModelParallelStrategy; use another comparator, or DDP for this team.")
+        states = [full_state_dict(agent) for agent in team.agents] if team.synced else None
+        if not write:
+            return target
         self.directory.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=self.directory))
         try:
-            for index, (agent, tokenizer) in enumerate(zip(team.agents, team.tokenizers)):
-                agent.save_pretrained(staging / f"agent_{index}")
-                tokenizer.save_pretrained(staging / f"agent_{index}")
+            with transformers_bars_off():  # a snapshot every round: no per-file bars
+                for index, (agent, tokenizer) in enumerate(zip(team.agents, team.tokenizers)):
+                    state = {"state_dict": states[index]} if states is not None else {}
+                    agent.save_pretrained(staging / f"agent_{index}", **state)
+                    tokenizer.save_pretrained(staging / f"agent_{index}")
             if target.exists():
                 shutil.rmtree(target)
             os.replace(staging, target)

@@ -2,31 +2,41 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, List, Sequence, Union
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Union
 
+from .chat import AgentPrompt, ChatTemplateError, PromptRenderer, check_agent_prompt, conversation_problem
+from .item_sources import HFDataset, load_dataset_items
 from .defaults import EMBEDDED, MATCHER_TEMPLATE, TOY_EVAL_SEED, TOY_TRAIN_SEED, WRITER_TEMPLATE, toy_items
 from .oracle import CallableSpec, Oracle, resolve_callable
 
-ItemSource = Union[str, List[Dict[str, Any]], None]
+ItemSource = Union[str, HFDataset, List[Dict[str, Any]], None]
+"""Task items: a list, a file, a dataset name or folder, an :class:`HFDataset`, ``"embedded"`` or
+``None``; from Python also a ``datasets.Dataset`` / ``DatasetDict``."""
 FormatterSpec = Union[str, Callable, None]
 
 
-def load_items(source: ItemSource, split: str = "train", role: str = "train") -> List[Dict[str, Any]]:
+def load_items(source: ItemSource, split: str = "train", role: str = "train") -> Sequence[Dict[str, Any]]:
     """Task items from a Python list, a ``.json``/``.jsonl`` file, a Hugging Face dataset, or ``"embedded"``.
 
-    A JSON file holds a list of objects (or ``{"items": [...]}``); a JSONL file one object per line.
-    Any other string is passed to ``datasets.load_dataset(source, split=split)`` (a hub name or a
-    local dataset folder). ``"embedded"`` is the toy task (``role`` picks its train or eval items).
+    A JSON file holds a list of objects (or ``{"items": [...]}``); a JSONL file one object per line;
+    both become a list. Any other string (a hub name, a local dataset folder, a folder written by
+    ``save_to_disk``), an :class:`~comlrl_lightning.item_sources.HFDataset` (with a configuration
+    ``name``, ``data_files``, a ``split``) or a ``datasets.Dataset`` is read as a dataset and served
+    without copying (:class:`~comlrl_lightning.item_sources.DatasetItems`); ``split`` is its split
+    unless the source names one. ``"embedded"`` is the toy task (``role`` picks its train or eval items).
     """
     if source is None:
         return []
+    text = str(source) if isinstance(source, (str, os.PathLike)) else None
     if isinstance(source, (list, tuple)):
         items = list(source)
-    elif source == EMBEDDED:
+    elif text == EMBEDDED:
         items = toy_items(16 if role == "train" else 32, TOY_TRAIN_SEED if role == "train" else TOY_EVAL_SEED)
-    elif str(source).endswith(".jsonl"):
+    elif text is not None and text.endswith(".jsonl"):
         items = []
         with open(source, encoding="utf-8") as handle:
             for number, line in enumerate(handle, start=1):
@@ -37,7 +47,7 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
                 except json.JSONDecodeError as error:
                     raise ValueError(f"{role}_dataset: {source} line {number}: not valid JSON ({error.msg}, "
                                      f"column {error.colno}).") from None
-    elif str(source).endswith(".json"):
+    elif text is not None and text.endswith(".json"):
         payload = json.loads(Path(source).read_text(encoding="utf-8"))
         if isinstance(payload, dict):
             if not isinstance(payload.get("items"), list):
@@ -45,9 +55,7 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
             payload = payload["items"]
         items = payload
     else:
-        from datasets import load_dataset
-
-        items = list(load_dataset(source, split=split))
+        return load_dataset_items(source, split, role)  # a dataset's rows are always objects
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             raise ValueError(f"{role}_dataset: item {index} is a {type(item).__name__}, expected an object (dict).")
@@ -70,16 +78,26 @@ class TemplateFormatter:
         return f"TemplateFormatter({self.template!r})"
 
 
-def default_formatter(item: Dict[str, Any]) -> str:
-    """``item["prompt"]``, which must be a string (``None``, lists or numbers are not turned into text)."""
-    if "prompt" not in item:
+def default_formatter(item: Dict[str, Any]) -> AgentPrompt:
+    """``item["prompt"]`` (a string or a list of chat messages), else ``item["messages"]`` (a list of
+    chat messages); ``None``, numbers or lists of anything else are never turned into text."""
+    if "prompt" not in item and "messages" in item:
+        field = "messages"
+        if not isinstance(item[field], list):
+            raise TypeError(f"field 'messages' is a {type(item[field]).__name__}, expected a list of chat messages")
+    elif "prompt" not in item:
         raise KeyError("field 'prompt' is missing (set formatters to build prompts from other fields)")
-    if not isinstance(item["prompt"], str):
-        raise TypeError(f"field 'prompt' is a {type(item['prompt']).__name__}, expected a string")
-    return item["prompt"]
+    else:
+        field = "prompt"
+        if not isinstance(item[field], (str, list)):
+            raise TypeError(f"field 'prompt' is a {type(item[field]).__name__}, expected a string or a list of chat messages")
+    problem = conversation_problem(item[field]) if isinstance(item[field], list) else None
+    if problem:
+        raise TypeError(f"field {field!r} is a list, expected a string or a list of chat messages ({problem})")
+    return item[field]
 
 
-def resolve_formatter(spec: FormatterSpec) -> Callable[[Dict[str, Any]], str]:
+def resolve_formatter(spec: FormatterSpec) -> Callable[[Dict[str, Any]], AgentPrompt]:
     """A formatter: ``None`` -> ``item["prompt"]``; a string with ``{`` -> template; else an import path."""
     if spec is None:
         return default_formatter
@@ -89,25 +107,30 @@ def resolve_formatter(spec: FormatterSpec) -> Callable[[Dict[str, Any]], str]:
 
 
 def check_items(task: "Task", items: Sequence[Dict[str, Any]], role: str) -> None:
-    """Build every item's prompts now, before any model work: a missing field or a prompt that is
-    not a string is an error naming the dataset, the item and the field."""
+    """Build every item's prompts now, before any sampling: a missing field, a prompt that is neither
+    a string nor a list of chat messages, or one its agent's chat template cannot render is an
+    error naming the dataset, the item and the cause."""
     for index, item in enumerate(items):
         try:
             task.prompts(item)
         except (KeyError, TypeError, ValueError) as error:
             message = error.args[0] if isinstance(error, KeyError) and error.args else error
-            raise ValueError(f"{role}_dataset: item {index}: {message}.") from None
+            raise ValueError(f"{role}_dataset: item {index}: {str(message).rstrip('.')}.") from None
 
 
 class Task:
     """Formatters (one per agent) and the oracle that scores joint responses.
 
     Args:
-        formatters: ``None`` (every agent gets ``item["prompt"]``), one formatter for all agents,
-            or one per agent; each a callable, an import path, or a template string.
+        formatters: ``None`` (every agent gets ``item["prompt"]``, else ``item["messages"]``), one
+            formatter for all agents, or one per agent; each a callable, an import path, or a
+            template string. A formatter returns a text or a list of chat messages.
         reward_func: the task reward (callable or import path), see :mod:`comlrl_lightning.oracle`.
         reward_processor: optional map from raw reward to the score used for pairs.
         num_agents: the team size the formatters must match.
+        chat_template: render text prompts with each agent's chat template too (as one user
+            message); chat-message prompts are always rendered. Rendering needs the team's
+            tokenizers: it happens in the task as the team sees it (:meth:`for_team`).
     """
 
     def __init__(
@@ -116,6 +139,7 @@ class Task:
         reward_func: CallableSpec = None,
         reward_processor: CallableSpec = None,
         num_agents: int = 2,
+        chat_template: bool = False,
     ) -> None:
         if isinstance(formatters, (list, tuple)):
             if len(formatters) != num_agents:
@@ -124,6 +148,8 @@ class Task:
         else:
             self.formatters = [resolve_formatter(formatters)] * num_agents
         self.oracle = Oracle(reward_func, reward_processor)
+        self.chat_template = chat_template
+        self.renderer: Optional[PromptRenderer] = None
 
     centralized: ClassVar[bool] = False
     """Whether one joint completion answers every role (:class:`~comlrl_lightning.collaboration.CentralizedTask`)."""
@@ -140,13 +166,35 @@ class Task:
         """Roles the reward scores (here: one per agent)."""
         return len(self.formatters)
 
+    def agent_prompts(self, item: Dict[str, Any]) -> List[AgentPrompt]:
+        """Each agent's prompt for ``item`` as its formatter gives it: a text or a list of chat messages."""
+        return [check_agent_prompt(formatter(item), f"formatter {index}") for index, formatter in enumerate(self.formatters)]
+
     def prompts(self, item: Dict[str, Any]) -> List[str]:
-        """Each agent's prompt for ``item``."""
-        prompts = [formatter(item) for formatter in self.formatters]
-        for index, prompt in enumerate(prompts):
-            if not isinstance(prompt, str):
-                raise TypeError(f"formatter {index} returned {type(prompt).__name__}, expected str.")
-        return prompts
+        """Each agent's prompt for ``item`` as the agent reads it (rendered where a chat template applies)."""
+        return [self.render(agent, prompt) for agent, prompt in enumerate(self.agent_prompts(item))]
+
+    def render(self, agent: int, prompt: AgentPrompt) -> str:
+        """Agent ``agent``'s text for ``prompt``: through the team's renderer, or as it is without one."""
+        if self.renderer is not None:
+            return self.renderer.render(agent, prompt)
+        if isinstance(prompt, str) and not self.chat_template:
+            return prompt
+        raise ChatTemplateError(
+            f"agent {agent}'s prompt needs its tokenizer's chat template, and this task has no tokenizers: the "
+            "team renders prompts in the task as it sees it (Task.for_team, called by the team module's team_task)."
+        )
+
+    def for_team(self, tokenizers: Callable[[], Sequence[Any]]) -> "Task":
+        """The task as a team whose agents use ``tokenizers`` (a callable, loaded on first need) sees it:
+        each agent's prompt rendered with its own tokenizer's chat template where one applies.
+
+        With ``chat_template`` on, every agent's tokenizer is checked for a template now, before any sampling.
+        """
+        task = copy.copy(self)
+        task.renderer = PromptRenderer(tokenizers, self.chat_template)
+        task.renderer.check()
+        return task
 
 
 def embedded_formatters() -> List[str]:

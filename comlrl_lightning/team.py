@@ -15,7 +15,10 @@ from .fused_head import captured_head, fusable_head, linear_logprobs, output_hea
 from .losses import gathered_logprobs
 from .rng import RandomStream
 from .packed_scoring import packed_token_logprobs
+from .progress import report_generated
+from .quiet import transformers_bars_off
 from .shared_prompt import sample_with_shared_prompts
+from .sharding import max_over_ranks
 
 ModelSource = Union[str, nn.Module]
 
@@ -103,7 +106,8 @@ def load_model(source: ModelSource, dtype: Optional[str] = None) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
-    return AutoModelForCausalLM.from_pretrained(resolve_source(source), **kwargs)
+    with transformers_bars_off():  # no per-file bar for every agent, snapshot and critic loaded
+        return AutoModelForCausalLM.from_pretrained(resolve_source(source), **kwargs)
 
 
 def load_tokenizer(source: str):
@@ -112,6 +116,15 @@ def load_tokenizer(source: str):
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_source(source))
     return prepare_tokenizer(tokenizer)
+
+
+def encode_prompt(tokenizer, prompt: str) -> List[int]:
+    """A prompt's token ids: with the tokenizer's special tokens, unless the text already starts with
+    its BOS token (a rendered chat template usually does, and a second BOS would change the model's
+    input). Sampling and re-tokenized round-file records both use it, so they get the same ids."""
+    bos = getattr(tokenizer, "bos_token", None)
+    starts_with_bos = isinstance(bos, str) and bool(bos) and prompt.startswith(bos)
+    return tokenizer(prompt, add_special_tokens=not starts_with_bos)["input_ids"]
 
 
 def prepare_tokenizer(tokenizer):
@@ -137,10 +150,12 @@ class Team(nn.Module):
         if not agents:
             raise ValueError("A team needs at least one agent.")
         self.agents = nn.ModuleList([load_model(source, dtype) for source in agents])
-        self.tokenizers = self._resolve_tokenizers(agents, tokenizers)
+        self.tokenizers = self.resolve_tokenizers(agents, tokenizers)
 
     @staticmethod
-    def _resolve_tokenizers(agents: Sequence[ModelSource], tokenizers) -> list:
+    def resolve_tokenizers(agents: Sequence[ModelSource], tokenizers) -> list:
+        """One prepared tokenizer per agent: ``tokenizers`` (one for all, or one per agent), else
+        each loaded from the agent's source (one load per distinct source)."""
         if tokenizers is None:
             if not all(isinstance(source, str) for source in agents):
                 raise ValueError("Tokenizer(s) must be provided when agents are model objects.")
@@ -162,8 +177,7 @@ class Team(nn.Module):
         return next(self.agents[agent_index].parameters()).device
 
     def encode_prompts(self, agent_index: int, prompts: Sequence[str]) -> List[List[int]]:
-        tokenizer = self.tokenizers[agent_index]
-        return [tokenizer(prompt, add_special_tokens=True)["input_ids"] for prompt in prompts]
+        return [encode_prompt(self.tokenizers[agent_index], prompt) for prompt in prompts]
 
     # ------------------------------------------------------------------------------------------
     # Sampling
@@ -201,24 +215,35 @@ class Team(nn.Module):
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
         )
-        # top_k None means "off" (README); left out, generate() would apply the generation config's
+        # top_k None means "off" (documented); left out, generate() would apply the generation config's
         # top_k (50 by default) and pay for a top-k filter on every step. 0 disables it.
         sampling["top_k"] = settings.top_k if settings.top_k is not None else 0
+        calls = -(-len(encoded) // prompts_per_call)
+        if self.synced:  # a sharded forward is a collective: every rank makes as many calls, as many steps
+            calls = max_over_ranks(calls, device)
         results: List[List[Completion]] = []
         was_training = model.training
         model.eval()
         try:
             with stream.active(device) if stream is not None else contextlib.nullcontext():
-                for start in range(0, len(encoded), prompts_per_call):
-                    input_ids, attention_mask = left_pad(encoded[start : start + prompts_per_call], tokenizer.pad_token_id)
-                    output = sample_with_shared_prompts(
-                        model, input_ids.to(device), attention_mask.to(device), num_samples, sampling
-                    )
+                for start in range(0, calls * prompts_per_call, prompts_per_call):
+                    chunk = encoded[start : start + prompts_per_call]
+                    input_ids, attention_mask = left_pad(chunk or [[tokenizer.eos_token_id]], tokenizer.pad_token_id)
+                    if self.synced:  # plain generate(): the same forwards on every rank, until every rank is done
+                        output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                                num_return_sequences=num_samples, synced_gpus=True, **sampling)
+                    else:
+                        output = sample_with_shared_prompts(
+                            model, input_ids.to(device), attention_mask.to(device), num_samples, sampling
+                        )
+                    if not chunk:  # this rank's share is done; it only kept the others company
+                        continue
                     generated = output[:, input_ids.shape[1] :].tolist()
                     for offset in range(0, len(generated), num_samples):
                         results.append(
                             [self._completion(tokenizer, row) for row in generated[offset : offset + num_samples]]
                         )
+                    report_generated(len(chunk))  # a collection's progress bar, when one is shown
         finally:
             model.train(was_training)
         return results
@@ -233,13 +258,12 @@ class Team(nn.Module):
     # Scoring
 
     def scored_length(self, agent_index: int, completion: Sequence[int], score_last_token: bool) -> int:
-        """How many leading completion tokens are scored.
-
-        Parity with the reference (``score_last_token=False``): cut at the first pad id (which is
-        the EOS when pad == eos), then leave out the last token. Otherwise every token, EOS included.
-        """
+        """How many leading completion tokens are scored. ``False`` (the reference's MADPO): cut at
+        the first pad id (the EOS when pad == eos), then leave out the last token. ``True``: the
+        reference's full-completion rule (:meth:`joint_scored_length`): up to the first pad id, that
+        pad kept only when it is the EOS; pads and what follows one are never scored."""
         if score_last_token:
-            return len(completion)
+            return self.joint_scored_length(agent_index, completion)
         pad = self.tokenizers[agent_index].pad_token_id
         length = list(completion).index(pad) if pad is not None and pad in completion else len(completion)
         return max(length - 1, 0)
@@ -318,13 +342,16 @@ class Team(nn.Module):
         logprobs = linear_logprobs(hidden.reshape(-1, hidden.shape[-1]), head.weight, head.bias, targets.reshape(-1))
         return logprobs.view(targets.shape).to(home)
 
+    synced: bool = False
+    """The agents are sharded across processes (FSDP2): sampling keeps every rank in lockstep."""
+
     fused_head: Optional[bool] = None
     """Score with the fused, chunked LM head: ``None`` where the head allows it, ``True`` always
     (an error where it does not), ``False`` never (materialised logits)."""
 
     def fused_head_of(self, model: nn.Module) -> Optional[nn.Linear]:
         """The LM head to fuse for ``model`` under :attr:`fused_head`, or ``None`` (materialised logits)."""
-        if self.fused_head is False:
+        if self.fused_head is False or self.synced:  # a sharded head's weight exists only inside its forward
             return None
         head = fusable_head(model)
         if head is None and self.fused_head:

@@ -5,6 +5,7 @@ The full side-by-side comparison with the reference (its own venv) is not part o
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from pathlib import Path
@@ -30,9 +31,9 @@ def bench():
 
 
 def test_quick_ours_only(bench, tmp_path, capsys):
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n\n## Development\n\ndev\n")
-    results = bench.main(["--quick", "--in-process", "--out", str(tmp_path), "--readme", str(readme)])
+    page = tmp_path / "performance.md"
+    page.write_text("# Performance\n\nintro\n")
+    results = bench.main(["--quick", "--in-process", "--out", str(tmp_path), "--docs-page", str(page)])
     out = capsys.readouterr().out
     for model in results["plan"]["models"]:
         for batch in results["plan"]["batch_sizes"]:
@@ -47,13 +48,44 @@ def test_quick_ours_only(bench, tmp_path, capsys):
     names = [line.split(":")[0] for line in last]
     assert names[:3] == ["madpo_step_speedup_tiny", "collection_speedup", "iterative_speedup"]
     assert all(": " in line for line in last)
-    assert readme.read_text() == "# x\n\n## Development\n\ndev\n"  # quick / ours-only runs leave the README alone
+    assert page.read_text() == "# Performance\n\nintro\n"  # quick / ours-only runs leave the docs page alone
 
 
-def test_readme_section_is_inserted_then_replaced(bench, tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n\n## Usage\n\nu\n\n## Development\n\ndev\n")
-    bench.report.update_readme(readme, "first\n")
-    assert readme.read_text() == "# x\n\n## Usage\n\nu\n\n## Performance\n\nfirst\n\n## Development\n\ndev\n"
-    bench.report.update_readme(readme, "second\n")
-    assert readme.read_text() == "# x\n\n## Usage\n\nu\n\n## Performance\n\nsecond\n\n## Development\n\ndev\n"
+def test_docs_page_results_are_inserted_then_replaced(bench, tmp_path):
+    page = tmp_path / "performance.md"
+    page.write_text("# Performance\n\nintro\n")
+    start, end = bench.report.START, bench.report.END
+    bench.report.update_page(page, "first\n")
+    assert page.read_text() == f"# Performance\n\nintro\n\n{start}\n\nfirst\n\n{end}\n"
+    page.write_text(page.read_text() + "\n## Later\n\nkept\n")
+    bench.report.update_page(page, "second\n\n### Table\n")
+    assert page.read_text() == f"# Performance\n\nintro\n\n{start}\n\nsecond\n\n### Table\n\n{end}\n\n## Later\n\nkept\n"
+
+
+def test_the_docs_performance_page_has_one_generated_block(bench, tmp_path):
+    """``docs/performance.md`` holds the generated results once, between the markers, and writing
+    them again leaves the page byte for byte as it was."""
+    text = (BENCHMARKS.parent / "docs" / "performance.md").read_text(encoding="utf-8")
+    start, end = bench.report.START, bench.report.END
+    assert text.count(start) == 1 and text.count(end) == 1 and text.index(start) < text.index(end)
+    body = text[text.index(start) + len(start):text.index(end)].strip("\n")
+    assert "| MADPO training |" in body
+    copy = tmp_path / "performance.md"
+    copy.write_text(text, encoding="utf-8")
+    bench.report.update_page(copy, body + "\n")
+    assert copy.read_text(encoding="utf-8") == text
+
+
+def test_old_flag_names_still_work(bench, monkeypatch):
+    """``--readme`` / ``--no-readme`` (from when the results went into the README) are aliases."""
+    parsed = {}
+    parse_args = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        parsed.update(vars(parse_args(self, args, namespace)))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    with pytest.raises(SystemExit):
+        bench.main(["--no-readme", "--readme", "x.md"])
+    assert parsed["no_docs"] is True and parsed["docs_page"] == Path("x.md")

@@ -79,10 +79,16 @@ def test_iterative_config_runs_rounds_and_logs_round_metrics(tmp_path):
 
 
 def test_marlhf_config_fits_the_reward_model_then_trains_the_policy(tmp_path):
-    main(["fit", "--config", "configs/marlhf.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
-          "--model.init_args.num_generations", "2", "--model.init_args.reward_num_train_epochs", "1",
-          "--data.init_args.num_train_epochs", "1", "--trainer.limit_train_batches", "2",
-          "--trainer.log_every_n_steps", "1"])
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["fit", "--config", "configs/marlhf.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
+              "--model.init_args.num_generations", "2", "--model.init_args.reward_num_train_epochs", "1",
+              "--data.init_args.num_train_epochs", "1", "--trainer.limit_train_batches", "2",
+              "--trainer.log_every_n_steps", "1"])
+    # the frozen reward model is in eval mode on purpose: Lightning's warning about it is not shown
+    assert not [w for w in caught if "in eval mode at the start of training" in str(w.message)]
     rows = _metrics(tmp_path)
     assert any(r.get("reward_model/accuracy") for r in rows)
     assert any(r.get("train/loss") for r in rows)
@@ -163,3 +169,28 @@ def test_the_console_script_exits_zero(tmp_path):
                              "'--trainer.enable_progress_bar', 'false']))"],
                             cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_default_run_prints_what_a_user_needs_and_no_third_party_noise(tmp_path):
+    """A real process (real stderr, Python's default warning filters), a fresh model cache (the
+    embedded model is written, then loaded), Lightning's progress bar on as by default."""
+    import os
+    import re
+
+    environment = {**os.environ, "COMLRL_LIGHTNING_CACHE": str(tmp_path / "cache")}
+    environment.pop("PYTHONWARNINGS", None)
+    tiny = [word for word in TINY if word not in ("--trainer.enable_progress_bar", "false")]
+    result = subprocess.run([sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo.yaml",
+                             "--trainer.default_root_dir", str(tmp_path / "run"), *tiny],
+                            cwd=Path(__file__).resolve().parents[1], env=environment, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    err, printed = result.stderr, result.stdout + result.stderr
+    assert "warning" not in err.lower(), err
+    assert not re.search(r"\.py:\d+: ", err), err  # the location prefix of every Python (and Lightning) warning
+    for noise in ("Tip:", "litlogger", "tensorboard", "FLOPs", "Loading weights", "Writing model shards",
+                  "Modules in eval mode"):
+        assert noise not in printed, noise
+    assert "MADPOModule: " in err and " trainable" in err  # the one-line parameter summary
+    assert re.search(r"collected \d+ preference pairs from \d+ items", err)
+    assert "evaluation (before training, 0 updates)" in err and "evaluation (after training, 8 updates)" in err

@@ -71,3 +71,49 @@ def test_records_become_trainable_pairs_by_retokenizing_text():
     assert pair.winner_ids[0] == tokenizer("aa", add_special_tokens=False)["input_ids"]
     assert pair.prompt_ids[1] == tokenizer("p1", add_special_tokens=True)["input_ids"]
     assert pair.to_record() == record
+
+
+def _rewards_whose_mean_depends_on_the_summation_order(count, seed=0):
+    """``count`` floats whose left-to-right ``sum / len`` differs from ``numpy.mean`` (pairwise summation)."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(seed)
+    while True:
+        values = [rng.uniform(-1.0, 1.0) for _ in range(count)]
+        if sum(values) / len(values) != float(np.mean(values)):
+            return values
+
+
+def _lookup_task(values):
+    """A task whose reward of a joint candidate is ``values[int(first agent's text)]``."""
+    return Task(reward_func=lambda a, b: [values[int(a[0])]], num_agents=2)
+
+
+def test_candidate_reward_mean_is_numpys_mean_byte_for_byte_as_the_reference():
+    import json
+
+    import numpy as np
+
+    from comlrl_lightning.collection import build_pairs_within
+    from comlrl_lightning.round_files import encode_round
+
+    # within an item (base trainers): the reference's float(np.mean(rewards)) over the K candidates
+    values = _rewards_whose_mean_depends_on_the_summation_order(8)
+    texts = [str(j) for j in range(8)]
+    candidates = Candidates(prompts=[["p0", "p1"]], prompt_ids=[[[1], [2]]], completions=_side([texts, texts]))
+    result = build_pairs_within(candidates, _lookup_task(values).oracle, [{}], "reward_gap", 1, RandomStream(0))
+    (pair,) = result.pairs
+    expected = {**pair.to_record(), "candidate_reward_mean": float(np.mean(values))}
+    assert pair.to_json() == json.dumps(expected, ensure_ascii=False)
+    assert result.reward_mean == float(np.mean(values))
+    # against the comparator (iterative): np.mean of current + comparator scores, in that order
+    values = _rewards_whose_mean_depends_on_the_summation_order(8, seed=1)
+    current = Candidates(prompts=[["p0", "p1"]], prompt_ids=[[[1], [2]]], completions=_side([texts[:4], texts[:4]]))
+    comparator = _side([texts[4:], texts[4:]])
+    result = build_pairs_against(current, comparator, _lookup_task(values).oracle, [{}], "all", None, RandomStream(0))
+    records = [p.to_record() for p in result.pairs]
+    expected = [{**record, "candidate_reward_mean": float(np.mean(values))} for record in records]
+    round_bytes, _ = encode_round(1, records)
+    assert round_bytes == json.dumps({"iteration": 1, "num_pairs": 4, "pairs": expected}, ensure_ascii=False).encode()

@@ -156,10 +156,11 @@ def build_agents(tokenizer, num_agents: int):
 
 
 def reference_scored_count(completion, pad_id, score_last_token):
-    """Reference parity cuts at the first pad id and leaves out the last token; else all tokens."""
-    if score_last_token:
-        return len(completion)
+    """Reference parity cuts at the first pad id and leaves out the last token; the full-completion
+    rule cuts at the first pad id too, keeping it (here pad == eos)."""
     trimmed = completion[: completion.index(pad_id)] if pad_id in completion else completion
+    if score_last_token:
+        return len(trimmed) + (pad_id in completion)
     return max(len(trimmed) - 1, 0)
 
 
@@ -264,9 +265,9 @@ def test_scored_length_parity_and_all_tokens(tokenizer):
     assert team.scored_length(0, [5], False) == 0
     assert team.scored_length(0, [eos], False) == 0
     assert team.scored_length(0, [], False) == 0
-    # every token, EOS included
+    # every token through the first pad, which is kept as it is the EOS
     assert team.scored_length(0, [5, 6, 7, eos], True) == 4
-    assert team.scored_length(0, [5, eos, 7, 8], True) == 4
+    assert team.scored_length(0, [5, eos, 7, 8], True) == 2  # nothing after the first pad (== eos)
     assert team.scored_length(0, [eos], True) == 1
     assert team.scored_length(0, [], True) == 0
 

@@ -246,21 +246,16 @@ def test_a_prompt_that_does_not_fit_the_context_is_named_before_sampling(tmp_pat
 
 def test_a_slow_reward_function_shows_progress():
     from comlrl_lightning.oracle import Oracle, ScoringProgress
+    from comlrl_lightning.progress import Progress
 
     lines = []
-    clock = iter([0.0, 4.0, 11.0, 12.0, 25.0])  # monotonic seconds at the start and after each of 4 scorings
-    import comlrl_lightning.oracle as oracle_module
-
-    original = oracle_module.time.monotonic
-    oracle_module.time.monotonic = lambda: next(clock)
-    try:
-        progress = ScoringProgress(Oracle(lambda a, b: [1.0]), items=5, report=lines.append, interval=10.0)
-        for _ in range(4):
-            assert progress.score([["a"], ["b"]], ["p"], {}) == ([1.0], [1.0])
-    finally:
-        oracle_module.time.monotonic = original
-    assert lines == ["scoring: 2 candidate sets of 5 items scored (11s, the reward function is the slow part)",
-                     "scoring: 4 candidate sets of 5 items scored (25s, the reward function is the slow part)"]
+    clock = iter([0.0, 4.0, 11.0, 12.0, 25.0])  # monotonic seconds at the start and after each of 4 items
+    progress = Progress("collection scoring", 5, "item", report=lines.append, interval=10.0, clock=lambda: next(clock))
+    scoring = ScoringProgress(Oracle(lambda a, b: [1.0]), progress)
+    for _ in range(4):
+        assert scoring.score([["a"], ["b"]], ["p"], {}) == ([1.0], [1.0])
+    assert lines == ["collection scoring: 2/5 items (11s elapsed, about 16s left)",
+                     "collection scoring: 4/5 items (25s elapsed, about 6s left)"]
 
 
 def test_an_empty_dataset_is_an_error_before_any_model_loads(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from comlrl_lightning.pairs import PreferencePair
@@ -33,6 +34,58 @@ def test_encode_joint_matches_the_text_and_truncates_prompts_before_responses():
     tiny = tokenizer.decode(encode_joint(tokenizer, prompts, completions, len(full) - 23 - 3))
     assert "gent 1 prompt:\n\n\n" in tiny and "gent 2 prompt:\n\n\n" in tiny  # prompts emptied first
     assert "response:\nanswer \n" in tiny and "response:\ntwo" in tiny  # then the longest response loses its end
+
+
+_BPE_CORPUS = [
+    "Joint multi-agent response", "Agent 1 prompt:\nWrite a haiku about the sea.",
+    "Agent 2 response:\nWaves fold over stone,\nsalt wind.", "- item one\n- item two", "the sea, the stone",
+] * 3
+_PROMPTS = ["Write a haiku about the sea and the stone.", " - item one"]
+_COMPLETIONS = ["Waves fold over stone,\nsalt wind.", "\n- item two"]
+
+
+def _bpe_tokenizer(kind: str):
+    """A small BPE tokenizer trained here: ``bytelevel`` (GPT-2 style) or ``metaspace`` (Llama/SentencePiece style,
+    which marks each word start and so adds a piece at the start of every separately tokenized segment)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if kind == "bytelevel":
+        backend = Tokenizer(models.BPE())
+        backend.pre_tokenizer, backend.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<eos>"], show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    else:
+        backend = Tokenizer(models.BPE(unk_token="<unk>"))
+        backend.pre_tokenizer, backend.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<eos>", "<unk>"], show_progress=False)
+    backend.train_from_iterator(_BPE_CORPUS, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", pad_token="<eos>")
+
+
+@pytest.mark.parametrize("kind", ["bytelevel", "metaspace"])
+def test_encode_joint_tokenizes_the_joint_text_whole_like_the_reference(kind):
+    tokenizer = _bpe_tokenizer(kind)
+    whole = tokenizer(joint_text(_PROMPTS, _COMPLETIONS))["input_ids"]
+    assert encode_joint(tokenizer, _PROMPTS, _COMPLETIONS, None) == whole
+    assert encode_joint(tokenizer, _PROMPTS, _COMPLETIONS, len(whole)) == whole  # a budget that fits cuts nothing
+
+
+def test_encode_joint_truncation_keeps_whole_text_tokens_and_cuts_prompts_first():
+    tokenizer = _bpe_tokenizer("bytelevel")  # decodes exactly, so the kept text can be read back
+    whole = tokenizer(joint_text(_PROMPTS, _COMPLETIONS))["input_ids"]
+    cut = encode_joint(tokenizer, _PROMPTS, _COMPLETIONS, len(whole) - 3)
+    assert len(cut) == len(whole) - 3
+    start = next(i for i, (a, b) in enumerate(zip(cut, whole)) if a != b)
+    assert cut == whole[:start] + whole[start + 3 :]  # three whole-text tokens gone, the rest untouched
+    kept_prompt = tokenizer.decode(cut).split("Agent 1 prompt:\n")[1].split("\n\nAgent 1 response")[0]
+    assert _PROMPTS[0].endswith(kept_prompt) and len(kept_prompt) < len(_PROMPTS[0])  # the longest lost its start
+    assert tokenizer.decode(cut) == joint_text([kept_prompt, _PROMPTS[1]], _COMPLETIONS)
+    # a budget below the prompts' tokens: every prompt empty, then the longest response loses its end
+    prompt_free = tokenizer(joint_text(["", ""], _COMPLETIONS))["input_ids"]
+    tiny = tokenizer.decode(encode_joint(tokenizer, _PROMPTS, _COMPLETIONS, len(prompt_free) - 2))
+    assert "Agent 1 prompt:\n\n\nAgent 1 response:\nWaves fold" in tiny and "Agent 2 prompt:\n\n\n" in tiny
+    assert tiny.endswith("Agent 2 response:\n\n- item two") and "salt wind." not in tiny
 
 
 def test_last_non_padding_token_pooling_with_left_and_right_padding():
@@ -74,3 +127,12 @@ def test_reward_model_learns_a_held_out_synthetic_preference():
         _, chosen, rejected = scorer.pair_loss(held_out)
     accuracy = (chosen > rejected).float().mean().item()
     assert accuracy >= 0.9, accuracy
+
+
+def test_a_token_budget_needs_a_fast_tokenizer():
+    from types import SimpleNamespace
+
+    python_tokenizer = SimpleNamespace(is_fast=False)  # no character offsets to cut by
+    RewardScorer(None, python_tokenizer, max_length=None)  # no budget: nothing to cut
+    with pytest.raises(ValueError, match="reward_max_length needs a fast"):
+        RewardScorer(None, python_tokenizer, max_length=8)

@@ -78,3 +78,18 @@ def test_scored_length_parity_and_every_token(team):
     assert team.scored_length(0, [eos], score_last_token=False) == 0
     assert team.scored_length(0, [5, 6, 7, eos], score_last_token=True) == 4
     assert team.scored_length(0, [], score_last_token=True) == 0
+
+
+@pytest.mark.parametrize("pad_is_eos", [True, False], ids=["pad==eos", "pad!=eos"])
+def test_score_last_token_cuts_at_the_first_pad_like_the_references_full_completion_scoring(pad_is_eos):
+    team = Team(["embedded"])  # its own tokenizer: the pad is changed below
+    tokenizer = team.tokenizers[0]
+    if not pad_is_eos:
+        tokenizer.pad_token = "<unk>"
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    assert (pad == eos) is pad_is_eos
+    # a pad in the middle: pads and whatever follows are never scored; the pad itself only when it is the EOS
+    assert team.scored_length(0, [5, 6, pad, 7, 8], score_last_token=True) == (3 if pad_is_eos else 2)
+    assert team.scored_length(0, [pad, 7], score_last_token=True) == (1 if pad_is_eos else 0)
+    assert team.scored_length(0, [5, 6, 7], score_last_token=True) == 3  # no pad: every token
+    assert team.scored_length(0, [5, 6, eos], score_last_token=True) == 3  # the EOS ends the completion, scored

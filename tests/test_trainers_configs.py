@@ -221,10 +221,11 @@ def test_a_mapped_field_changes_what_is_built(field):
     assert built(config_class(**base)) != built(config_class(**{**base, field: value}))
 
 
-def test_the_readme_table_is_generated_from_the_mapping():
+def test_the_docs_table_is_generated_from_the_mapping():
     from comlrl_lightning.trainers.mapping import markdown_table
 
-    assert markdown_table() in Path(__file__).parents[1].joinpath("README.md").read_text(encoding="utf-8")
+    page = Path(__file__).parents[1] / "docs" / "coming-from-comlrl.md"
+    assert markdown_table() in page.read_text(encoding="utf-8")
 
 
 def test_ignored_fields_with_a_value_warn():

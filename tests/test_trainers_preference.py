@@ -96,7 +96,11 @@ def test_madpo_trains_saves_hugging_face_folders_and_resumes(tmp_path):
     args = MADPOConfig(**SMALL, num_train_epochs=2)
     torch.manual_seed(0)
     whole = MADPOTrainer(agent_model="embedded", args=args, wandb_config={"output_dir": str(tmp_path / "whole")})
+    before = whole.evaluate()
     whole.train()
+    after = whole.evaluate()
+    assert set(before) == set(after) == {"eval/turn_1/reward_mean", "eval/turn_1/expected_return"}
+    assert before != after  # the policy changed
     whole.save_model(str(tmp_path / "saved"))
     for index in range(2):
         loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved" / f"agent_{index}")

@@ -1,4 +1,4 @@
-"""Parts a user writes in their own project, named by import path in a config (as the README shows)."""
+"""Parts a user writes in their own project, named by import path in a config (as the documentation shows)."""
 
 from __future__ import annotations
 

@@ -61,6 +61,12 @@ class ApiJob(NamedTuple):
 class ApiComparator(Comparator):
     """``K'`` completions of every agent's prompt from a remote endpoint.
 
+    Chat prompts (the data module's ``chat_template`` option, or chat-message prompts) are sent as
+    their conversation, not as the actor's rendered template: the chat formats send the messages
+    (``anthropic``: system messages as ``system``), ``generic`` sends the rendered text as
+    ``prompt`` and the conversation as ``messages``. The answers are tokenized with the actors'
+    tokenizers like any other completion.
+
     Credentials come only from the environment: ``key_env`` names the variable, read at request
     time; a credential-looking header is refused, because the config (with every option) is
     written to ``config.yaml``, ``hparams.yaml`` and each checkpoint.

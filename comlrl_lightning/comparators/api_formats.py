@@ -8,6 +8,11 @@ Pure functions, no I/O. Four formats:
   OpenAI-compatible servers: vLLM, SGLang, Ollama, DeepSeek, OpenRouter...);
 * ``anthropic`` -- the messages API, one request per candidate;
 * ``openai_responses`` -- OpenAI's responses API, one request per candidate.
+
+A prompt rendered from a chat conversation (a :class:`~comlrl_lightning.chat.ChatPrompt`: the
+data module's ``chat_template`` option, or chat-message prompts) reaches a chat format as that
+conversation, never as the actor's template text, which the remote model would read as words;
+``generic`` gets the rendered text as ``prompt`` and the conversation as ``messages``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import math
 from typing import Any, Dict, List, Mapping, Optional
 
+from ..chat import ChatPrompt, conversation_of
 from ..team import GenerationSettings
 from .redaction import redact
 
@@ -92,9 +98,10 @@ def request_body(
 ) -> Dict[str, Any]:
     """The JSON body of one request asking for ``count`` candidates (``count`` is ``n`` for openai, else ignored
     by the one-candidate formats)."""
+    chat = isinstance(prompt, ChatPrompt)
     if api_format == "generic":
         body: Dict[str, Any] = {
-            "prompt": prompt,
+            "prompt": str(prompt),
             "agent_idx": agent_index,
             "num_return_sequences": count,
             "max_new_tokens": settings.max_new_tokens,
@@ -105,16 +112,22 @@ def request_body(
         }
         if model:
             body["model"] = model
+        if chat:
+            body["messages"] = conversation_of(prompt)
         return _merge(body, extra_body, drop_none=False)
-    messages = [{"role": "user", "content": prompt}]
+    messages = conversation_of(prompt)
     if api_format == "openai":
         body = {"model": model, "messages": messages, "n": count, "max_tokens": settings.max_new_tokens,
                 "temperature": settings.temperature, "top_p": settings.top_p}
     elif api_format == "anthropic":
-        body = {"model": model, "max_tokens": settings.max_new_tokens, "messages": messages,
-                "temperature": settings.temperature}
+        # the messages API takes system text beside the messages, not as a message
+        system = [str(m["content"]) for m in messages if m.get("role") == "system"]
+        body = {"model": model, "max_tokens": settings.max_new_tokens,
+                "messages": [m for m in messages if m.get("role") != "system"], "temperature": settings.temperature}
+        if system:
+            body["system"] = "\n\n".join(system)
     elif api_format == "openai_responses":
-        body = {"model": model, "input": prompt, "max_output_tokens": settings.max_new_tokens}
+        body = {"model": model, "input": messages if chat else str(prompt), "max_output_tokens": settings.max_new_tokens}
     else:
         raise ValueError(f"unknown API format {api_format!r}")
     return _merge(body, extra_body, drop_none=True)

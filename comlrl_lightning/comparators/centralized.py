@@ -18,6 +18,7 @@ import importlib
 import re
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from ..chat import ChatPrompt, has_chat_template, prompt_text, render_conversation
 from ..options import OptionError, at_least
 from ..team import Completion, GenerationSettings
 from .api import encode
@@ -201,7 +202,21 @@ class CentralizedComparator(Comparator):
         return {**self.source_comparator.metrics(), **metrics}
 
     def joint_prompt(self, item: Dict[str, Any], prompts: Sequence[str]) -> str:
-        return joint_prompt(self.adapter, item, prompts)
+        """The adapter's joint prompt from the agents' prompts.
+
+        Agents whose prompts were rendered with their chat templates give the adapter their
+        conversations' text (never another model's template), and the joint prompt is rendered as
+        one user message with the template of agent ``agent_index``'s tokenizer (an API source
+        is sent that message); without a template there, the joint prompt stays plain text.
+        """
+        joint = joint_prompt(self.adapter, item, [prompt_text(prompt) for prompt in prompts])
+        if not any(isinstance(prompt, ChatPrompt) for prompt in prompts):
+            return joint
+        tokenizer = self.context.actors().tokenizers[self.agent_index]
+        if not has_chat_template(tokenizer):
+            return joint
+        return render_conversation(tokenizer, [{"role": "user", "content": joint}], f"agent {self.agent_index}",
+                                   "the agents' prompts are chat prompts")
 
     def parse(self, text: str, item: Dict[str, Any], num_agents: int) -> Optional[List[str]]:
         """The role texts of one completion, or ``None`` when the adapter cannot split it."""

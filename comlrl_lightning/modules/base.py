@@ -23,7 +23,8 @@ from ..distributed import gather_objects, rank_and_world, shard
 from ..optim import adamw
 from ..options import at_least, positive, require
 from ..rng import RandomStream
-from ..lora import agent_parameters, build_lora_agents
+from ..lora import agent_parameters, build_lora_agents, is_lora_team
+from ..sharding import check_strategy, is_sharded, shard_model
 from ..task import Task
 from ..team import GenerationSettings, Team, load_tokenizer
 
@@ -42,7 +43,9 @@ class TeamModule(LightningModule):
         num_agents: number of roles (default: ``len(agents)``, else 2): the team size, or with a
             centralized ``collaboration`` the roles its one model writes; must match a
             decentralized ``agents`` list when both are given.
-        tokenizers: tokenizer object(s) for model objects (Python API only).
+        tokenizers: tokenizer object(s), one for all agents or one per agent (Python API only):
+            required for model objects; for model sources they replace the saved tokenizers (e.g.
+            to give an agent another chat template). Prompts are rendered with each agent's own.
         dtype: torch dtype name for loaded models (``bfloat16``, ``float32``...); default: as saved.
         agent_devices: one device per agent inside one process (``None``/``auto``: the strategy's
             device; a device for all; a list of 1 or N). Single-process runs only: with DDP every
@@ -165,6 +168,7 @@ class TeamModule(LightningModule):
         )
         self.unparsed_rate = MeanMetric()  # a centralized team's evaluation completions that did not split
         self._team: Optional[Team] = None
+        self._agent_tokenizers: Optional[List[Any]] = None
         self.skipped_steps = 0  # identical on every process: they all skip together
         self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
         if all(isinstance(source, str) for source in self.agent_sources):
@@ -177,12 +181,11 @@ class TeamModule(LightningModule):
     def team(self) -> Team:
         if self._team is None:
             if self.lora_options is None:
-                self._team = Team(self.agent_sources, self.tokenizer_objects, self.dtype_name)
+                self._team = Team(self.agent_sources, self.agent_tokenizers, self.dtype_name)
             else:
                 source = self.agent_sources[0]
                 agents = build_lora_agents(source, self.num_agents, dtype=self.dtype_name, **self.lora_options)
-                tokenizers = self.tokenizer_objects if self.tokenizer_objects is not None else load_tokenizer(source)
-                self._team = Team(agents, tokenizers)
+                self._team = Team(agents, self.agent_tokenizers)
             if self.hparams.gradient_checkpointing:
                 for agent in self._team.agents:
                     enable_activation_checkpointing(agent, self.hparams.checkpoint_every_n_layers)
@@ -194,15 +197,46 @@ class TeamModule(LightningModule):
         """Agents of the team (one for a centralized team; :attr:`num_roles` counts the roles)."""
         return len(self.agent_sources)
 
+    @property
+    def agent_tokenizers(self) -> List[Any]:
+        """Each agent's tokenizer, loaded without the models (the team uses these same objects)."""
+        if self._team is not None:
+            return self._team.tokenizers
+        if self._agent_tokenizers is None:
+            if self.lora_options is None:
+                self._agent_tokenizers = Team.resolve_tokenizers(self.agent_sources, self.tokenizer_objects)
+            else:  # one base model: one tokenizer, shared by every adapter
+                shared = self.tokenizer_objects if self.tokenizer_objects is not None else load_tokenizer(self.agent_sources[0])
+                self._agent_tokenizers = Team.resolve_tokenizers(self.agent_sources, shared)
+        return self._agent_tokenizers
+
     def team_task(self, task: Task) -> Task:
-        """The task as this team sees it (a centralized team: one joint prompt per item)."""
-        return self.collaboration.team_task(task)
+        """The task as this team sees it: prompts rendered with each agent's chat template where one
+        applies (the tokenizers load on first need, the models not at all), and for a centralized
+        team one joint prompt per item."""
+        return self.collaboration.team_task(task, lambda: self.agent_tokenizers)
 
     def configure_model(self) -> None:
         # from_pretrained returns models in eval mode; training runs in train mode like the reference.
         self.team.train(self.training)
+        self.configure_parts()
+        if self._trainer is not None and is_sharded(self.trainer.strategy) and not self.team.synced:
+            self.shard(self.device_mesh["data_parallel"])
+
+    def configure_parts(self) -> None:
+        """Build what the module keeps beside the team (critics, reference copies, a reward model);
+        runs once, after the team is loaded and before it is sharded."""
+
+    def shard(self, mesh) -> None:
+        """FSDP2 over ``mesh``: every agent per decoder layer and root. A LoRA team's one shared model is
+        sharded at the transformers model under peft, whose forward every call (``generate()`` too) runs."""
+        models = [self.team.agents[0].get_base_model()] if is_lora_team(self.team.agents) else list(self.team.agents)
+        for model in models:
+            shard_model(model, mesh, str(self.trainer.precision))
+        self.team.synced = True
 
     def setup(self, stage: str) -> None:
+        check_strategy(self.trainer.strategy)
         # checkpoints are written atomically (a full disk or a crash never leaves a torn one) and
         # never loaded from a URL (unless the user chose a checkpoint IO of their own)
         install_atomic_checkpoints(self.trainer.strategy)
@@ -303,10 +337,13 @@ class TeamModule(LightningModule):
         # derived from the progress, so evaluation never shifts any other sampling, and resumes exactly
         return RandomStream.derive(self.hparams.seed, "eval", self.global_step, self.global_rank, *keys)
 
-    def validation_step(self, batch: List[Dict[str, Any]], batch_idx: int) -> None:
+    def validation_step(self, batch: List[Optional[Dict[str, Any]]], batch_idx: int) -> None:
         task = data_side(self.trainer).task
         unparsed_before = task.unparsed_completions
+        batch = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares
         rewards = self.evaluate_items(batch, task, self._eval_stream(batch_idx))
+        if not batch:
+            return
         values = torch.tensor(rewards, dtype=torch.float32, device=self.device)
         for key, metric in self.eval_metrics.items():
             metric.update(values)
@@ -325,7 +362,9 @@ class TeamModule(LightningModule):
         rank, world = rank_and_world(self.trainer)
         items, task = shard(every_item, rank, world), datamodule.task
         rewards, unparsed_before = [], task.unparsed_completions
-        for index, start in enumerate(range(0, len(items), datamodule.eval_batch_size)):
+        # sharded agents: every rank runs as many batches (an empty one samples in step with the others)
+        length = -(-len(every_item) // world) if self.team.synced else len(items)
+        for index, start in enumerate(range(0, length, datamodule.eval_batch_size)):
             batch = items[start : start + datamodule.eval_batch_size]
             rewards += self.evaluate_items(batch, task, self._eval_stream(label, index))
         totals = gather_objects((sum(rewards), len(rewards), task.unparsed_completions - unparsed_before), world)
@@ -350,6 +389,13 @@ class TeamModule(LightningModule):
 
     def on_train_end(self) -> None:
         self.final_eval_reward = self.evaluate_now("after training")
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # after the batch's optimizer step: a generator with its own copy of the weights refreshes it
+        self.generator.weights_updated()
+
+    def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        self.generator.weights_updated()
 
     def log_metrics_now(self, metrics: Dict[str, float]) -> None:
         """Send metrics straight to the loggers (for work outside a step, such as collection)."""

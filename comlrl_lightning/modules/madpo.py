@@ -25,8 +25,10 @@ class MADPOModule(TeamModule):
     Args:
         dpo_beta: beta of the loss (> 0).
         score_last_token: ``False`` (parity with the reference): cut each completion at the first
-            pad id and leave its last token unscored; ``True``: score every completion token, EOS
-            included. A centralized team always scores its joint completion whole, EOS included.
+            pad id and leave its last token unscored; ``True``: score the whole completion, EOS
+            included, cut at the first pad id (kept when pad == eos, as the reference's full-completion
+            scoring), so pads and anything after them are never scored. A centralized team always
+            scores its joint completion whole this way.
         **kwargs: team, optimizer and sampling options of :class:`TeamModule`.
     """
 

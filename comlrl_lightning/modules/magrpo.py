@@ -13,7 +13,9 @@ from ..devices import DeviceSpec, resolve_devices
 from ..lora import is_lora_team
 from ..losses import actor_critic_advantages, explained_variance, group_advantages, k3_kl, policy_gradient_loss
 from ..options import OptionError, at_least, choice, require
+from ..quiet import expect_eval_mode_parts
 from ..rng import RandomStream
+from ..sharding import shard_model
 from ..team import Completion, Team, pack_sequences
 from .base import NOT_HYPERPARAMETERS, TeamModule
 
@@ -93,8 +95,16 @@ class MAGRPOModule(TeamModule):
             raise OptionError(f"critic {type(critic).__name__} belongs to rl_algorithm='{critic.algorithm}', "
                               f"not '{algorithm}' (use {CRITICS[algorithm].__name__}).")
 
-    def configure_model(self) -> None:
-        super().configure_model()
+    def shard(self, mesh) -> None:
+        super().shard(mesh)
+        if self.critic is not None:  # trainable: sharded like the agents, so its gradients are reduced too
+            for child in self.critic.children():
+                for part in (child if isinstance(child, torch.nn.ModuleList) else [child]):  # a list has no forward
+                    if any(p.requires_grad for p in part.parameters()):
+                        shard_model(part, mesh, str(self.trainer.precision))
+
+    def configure_parts(self) -> None:
+        super().configure_parts()
         if self.critic is not None and not self.critic.has_networks:
             self.critic.build(self.team, self.agent_sources, self.hparams.seed)
         if self.reference_kl_enabled and self.reference is None and not is_lora_team(self.team.agents):
@@ -110,6 +120,8 @@ class MAGRPOModule(TeamModule):
         super().on_fit_start()
         if self.critic is not None:
             self.critic.place(self.team)
+        # a reward model, a reference copy and critics stay in eval mode on purpose (as the reference's)
+        expect_eval_mode_parts(self)
 
     def parameter_groups(self) -> List[Dict[str, Any]]:
         groups = super().parameter_groups()

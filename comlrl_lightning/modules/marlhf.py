@@ -68,8 +68,8 @@ class MARLHFModule(MAGRPOModule):
         self._fresh_reward_state: Optional[Dict[str, torch.Tensor]] = None
         self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
 
-    def configure_model(self) -> None:
-        super().configure_model()
+    def configure_parts(self) -> None:
+        super().configure_parts()
         if self.scorer is None:
             source = self.reward_model_name or self.agent_sources[0]
             tokenizer = None if isinstance(source, str) else self.team.tokenizers[0]

@@ -1,6 +1,6 @@
 """How each field of the seed's configs becomes an option of the Lightning modules, data modules and trainer.
 
-:data:`FIELD_MAP` is the table (the README's "Coming from CoMLRL" table is generated from it and a
+:data:`FIELD_MAP` is the table (the documentation's "Coming from CoMLRL" table is generated from it and a
 test keeps them equal); the ``*_options`` functions below do what it says. A field is either mapped
 onto one option or listed in :data:`IGNORED` with the reason it has no effect here.
 """
@@ -114,7 +114,7 @@ IGNORED: Dict[str, str] = {
 
 
 def markdown_table() -> str:
-    """The mapping as the README's table: every field, what it becomes here (or why it has no effect)."""
+    """The mapping as the documentation's table: every field, what it becomes here (or why it has no effect)."""
     rows = ["| seed field | here |", "|---|---|"]
     rows += [f"| `{field}` | {target} |" for field, target in FIELD_MAP.items()]
     rows += [f"| `{field}` | no effect: {reason} |" for field, reason in IGNORED.items()]

@@ -33,6 +33,7 @@ from lightning.pytorch.loggers import WandbLogger
 from ..callbacks import RewardCurvePlot
 from ..data import PreferenceDataModule
 from ..defaults import EMBEDDED
+from ..item_sources import HFDataset, is_hf_dataset
 from ..iterative import IterativePreferenceDataModule
 from ..modules import MADPOModule, MARLHFModule
 from ..options import OptionError, require
@@ -149,7 +150,7 @@ class _PreferenceTrainer:
 
     def _build_module(self, agent_model, agents, tokenizer, model_config, adapter, critic_model):
         dtype = model_config.get("torch_dtype", model_config.get("dtype"))
-        unknown = sorted(set(model_config) - {"torch_dtype", "dtype", "attn_implementation"})
+        unknown = sorted(set(model_config) - {"torch_dtype", "dtype"})  # transformers picks the attention itself
         require(not unknown, f"model_config: {', '.join(unknown)} not supported (dtype / torch_dtype is).")
         sources: Dict[str, Any] = {"agent_model": str(agent_model)} if not agents else {"agents": list(agents)}
         objects = bool(agents) and not all(isinstance(a, (str, os.PathLike)) for a in agents)
@@ -214,6 +215,15 @@ class _PreferenceTrainer:
                 if isinstance(logger, WandbLogger) and logger._experiment is not None:
                     logger.experiment.finish()
 
+    def evaluate(self) -> Dict[str, float]:
+        """Evaluate the current policy on the evaluation items with the task reward (one joint sample
+        per item, as in training's evaluations) and return the metrics, e.g. ``eval/turn_1/reward_mean``."""
+        # no inference mode: tensors made under it (the team's buffers, metric states) could not be trained after
+        trainer = Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
+                          enable_progress_bar=False, enable_model_summary=False, inference_mode=False)
+        results = trainer.validate(self.module, self.datamodule, verbose=False)
+        return {key: float(value) for key, value in (results[0] if results else {}).items()}
+
     def _apply_generation_kwargs(self, kwargs: Dict[str, Any]) -> None:
         if kwargs.pop("do_sample", True) is not True:
             raise OptionError("do_sample=False is not supported: preference collection samples.")
@@ -243,8 +253,9 @@ class _PreferenceTrainer:
 
 
 def _items(dataset: Any) -> Any:
-    """Datasets as the data module takes them: a ``datasets.Dataset`` (or any sequence of dicts) becomes a list."""
-    if dataset is None or isinstance(dataset, (str, os.PathLike, list)):
+    """Datasets as the data module takes them: a ``datasets`` object as it is (the data module indexes
+    it without copying), any other sequence of dicts as a list."""
+    if dataset is None or isinstance(dataset, (str, os.PathLike, list, HFDataset)) or is_hf_dataset(dataset):
         return str(dataset) if isinstance(dataset, os.PathLike) else dataset
     return [dict(item) for item in dataset]
 
