@@ -3,7 +3,7 @@
 ``python tests/sharded_run.py KIND ALGORITHM ROOT EPOCHS [RESUME]``: KIND is ``fsdp``
 (``ModelParallelStrategy``) or ``ddp``; ALGORITHM ``madpo`` (iterative, history comparator, 15
 training items so the ranks' shares differ), ``magrpo`` (MAGRPO with the reference KL on the task
-reward) or ``lora`` (a MADPO LoRA team). Rank 0 writes ``ROOT/weights.pt`` (every agent's whole
+reward), ``marlhf_maac`` (a reward model, then MAAC with a shared critic) or ``lora`` (a MADPO LoRA team). Rank 0 writes ``ROOT/weights.pt`` (every agent's whole
 state dict) and ``ROOT/moved.json`` (which trainable tensors changed). Lightning starts the
 second process by running this script again, so it cannot run inside pytest's process.
 """
@@ -28,6 +28,9 @@ from comlrl_lightning import (  # noqa: E402
     LambdaDecayReplay,
     MADPOModule,
     MAGRPOModule,
+    MARLHFModule,
+    PreferenceDataModule,
+    SharedCritic,
     TaskDataModule,
 )
 from comlrl_lightning.defaults import vowel_length_reward  # noqa: E402
@@ -63,6 +66,11 @@ class RecordWeights(Callback):
 
 
 def parts(algorithm: str):
+    if algorithm == "marlhf_maac":  # a reward model fitted on every rank, then MAAC with a sharded critic
+        module = MARLHFModule(**SAMPLING, rl_algorithm="maac", num_generations=2, reward_learning_rate=1e-3,
+                              reward_train_batch_size=8, critic=SharedCritic(critic_type="q"))
+        return module, PreferenceDataModule(**TASK, preference_num_candidates=4, preference_pairs_per_sample=4,
+                                            train_batch_size=2, num_train_epochs=1)
     if algorithm == "magrpo":
         module = MAGRPOModule(**SAMPLING, num_generations=3, reference_kl_enabled=True, reference_kl_coef=0.05)
         return module, TaskDataModule(**TASK, train_batch_size=2, num_train_epochs=1)

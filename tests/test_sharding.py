@@ -91,8 +91,11 @@ def test_a_sharded_run_resumes_exactly(madpo_runs):
     assert not all(torch.equal(a, b) for a, b in zip(snapshot.state_dict().values(), initial.state_dict().values()))
 
 
-def test_sharded_magrpo_with_reference_kl_equals_data_parallel(tmp_path):
-    sharded, replicated = weights(run("fsdp", "magrpo", tmp_path / "fsdp", 2)), weights(run("ddp", "magrpo", tmp_path / "ddp", 2))
+@pytest.mark.parametrize("algorithm", ["magrpo", "marlhf_maac"])
+def test_sharded_policy_gradient_equals_data_parallel(tmp_path, algorithm):
+    """MAGRPO with the reference KL on the task reward; MARLHF's reward model, then MAAC with a sharded critic."""
+    sharded = weights(run("fsdp", algorithm, tmp_path / "fsdp", 2))
+    replicated = weights(run("ddp", algorithm, tmp_path / "ddp", 2))
     from transformers import AutoModelForCausalLM
 
     from comlrl_lightning.defaults import embedded_model_path
@@ -156,3 +159,19 @@ def test_a_sharded_checkpoint_folder_is_replaced_whole(tmp_path):
     strategy.save_checkpoint({"weights": "new"}, target)
     assert (target / "__0_0.distcp").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # the failed save's staging is gone
+
+
+def test_a_copy_of_sharded_agents_on_other_devices_is_refused():
+    from comlrl_lightning.comparators import ComparatorContext, CurrentCopyComparator
+    from comlrl_lightning.defaults import embedded_model_path
+    from comlrl_lightning.generation import HFGenerator
+    from comlrl_lightning.rng import RandomStream
+    from comlrl_lightning.team import Team
+
+    team = Team([str(embedded_model_path())])
+    team.synced = True  # as after ModelParallelStrategy sharded it
+    comparator = CurrentCopyComparator(devices="meta")
+    comparator.bind(ComparatorContext(actors=lambda: team, generator=HFGenerator(), stream=RandomStream(0),
+                                      agent_devices=["cpu"], snapshots=None))
+    with pytest.raises(OptionError, match="copies of sharded agents"):
+        comparator.start_round(0)

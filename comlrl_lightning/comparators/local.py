@@ -52,6 +52,8 @@ class CurrentCopyComparator(Comparator):
         if all(torch.device(d) == actors.device_of(i) for i, d in enumerate(devices)):
             self._copy = None
             return
+        require(not actors.synced, "CurrentCopyComparator: copies of sharded agents (ModelParallelStrategy) on other "
+                                   "devices are not supported; leave devices null or use CurrentComparator.")
         clones = [copy.deepcopy(agent).to(device) for agent, device in zip(actors.agents, devices)]
         self._copy = Team(clones, tokenizers=list(actors.tokenizers))
         self._copy.requires_grad_(False).eval()
