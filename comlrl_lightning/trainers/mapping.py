@@ -129,6 +129,11 @@ def warn_ignored(config: MADPOConfig) -> None:
                           stacklevel=3)
 
 
+def _same(config: Any, *names: str) -> Dict[str, Any]:
+    """The fields ``names`` of ``config`` as options of the same name."""
+    return {name: getattr(config, name) for name in names}
+
+
 def _devices(spec: Any) -> Any:
     """A device field as the options take it: ``None``, one device name, or a list."""
     return spec if spec is None or isinstance(spec, str) else list(spec)
@@ -139,56 +144,26 @@ def module_options(config: MADPOConfig, marlhf: bool) -> Dict[str, Any]:
     devices = config.agent_devices
     if devices is not None and not isinstance(devices, str):  # as the reference: "none" keeps one device
         devices = list(devices) if config.parallel_training == "mp" else list(devices)[:1]
-    options: Dict[str, Any] = dict(
-        num_agents=config.num_agents,
-        agent_devices=devices,
-        agent_learning_rate=config.agent_learning_rate,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        top_k=config.top_k,
-        num_turns=config.num_turns,
-    )
+    options = _same(config, "num_agents", "agent_learning_rate", "max_new_tokens", "temperature", "top_p", "top_k",
+                    "num_turns")
+    options["agent_devices"] = devices
     if not marlhf:
         return {**options, "dpo_beta": config.dpo_beta}
-    options.update(
-        rl_algorithm=config.rl_algorithm,
-        num_generations=config.num_generations,
-        advantage_normalization=config.advantage_normalization,
-        reference_kl_enabled=config.reference_kl_enabled,
-        reference_kl_coef=config.reference_kl_coef,
-        reference_devices=_devices(config.reference_devices),
-        reward_model_name=config.reward_model_name,
-        reward_learning_rate=config.reward_learning_rate,
-        reward_num_train_epochs=config.reward_num_train_epochs,
-        reward_train_batch_size=config.reward_train_batch_size,
-        reward_max_length=config.reward_max_length,
-        reward_freeze_backbone=config.reward_freeze_backbone,
-        preference_scoring_reward=getattr(config, "preference_scoring_reward", "task"),
-    )
+    options.update(_same(config, "rl_algorithm", "num_generations", "advantage_normalization", "reference_kl_enabled",
+                         "reference_kl_coef", "reward_model_name", "reward_learning_rate", "reward_num_train_epochs",
+                         "reward_train_batch_size", "reward_max_length", "reward_freeze_backbone"))
+    options.update(reference_devices=_devices(config.reference_devices),
+                   preference_scoring_reward=getattr(config, "preference_scoring_reward", "task"))
     return options
 
 
 def data_options(config: MADPOConfig) -> Dict[str, Any]:
     """Keyword options of the (iterative) preference data module from ``config`` (parts excluded)."""
-    options: Dict[str, Any] = dict(
-        num_agents=config.num_agents,
-        train_batch_size=config.train_batch_size,
-        num_train_epochs=config.num_train_epochs,
-        eval_num_samples=config.eval_num_samples,
-        eval_batch_size=config.eval_batch_size,
-        num_turns=config.num_turns,
-        joint_mode="aligned",
-        preference_num_candidates=config.preference_num_candidates,
-        preference_pairs_per_sample=config.preference_pairs_per_sample,
-        pair_selection=config.pair_selection,
-    )
+    options = _same(config, "num_agents", "train_batch_size", "num_train_epochs", "eval_num_samples", "eval_batch_size",
+                    "num_turns", "preference_num_candidates", "preference_pairs_per_sample", "pair_selection")
+    options["joint_mode"] = "aligned"  # the reference's "align" spelling, checked by the config
     if hasattr(config, "num_iterations"):
-        options.update(
-            num_iterations=config.num_iterations,
-            preference_replay_dir=config.preference_replay_dir,
-            policy_checkpoint_dir=config.policy_checkpoint_dir,
-        )
+        options.update(_same(config, "num_iterations", "preference_replay_dir", "policy_checkpoint_dir"))
     return options
 
 
