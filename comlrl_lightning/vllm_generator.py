@@ -156,7 +156,9 @@ def request_seeds(stream: RandomStream, count: int) -> List[int]:
 
 
 def shutdown_engines() -> None:
-    """Release every engine of this process (a later sample builds a fresh one)."""
+    """Release every engine of this process (a later sample builds a fresh one). All at once: vLLM
+    tears down its process-wide state with any one engine. Single-process runs only: under DDP that
+    teardown takes the trainer's process group with it."""
     for engine in list(_ENGINES.values()):
         engine.close()
     _ENGINES.clear()
@@ -176,15 +178,18 @@ class Engine:
         run fails here, naming the option, rather than in the middle of a round."""
         folder = tempfile.mkdtemp(prefix="comlrl-vllm-")
         transformers_model(agent).config.save_pretrained(folder)  # the config only: no weights on disk
+        engine = cls(None, folder)
         try:
             with process_state_kept():
-                llm = make_llm(folder, agent, options)
-            engine = cls(llm, folder)
+                engine.llm = make_llm(folder, agent, options)
             engine.load(agent, _UPDATES[0])
             engine.sample([[0]], 1, GenerationSettings(max_new_tokens=1, temperature=1.0, top_p=1.0, top_k=None), 0, [0])
             return engine
         except Exception as error:
-            shutil.rmtree(folder, ignore_errors=True)
+            # shutting an engine down (or collecting it) tears down vLLM's process-wide parallel state,
+            # which every other engine of this process needs: drop them all, the next sample starts afresh
+            engine.close()
+            shutdown_engines()
             architecture = ", ".join(getattr(transformers_model(agent).config, "architectures", None) or ["?"])
             raise RuntimeError(
                 f"vLLM cannot sample with this model ({architecture}): {error}. Choose a model vLLM supports on this "
@@ -225,7 +230,7 @@ class Engine:
 
     def close(self) -> None:
         self.stamp = None
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # an engine that failed half-way may have nothing to shut down
             self.llm.llm_engine.engine_core.shutdown()
         self.llm = None
         shutil.rmtree(self.config_folder, ignore_errors=True)

@@ -128,6 +128,20 @@ def test_greedy_samples_equal_hugging_face_for_each_agent_and_architecture(llama
     assert len({key for key in vllm_generator._ENGINES if key[1] == generator.engine_options}) == 2
 
 
+def vllm_runs_on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+@needs_vllm
+def test_a_model_the_backend_cannot_run_stops_at_the_first_sample_naming_the_option():
+    if not vllm_runs_on_cpu():
+        pytest.skip("the embedded GPT-2's 16-wide heads are refused by vLLM's CPU attention only")
+    with pytest.raises(RuntimeError, match=r"GPT2LMHeadModel.*head_dim=16.*generator to comlrl_lightning.generation.HFGenerator"):
+        VLLMGenerator().generate(Team(["embedded"]), 0, PROMPTS, 1, GREEDY)
+
+
 @needs_vllm
 def test_greedy_samples_after_training_equal_hugging_face_samples_of_the_trained_weights(llama, tiny_run):
     """The engine last held agent 1 before training (collection) and gets its trained weights although
