@@ -180,14 +180,20 @@ def test_objects_from_python_work(tmp_path):
 
 
 def test_wandb_config_logs_offline(tmp_path, monkeypatch):
+    import wandb
+
+    wandb.finish()  # a run an earlier test left open in this process would be reused by the logger
     monkeypatch.setenv("WANDB_MODE", "offline")
     trainer = MADPOTrainer(agent_model="embedded", args=MADPOConfig(**SMALL, num_train_epochs=1),
                            wandb_config={"project": "facade", "name": "run-1", "dir": str(tmp_path),
                                          "tags": ["t"], "config_sections": {"task": {"name": "toy"}}})
     trainer.train()
-    runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
-    assert len(runs) == 1 and (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").is_file()
-    record = runs[0].read_bytes()  # the run's config (args and config_sections) is in the offline record
+    from lightning.pytorch.loggers import WandbLogger
+
+    assert (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").is_file()
+    # the run's offline record (where wandb put it: an earlier run in this process may have fixed its root)
+    run = next(logger for logger in trainer.trainer.loggers if isinstance(logger, WandbLogger))._experiment
+    record = Path(run.settings.sync_file).read_bytes()  # args and config_sections are in it
     assert b"dpo_beta" in record and b"toy" in record and b"facade" in record
 
 
