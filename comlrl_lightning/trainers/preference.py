@@ -117,7 +117,6 @@ class _PreferenceTrainer:
         seed_everything(self.seed, verbose=False)
         self.wandb_config = dict(wandb_config or {})
         self.output_dir = output_base(self.wandb_config)
-        self.reward_func = reward_func
         self.module = self._build_module(agent_model, agents, tokenizer, model_config or {},
                                          centralized_comparator_adapter, marlhf_arguments.get("critic_model"))
         data_class = IterativePreferenceDataModule if self.iterative else PreferenceDataModule
