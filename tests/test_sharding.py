@@ -175,3 +175,12 @@ def test_a_copy_of_sharded_agents_on_other_devices_is_refused():
                                       agent_devices=["cpu"], snapshots=None))
     with pytest.raises(OptionError, match="copies of sharded agents"):
         comparator.start_round(0)
+
+
+def test_lightning_precision_becomes_the_fsdp2_mixed_precision_policy():
+    from comlrl_lightning.sharding import mixed_precision_policy
+
+    bf16 = mixed_precision_policy("bf16-mixed")
+    assert (bf16.param_dtype, bf16.reduce_dtype) == (torch.bfloat16, torch.float32)
+    assert mixed_precision_policy("16-mixed").param_dtype == torch.float16
+    assert mixed_precision_policy("32-true") is None and mixed_precision_policy("bf16-true") is None
