@@ -82,6 +82,14 @@ class Completion:
     text: str
 
 
+def completion_from_ids(tokenizer, ids: List[int]) -> Completion:
+    """A sampled completion as every generator returns it: ids cut after the first EOS (kept), text
+    decoded without special tokens."""
+    if tokenizer.eos_token_id in ids:
+        ids = ids[: ids.index(tokenizer.eos_token_id) + 1]
+    return Completion(ids=ids, text=tokenizer.decode(ids, skip_special_tokens=True))
+
+
 def resolve_source(source: str) -> str:
     """Map the embedded default's id to its local folder; other ids and paths pass through.
 
@@ -241,18 +249,12 @@ class Team(nn.Module):
                     generated = output[:, input_ids.shape[1] :].tolist()
                     for offset in range(0, len(generated), num_samples):
                         results.append(
-                            [self._completion(tokenizer, row) for row in generated[offset : offset + num_samples]]
+                            [completion_from_ids(tokenizer, row) for row in generated[offset : offset + num_samples]]
                         )
                     report_generated(len(chunk))  # a collection's progress bar, when one is shown
         finally:
             model.train(was_training)
         return results
-
-    @staticmethod
-    def _completion(tokenizer, ids: List[int]) -> Completion:
-        if tokenizer.eos_token_id in ids:
-            ids = ids[: ids.index(tokenizer.eos_token_id) + 1]
-        return Completion(ids=ids, text=tokenizer.decode(ids, skip_special_tokens=True))
 
     # ------------------------------------------------------------------------------------------
     # Scoring

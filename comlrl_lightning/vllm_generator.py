@@ -21,7 +21,7 @@ from .generation import Generator
 from .options import OptionError, at_least, require
 from .progress import report_generated
 from .rng import RandomStream
-from .team import Completion, GenerationSettings, Team
+from .team import Completion, GenerationSettings, Team, completion_from_ids
 from .vllm_weights import WeightsStamp, agent_device, agent_weights, architecture_key, parameter_dtype, transformers_model
 
 INSTALL_INSTRUCTIONS = (
@@ -127,7 +127,7 @@ class VLLMGenerator(Generator):
         seeds = request_seeds(stream, len(encoded)) if stream is not None else [None] * len(encoded)
         rows = engine.sample(encoded, num_samples, settings, tokenizer.eos_token_id, seeds)
         report_generated(len(encoded))  # a collection's progress bar, when one is shown
-        return [[Team._completion(tokenizer, ids) for ids in row] for row in rows]
+        return [[completion_from_ids(tokenizer, ids) for ids in row] for row in rows]
 
     def weights_updated(self) -> None:
         _UPDATES[0] += 1

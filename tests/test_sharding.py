@@ -184,3 +184,22 @@ def test_lightning_precision_becomes_the_fsdp2_mixed_precision_policy():
     assert (bf16.param_dtype, bf16.reduce_dtype) == (torch.bfloat16, torch.float32)
     assert mixed_precision_policy("16-mixed").param_dtype == torch.float16
     assert mixed_precision_policy("32-true") is None and mixed_precision_policy("bf16-true") is None
+
+
+def test_tensor_parallelism_is_refused_with_the_sizes_to_set():
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    class Mesh:  # the shape of the mesh ModelParallelStrategy builds: 1 data-parallel x 2 tensor-parallel ranks
+        sizes = {"data_parallel": 1, "tensor_parallel": 2}
+
+        def __getitem__(self, name):
+            return type("Dimension", (), {"size": lambda _, n=self.sizes[name]: n})()
+
+        def size(self):
+            return 2
+
+    strategy = ModelParallelStrategy()  # the CLI's defaults ("auto") become exactly this mesh on 2 processes
+    strategy._device_mesh = Mesh()
+    with pytest.raises(OptionError, match=r"data_parallel_size=1 and tensor_parallel_size=2: .* set data_parallel_size "
+                                          r"to the number of processes \(2\) and tensor_parallel_size to 1"):
+        check_strategy(strategy)

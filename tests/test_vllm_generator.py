@@ -248,7 +248,7 @@ def test_two_ddp_processes_each_sample_their_shard_with_their_own_engine(llama, 
                             env=dict(os.environ), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank_{rank}.json").read_text()) for rank in range(2)]
-    assert ranks[0]["weights"] == ranks[1]["weights"] and ranks[0]["steps"] > 0
+    assert ranks[0]["weights"] == ranks[1]["weights"] and ranks[0]["batches"] > 0
     assert ranks[0]["pairs"] == ranks[1]["pairs"]
 
     module, data = MADPOModule(agent_model=llama, **DDP_MODEL), PreferenceDataModule(**DDP_DATA)
