@@ -133,8 +133,15 @@ def batches(pool: list, batch_size: int, count: int) -> List[list]:
     return [[pool[(b * batch_size + i) % len(pool)] for i in range(batch_size)] for b in range(count)]
 
 
-def time_steps(step: Callable[[list], None], pool: list, batch_size: int, min_pairs: int, min_seconds: float,
-               windows: int = 3, warmup: int = 2) -> Dict[str, float]:
+def time_steps(
+    step: Callable[[list], None],
+    pool: list,
+    batch_size: int,
+    min_pairs: int,
+    min_seconds: float,
+    windows: int = 3,
+    warmup: int = 2,
+) -> Dict[str, float]:
     """Throughput of ``step`` on pair batches: the best of ``windows`` timed windows.
 
     Each window runs batches until at least ``min_pairs`` pairs and ``min_seconds`` have passed;
@@ -155,8 +162,13 @@ def time_steps(step: Callable[[list], None], pool: list, batch_size: int, min_pa
                 break
         rates.append((done / elapsed, done, elapsed))
     rate, done, elapsed = max(rates)
-    return {"pairs": done, "seconds": elapsed, "pairs_per_s": rate, "ms_per_pair": 1000 / rate,
-            "window_rates": [r[0] for r in rates]}
+    return {
+        "pairs": done,
+        "seconds": elapsed,
+        "pairs_per_s": rate,
+        "ms_per_pair": 1000 / rate,
+        "window_rates": [r[0] for r in rates],
+    }
 
 
 def best_of(function: Callable[[], Any], repeats: int = 3) -> tuple:

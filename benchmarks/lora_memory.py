@@ -30,8 +30,15 @@ def build_base(folder: Path) -> int:
     from comlrl_lightning.defaults import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
-    config = GPT2Config(vocab_size=8192, n_positions=256, n_embd=512, n_layer=8, n_head=8,
-                        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    config = GPT2Config(
+        vocab_size=8192,
+        n_positions=256,
+        n_embd=512,
+        n_layer=8,
+        n_head=8,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config)
     model.save_pretrained(folder)
@@ -42,7 +49,7 @@ def build_base(folder: Path) -> int:
 def measure(folder: str, lora: bool) -> dict:
     torch.set_num_threads(1)
     from comlrl_lightning import MADPOModule, madpo_loss
-    from comlrl_lightning.pairs import PreferencePair
+    from comlrl_lightning.data.pairs import PreferencePair
 
     options = dict(agent_model=folder, num_agents=AGENTS, agent_learning_rate=1e-4)
     if lora:
@@ -55,10 +62,20 @@ def measure(folder: str, lora: bool) -> dict:
     def ids(n):
         return torch.randint(2, 40, (n,), generator=generator).tolist()
 
-    pairs = [PreferencePair(prompts=["p"] * AGENTS, winner_completions=["w"] * AGENTS, loser_completions=["l"] * AGENTS,
-                            winner_reward=1.0, loser_reward=0.0, candidate_reward_mean=0.5,
-                            prompt_ids=[ids(16) for _ in range(AGENTS)], winner_ids=[ids(16) for _ in range(AGENTS)],
-                            loser_ids=[ids(16) for _ in range(AGENTS)]) for _ in range(PAIRS)]
+    pairs = [
+        PreferencePair(
+            prompts=["p"] * AGENTS,
+            winner_completions=["w"] * AGENTS,
+            loser_completions=["l"] * AGENTS,
+            winner_reward=1.0,
+            loser_reward=0.0,
+            candidate_reward_mean=0.5,
+            prompt_ids=[ids(16) for _ in range(AGENTS)],
+            winner_ids=[ids(16) for _ in range(AGENTS)],
+            loser_ids=[ids(16) for _ in range(AGENTS)],
+        )
+        for _ in range(PAIRS)
+    ]
     started = time.perf_counter()
     for _ in range(STEPS):
         loss = madpo_loss(module.margins(module.collate_pairs(pairs)), 0.1)
@@ -82,7 +99,9 @@ def main() -> None:
         base_parameters = build_base(Path(folder))
         results = {}
         for kind in ("full", "lora"):
-            output = subprocess.run([sys.executable, __file__, folder, kind], capture_output=True, text=True, check=True)
+            output = subprocess.run(
+                [sys.executable, __file__, folder, kind], capture_output=True, text=True, check=True
+            )
             results[kind] = json.loads(output.stdout.strip().splitlines()[-1])
     full, lora = results["full"], results["lora"]
     lines = [

@@ -24,14 +24,21 @@ def build(root: Path, names=tuple(MODELS)) -> Dict[str, Dict]:
     for name in names:
         folder = root / name
         config = LlamaConfig(
-            vocab_size=len(tokenizer), max_position_embeddings=512, bos_token_id=eos, eos_token_id=eos,
-            pad_token_id=eos, **MODELS[name],
+            vocab_size=len(tokenizer),
+            max_position_embeddings=512,
+            bos_token_id=eos,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            **MODELS[name],
         )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = LlamaForCausalLM(config)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        built[name] = {"path": str(folder), "parameters": sum(p.numel() for p in model.parameters()),
-                       "vocab_size": len(tokenizer)}
+        built[name] = {
+            "path": str(folder),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "vocab_size": len(tokenizer),
+        }
     return built

@@ -24,23 +24,34 @@ common.limit_threads()
 def _module(job: Dict[str, Any], **options):
     from comlrl_lightning import MADPOModule
 
-    module = MADPOModule(agents=[job["model"]] * 2, dpo_beta=common.DPO_BETA,
-                         agent_learning_rate=common.LEARNING_RATE, **options)
+    module = MADPOModule(
+        agents=[job["model"]] * 2, dpo_beta=common.DPO_BETA, agent_learning_rate=common.LEARNING_RATE, **options
+    )
     module.configure_model()
     return module
 
 
 def _pairs(job: Dict[str, Any], tokenizer):
-    from comlrl_lightning.pairs import PreferencePair
+    from comlrl_lightning.data.pairs import PreferencePair
 
     pairs = []
     for raw in common.pair_ids(tokenizer, job["pair_pool"], tuple(job["completion_lengths"])):
-        texts = {k: [tokenizer.decode(ids, skip_special_tokens=True) for ids in raw[k]] for k in ("winner_ids", "loser_ids")}
-        pairs.append(PreferencePair(
-            prompts=raw["prompts"], winner_completions=texts["winner_ids"], loser_completions=texts["loser_ids"],
-            winner_reward=1.0, loser_reward=0.0, candidate_reward_mean=0.5,
-            prompt_ids=raw["prompt_ids"], winner_ids=raw["winner_ids"], loser_ids=raw["loser_ids"],
-        ))
+        texts = {
+            k: [tokenizer.decode(ids, skip_special_tokens=True) for ids in raw[k]] for k in ("winner_ids", "loser_ids")
+        }
+        pairs.append(
+            PreferencePair(
+                prompts=raw["prompts"],
+                winner_completions=texts["winner_ids"],
+                loser_completions=texts["loser_ids"],
+                winner_reward=1.0,
+                loser_reward=0.0,
+                candidate_reward_mean=0.5,
+                prompt_ids=raw["prompt_ids"],
+                winner_ids=raw["winner_ids"],
+                loser_ids=raw["loser_ids"],
+            )
+        )
     return pairs
 
 
@@ -71,7 +82,7 @@ def _attention_free():
     step costs everything but attention (collation, layout, the model's other layers, loss, AdamW)."""
     from transformers import AttentionInterface
 
-    from comlrl_lightning import packed_scoring
+    from comlrl_lightning.team import packed_scoring
 
     def values(module, query, key, value, attention_mask, **kwargs):
         return value.repeat_interleave(query.shape[1] // value.shape[1], dim=1).transpose(1, 2), None
@@ -105,9 +116,17 @@ def madpo_fit(job: Dict[str, Any]) -> Dict[str, Any]:
 
     clock = Clock()
     with tempfile.TemporaryDirectory() as root:
-        Trainer(accelerator="cpu", devices=1, max_epochs=1, default_root_dir=root, logger=False,
-                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                callbacks=[clock]).fit(module, Pairs())
+        Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_epochs=1,
+            default_root_dir=root,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[clock],
+        ).fit(module, Pairs())
     pairs = (len(clock.times) - 2) * job["batch_size"]
     seconds = clock.times[-1] - clock.times[1]
     return {"pairs": pairs, "seconds": seconds, "pairs_per_s": pairs / seconds, "ms_per_pair": 1000 * seconds / pairs}
@@ -120,9 +139,14 @@ def collection(job: Dict[str, Any]) -> Dict[str, Any]:
     generator = HFGenerator(batch_size=job.get("generation_batch_size"))
     module = _module(job, max_new_tokens=job["max_new_tokens"], generator=generator, **common.GENERATION)
     data = PreferenceDataModule(
-        train_dataset=common.items(job["items"]), formatters=list(common.FORMATTERS), reward_func=common.reward,
-        num_agents=2, preference_num_candidates=job["candidates"], preference_pairs_per_sample=16,
-        pair_selection="reward_gap", eval_num_samples=0,
+        train_dataset=common.items(job["items"]),
+        formatters=list(common.FORMATTERS),
+        reward_func=common.reward,
+        num_agents=2,
+        preference_num_candidates=job["candidates"],
+        preference_pairs_per_sample=16,
+        pair_selection="reward_gap",
+        eval_num_samples=0,
     )
     data.setup("fit")
     items = data.train_items
@@ -138,25 +162,53 @@ def iterative(job: Dict[str, Any]) -> Dict[str, Any]:
     """``rounds`` rounds of iterative MADPO (history comparator, k=1) through ``Trainer.fit``."""
     from lightning.pytorch import Trainer
 
-    from comlrl_lightning import HistoryComparator, IterativePreferenceDataModule, MADPOModule
+    from comlrl_lightning import (
+        HistoryComparator,
+        IterativePreferenceDataModule,
+        MADPOModule,
+    )
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
-        module = MADPOModule(agents=[job["model"]] * 2, dpo_beta=common.DPO_BETA, agent_learning_rate=common.LEARNING_RATE,
-                             max_new_tokens=job["max_new_tokens"], **common.GENERATION)
-        data = IterativePreferenceDataModule(
-            train_dataset=common.items(job["items"]), eval_dataset=None, formatters=list(common.FORMATTERS),
-            reward_func=common.reward, num_iterations=job["rounds"], num_train_epochs=1,
-            preference_num_candidates=job["candidates"], comparator=HistoryComparator(k=1, num_candidates=job["candidates"]),
-            preference_pairs_per_sample=job["pairs_per_sample"],
-            train_batch_size=job["train_batch_size"], eval_num_samples=0,
+        module = MADPOModule(
+            agents=[job["model"]] * 2,
+            dpo_beta=common.DPO_BETA,
+            agent_learning_rate=common.LEARNING_RATE,
+            max_new_tokens=job["max_new_tokens"],
+            **common.GENERATION,
         )
-        trainer = Trainer(accelerator="cpu", devices=1, max_epochs=job["rounds"], default_root_dir=root, logger=False,
-                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                          num_sanity_val_steps=0, reload_dataloaders_every_n_epochs=1)
+        data = IterativePreferenceDataModule(
+            train_dataset=common.items(job["items"]),
+            eval_dataset=None,
+            formatters=list(common.FORMATTERS),
+            reward_func=common.reward,
+            num_iterations=job["rounds"],
+            num_train_epochs=1,
+            preference_num_candidates=job["candidates"],
+            comparator=HistoryComparator(k=1, num_candidates=job["candidates"]),
+            preference_pairs_per_sample=job["pairs_per_sample"],
+            train_batch_size=job["train_batch_size"],
+            eval_num_samples=0,
+        )
+        trainer = Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_epochs=job["rounds"],
+            default_root_dir=root,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            reload_dataloaders_every_n_epochs=1,
+        )
         trainer.fit(module, data)
-    return {"seconds": time.perf_counter() - started, "rounds": job["rounds"], "updates": trainer.global_step,
-            "pairs": data.replay.total_pairs}
+    return {
+        "seconds": time.perf_counter() - started,
+        "rounds": job["rounds"],
+        "updates": trainer.global_step,
+        "pairs": data.replay.total_pairs,
+    }
 
 
 def matmul_peak(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -167,14 +219,20 @@ def versions(job: Dict[str, Any]) -> Dict[str, Any]:
     import lightning
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "lightning": lightning.__version__,
-            "threads": torch.get_num_threads()}
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "lightning": lightning.__version__,
+        "threads": torch.get_num_threads(),
+    }
 
 
 from scaling import large_vocab, replay_growth  # noqa: E402 - the scaling jobs run through this worker too
 
-JOBS = {f.__name__: f for f in (madpo_step, madpo_fit, collection, iterative, matmul_peak, versions, large_vocab,
-                                 replay_growth)}
+JOBS = {
+    f.__name__: f
+    for f in (madpo_step, madpo_fit, collection, iterative, matmul_peak, versions, large_vocab, replay_growth)
+}
 
 
 def run_job(job: Dict[str, Any]) -> Dict[str, Any]:

@@ -22,17 +22,33 @@ common.limit_threads()
 
 
 def _trainer(job: Dict[str, Any], iterative: bool = False, **config):
+    from comlrl.trainers.preference import (
+        MADPOConfig,
+        MADPOIterConfig,
+        MADPOIterTrainer,
+        MADPOTrainer,
+    )
     from transformers import AutoTokenizer
 
-    from comlrl.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOIterTrainer, MADPOTrainer
-
     config_cls, trainer_cls = (MADPOIterConfig, MADPOIterTrainer) if iterative else (MADPOConfig, MADPOTrainer)
-    args = config_cls(num_agents=2, agent_devices="cpu", agent_learning_rate=common.LEARNING_RATE,
-                      dpo_beta=common.DPO_BETA, eval_interval=0, **config)
+    args = config_cls(
+        num_agents=2,
+        agent_devices="cpu",
+        agent_learning_rate=common.LEARNING_RATE,
+        dpo_beta=common.DPO_BETA,
+        eval_interval=0,
+        **config,
+    )
     tokenizer = AutoTokenizer.from_pretrained(job["model"])
-    return trainer_cls(agents=[job["model"]] * 2, num_agents=2, tokenizer=tokenizer,
-                       train_dataset=common.items(job.get("items", 1)), reward_func=common.reward,
-                       formatters=list(common.FORMATTERS), args=args)
+    return trainer_cls(
+        agents=[job["model"]] * 2,
+        num_agents=2,
+        tokenizer=tokenizer,
+        train_dataset=common.items(job.get("items", 1)),
+        reward_func=common.reward,
+        formatters=list(common.FORMATTERS),
+        args=args,
+    )
 
 
 def madpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -47,9 +63,17 @@ def madpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
             AgentPreferenceTensors(torch.tensor(p), torch.tensor(w), torch.tensor(lo))
             for p, w, lo in zip(raw["prompt_ids"], raw["winner_ids"], raw["loser_ids"])
         ]
-        pool.append(PreferencePair(prompts=raw["prompts"], winner_completions=["", ""], loser_completions=["", ""],
-                                   agent_tensors=tensors, winner_reward=1.0, loser_reward=0.0,
-                                   candidate_reward_mean=0.5))
+        pool.append(
+            PreferencePair(
+                prompts=raw["prompts"],
+                winner_completions=["", ""],
+                loser_completions=["", ""],
+                agent_tensors=tensors,
+                winner_reward=1.0,
+                loser_reward=0.0,
+                candidate_reward_mean=0.5,
+            )
+        )
     step = trainer._update_from_preference_batch
     result = common.time_steps(step, pool, job["batch_size"], job["min_pairs"], job["min_seconds"])
     if job.get("count_flops"):
@@ -58,8 +82,14 @@ def madpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def collection(job: Dict[str, Any]) -> Dict[str, Any]:
-    trainer = _trainer(job, preference_num_candidates=job["candidates"], preference_pairs_per_sample=16,
-                       pair_selection="reward_gap", max_new_tokens=job["max_new_tokens"], **common.GENERATION)
+    trainer = _trainer(
+        job,
+        preference_num_candidates=job["candidates"],
+        preference_pairs_per_sample=16,
+        pair_selection="reward_gap",
+        max_new_tokens=job["max_new_tokens"],
+        **common.GENERATION,
+    )
     for agent in trainer.agents:
         agent.train()
     items = trainer.train_dataset
@@ -75,11 +105,19 @@ def iterative(job: Dict[str, Any]) -> Dict[str, Any]:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
         trainer = _trainer(
-            job, iterative=True, num_iterations=job["rounds"], num_train_epochs=1,
-            preference_num_candidates=job["candidates"], comparator_num_candidates=job["candidates"],
-            preference_pairs_per_sample=job["pairs_per_sample"], comparator_policy="history", comparator_history_k=1,
-            train_batch_size=job["train_batch_size"], max_new_tokens=job["max_new_tokens"],
-            preference_replay_dir=os.path.join(root, "replay"), policy_checkpoint_dir=os.path.join(root, "policies"),
+            job,
+            iterative=True,
+            num_iterations=job["rounds"],
+            num_train_epochs=1,
+            preference_num_candidates=job["candidates"],
+            comparator_num_candidates=job["candidates"],
+            preference_pairs_per_sample=job["pairs_per_sample"],
+            comparator_policy="history",
+            comparator_history_k=1,
+            train_batch_size=job["train_batch_size"],
+            max_new_tokens=job["max_new_tokens"],
+            preference_replay_dir=os.path.join(root, "replay"),
+            policy_checkpoint_dir=os.path.join(root, "policies"),
             **common.GENERATION,
         )
         trainer.train()
@@ -91,8 +129,12 @@ def versions(job: Dict[str, Any]) -> Dict[str, Any]:
 
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "comlrl": version("comlrl"),
-            "threads": torch.get_num_threads()}
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "comlrl": version("comlrl"),
+        "threads": torch.get_num_threads(),
+    }
 
 
 JOBS = {f.__name__: f for f in (madpo_step, collection, iterative, versions)}

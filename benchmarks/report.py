@@ -33,7 +33,12 @@ def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
     steps, largest = results["madpo_step"], max(results["plan"]["batch_sizes"])
     for model in results["plan"]["models"]:
         sides = steps[model][largest]
-        lines.append((f"madpo_step_speedup_{model}", _ratio(sides["ours"]["pairs_per_s"], (sides.get("reference") or {}).get("pairs_per_s"))))
+        lines.append(
+            (
+                f"madpo_step_speedup_{model}",
+                _ratio(sides["ours"]["pairs_per_s"], (sides.get("reference") or {}).get("pairs_per_s")),
+            )
+        )
     for model in results["plan"]["models"]:
         sides = results["collection"][model]
         name = "collection_speedup" if model == "tiny" else f"collection_speedup_{model}"
@@ -43,7 +48,9 @@ def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
     lines.append(("iterative_speedup", _ratio(reference_seconds, iterative["ours"]["seconds"])))
     for model in results["plan"]["models"]:
         lines.append((f"madpo_pairs_per_s_{model}_ours", steps[model][largest]["ours"]["pairs_per_s"]))
-        lines.append((f"madpo_pairs_per_s_{model}_reference", (steps[model][largest].get("reference") or {}).get("pairs_per_s")))
+        lines.append(
+            (f"madpo_pairs_per_s_{model}_reference", (steps[model][largest].get("reference") or {}).get("pairs_per_s"))
+        )
     flops = results.get("flops") or {}
     lines.append(("matmul_peak_gflops", results["peak"]["flops_per_s"] / 1e9))
     lines.append(("train_flops_fraction_of_peak_ours", flops.get("ours")))
@@ -51,18 +58,39 @@ def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
     for model, settings in (results.get("madpo_checkpointing") or {}).items():
         reference = steps[model][largest].get("reference") or {}
         for every, ours in settings.items():
-            lines.append((f"madpo_step_speedup_{model}_checkpoint_every_{every}", _ratio(ours["pairs_per_s"], reference.get("pairs_per_s"))))
-            lines.append((f"madpo_step_peak_rss_ours_over_reference_{model}_checkpoint_every_{every}", _ratio(_rss(ours), _rss(reference))))
+            lines.append(
+                (
+                    f"madpo_step_speedup_{model}_checkpoint_every_{every}",
+                    _ratio(ours["pairs_per_s"], reference.get("pairs_per_s")),
+                )
+            )
+            lines.append(
+                (
+                    f"madpo_step_peak_rss_ours_over_reference_{model}_checkpoint_every_{every}",
+                    _ratio(_rss(ours), _rss(reference)),
+                )
+            )
     for model, bound in (results.get("madpo_attention_free") or {}).items():
         reference = steps[model][largest].get("reference") or {}
-        lines.append((f"madpo_step_speedup_{model}_attention_free_bound", _ratio(bound["pairs_per_s"], reference.get("pairs_per_s"))))
+        lines.append(
+            (
+                f"madpo_step_speedup_{model}_attention_free_bound",
+                _ratio(bound["pairs_per_s"], reference.get("pairs_per_s")),
+            )
+        )
     lines.append(("peak_rss_ours_over_reference_max", _max_rss_ratio(_all_pairs(results))))
     # the same with collection's generation batch capped at 64 sequences
-    lines.append(("peak_rss_ours_over_reference_max_batch_64", _max_rss_ratio(_all_pairs(results, collection="ours_batch_64"))))
+    lines.append(
+        ("peak_rss_ours_over_reference_max_batch_64", _max_rss_ratio(_all_pairs(results, collection="ours_batch_64")))
+    )
     # ... and the largest training batch with every 2nd layer checkpointed
     if results.get("madpo_checkpointing"):
-        lines.append(("peak_rss_ours_over_reference_max_batch_64_checkpoint_every_2",
-                      _max_rss_ratio(_all_pairs(results, collection="ours_batch_64", checkpoint_every=2))))
+        lines.append(
+            (
+                "peak_rss_ours_over_reference_max_batch_64_checkpoint_every_2",
+                _max_rss_ratio(_all_pairs(results, collection="ours_batch_64", checkpoint_every=2)),
+            )
+        )
     return lines
 
 
@@ -72,7 +100,9 @@ def _max_rss_ratio(pairs: List[Dict[str, Any]]) -> Optional[float]:
     return max(ratios) if ratios else None
 
 
-def _all_pairs(results: Dict[str, Any], collection: str = "ours", checkpoint_every: Optional[int] = None) -> List[Dict[str, Any]]:
+def _all_pairs(
+    results: Dict[str, Any], collection: str = "ours", checkpoint_every: Optional[int] = None
+) -> List[Dict[str, Any]]:
     """Every (ours, reference) measurement; ``collection`` picks which of our collection runs counts,
     ``checkpoint_every`` the checkpointed run that replaces ours at the largest training batch."""
     largest = max(results["plan"]["batch_sizes"])
@@ -133,7 +163,9 @@ def markdown(results: Dict[str, Any]) -> str:
             "by passing the values through, so it costs everything but attention (collation, layout, the other layers, "
             "loss, AdamW).",
             "",
-            "| MADPO training, batch " + str(largest) + " | setting | ours pairs/s | speedup | peak RSS ref / ours (MB) |",
+            "| MADPO training, batch "
+            + str(largest)
+            + " | setting | ours pairs/s | speedup | peak RSS ref / ours (MB) |",
             "|---|---|---|---|---|",
         ]
         for model, settings in checkpointing.items():
@@ -214,7 +246,7 @@ def markdown(results: Dict[str, Any]) -> str:
         "backward) is about a tenth. On the tiny model (hidden size 64, 1.1 GFLOP per step) the matmuls take about a "
         "third of the step, attention's kernels (CPU flash, forward and backward, on 16-wide heads) about a sixth and "
         "its gathers about a tenth; the rest is the elementwise ops and autograd bookkeeping of the Hugging Face layers. "
-        "The bound row (\"no attention\") is the step with attention made free: the tiny model's speedup cannot "
+        'The bound row ("no attention") is the step with attention made free: the tiny model\'s speedup cannot '
         "exceed it whatever the attention layout, so 10x needs that row well above 10x. SDPA's math kernel is slower "
         "than the flash one here, and `torch.compile` of the decoder layers (attention left eager) gained about 4% "
         "on the tiny model and 2% on the small one. Collection: ours samples a shard's items in as few "
@@ -244,7 +276,7 @@ def update_page(page: Path, body: str) -> None:
     block = f"{START}\n\n{body.rstrip()}\n\n{END}"
     existing = re.search(rf"^{re.escape(START)}\n.*?^{re.escape(END)}$", text, flags=re.S | re.M)
     if existing:
-        text = text[: existing.start()] + block + text[existing.end():]
+        text = text[: existing.start()] + block + text[existing.end() :]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     page.write_text(text, encoding="utf-8")

@@ -48,7 +48,11 @@ class Runner:
         self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), self.env.get("PYTHONPATH")]))
 
     def __call__(self, side: str, job: Dict[str, Any]) -> Dict[str, Any]:
-        label = f"{side:9s} {job['job']:11s} " + " ".join(f"{k}={v}" for k, v in job.items() if k in ("model_name", "batch_size", "checkpoint_every_n_layers", "attention_free"))
+        label = f"{side:9s} {job['job']:11s} " + " ".join(
+            f"{k}={v}"
+            for k, v in job.items()
+            if k in ("model_name", "batch_size", "checkpoint_every_n_layers", "attention_free")
+        )
         print(f"  {label} ...", end="", flush=True)
         if side == "ours" and self.in_process:
             import ours
@@ -57,12 +61,18 @@ class Runner:
         else:
             python = sys.executable if side == "ours" else str(self.reference_python)
             script = HERE / ("ours.py" if side == "ours" else "reference.py")
-            done = subprocess.run([python, str(script), json.dumps(job)], env=self.env, cwd=HERE, capture_output=True,
-                                  text=True, timeout=1800)
+            done = subprocess.run(
+                [python, str(script), json.dumps(job)],
+                env=self.env,
+                cwd=HERE,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
             lines = [line for line in done.stdout.splitlines() if line.startswith(common.RESULT_PREFIX)]
             if done.returncode != 0 or not lines:
                 raise RuntimeError(f"{side} {job} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-            result = json.loads(lines[-1][len(common.RESULT_PREFIX):])
+            result = json.loads(lines[-1][len(common.RESULT_PREFIX) :])
         shown = {k: round(v, 2) for k, v in result.items() if isinstance(v, float) and k != "peak_rss_mb"}
         print(f" {shown} rss={result.get('peak_rss_mb') and round(result['peak_rss_mb'])}MB", flush=True)
         return result
@@ -76,26 +86,44 @@ def machine_info() -> Dict[str, Any]:
     except (OSError, StopIteration):
         pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": memory, "python": platform.python_version(),
-            "ours_version": version("comlrl-lightning"), "date": datetime.date.today().isoformat()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": memory,
+        "python": platform.python_version(),
+        "ours_version": version("comlrl-lightning"),
+        "date": datetime.date.today().isoformat(),
+    }
 
 
 def measure(plan: Dict[str, Any], run: Runner, sides: list, models: Dict[str, Dict], quick: bool) -> Dict[str, Any]:
     largest = max(plan["batch_sizes"])
     flops_model = "small" if "small" in plan["models"] else plan["models"][0]
     results: Dict[str, Any] = {
-        "quick": quick, "plan": dict(plan, flops_model=flops_model), "machine": machine_info(),
+        "quick": quick,
+        "plan": dict(plan, flops_model=flops_model),
+        "machine": machine_info(),
         "models": {name: {"parameters": models[name]["parameters"]} for name in plan["models"]},
         "vocab_size": models["tiny"]["vocab_size"],
         "versions": {side: run(side, {"job": "versions"}) for side in sides},
         "peak": run("ours", {"job": "matmul_peak", "size": plan["matmul_size"]}),
-        "madpo_step": {}, "madpo_fit": {}, "madpo_checkpointing": {}, "madpo_attention_free": {}, "collection": {},
+        "madpo_step": {},
+        "madpo_fit": {},
+        "madpo_checkpointing": {},
+        "madpo_attention_free": {},
+        "collection": {},
     }
     for name in plan["models"]:
         model = {"model": models[name]["path"], "model_name": name}
         results["madpo_step"][name] = {}
-        step = dict(model, job="madpo_step", pair_pool=plan["pair_pool"], completion_lengths=plan["completion_lengths"],
-                    min_pairs=plan["step_min_pairs"][name], min_seconds=plan["step_min_seconds"])
+        step = dict(
+            model,
+            job="madpo_step",
+            pair_pool=plan["pair_pool"],
+            completion_lengths=plan["completion_lengths"],
+            min_pairs=plan["step_min_pairs"][name],
+            min_seconds=plan["step_min_seconds"],
+        )
         for batch in plan["batch_sizes"]:
             job = dict(step, batch_size=batch, count_flops=(name == flops_model and batch == largest))
             results["madpo_step"][name][batch] = {side: run(side, job) for side in sides}
@@ -106,8 +134,14 @@ def measure(plan: Dict[str, Any], run: Runner, sides: list, models: Dict[str, Di
         }
         # a bound: everything but attention (what any attention layout adds its cost to)
         results["madpo_attention_free"][name] = run("ours", dict(step, attention_free=True))
-        fit = dict(model, job="madpo_fit", batch_size=largest, pair_pool=plan["pair_pool"],
-                   completion_lengths=plan["completion_lengths"], min_pairs=3 * plan["step_min_pairs"][name])
+        fit = dict(
+            model,
+            job="madpo_fit",
+            batch_size=largest,
+            pair_pool=plan["pair_pool"],
+            completion_lengths=plan["completion_lengths"],
+            min_pairs=3 * plan["step_min_pairs"][name],
+        )
         results["madpo_fit"][name] = {largest: run("ours", fit)}
         collection = dict(model, job="collection", **plan["collection"])
         results["collection"][name] = {side: run(side, collection) for side in sides}
@@ -130,13 +164,27 @@ def main(argv=None) -> Dict[str, Any]:
     parser.add_argument("--ours-only", action="store_true", help="skip the reference (no venv needed)")
     parser.add_argument("--in-process", action="store_true", help="run our jobs in this process (implies --ours-only)")
     parser.add_argument("--out", type=Path, default=HERE, help="folder for RESULTS.md (default: benchmarks/)")
-    parser.add_argument("--docs-page", "--readme", dest="docs_page", type=Path, default=HERE.parent / "docs" / "performance.md",
-                        help="the page whose generated results a full run replaces (default: docs/performance.md)")
-    parser.add_argument("--no-docs", "--no-readme", dest="no_docs", action="store_true",
-                        help="do not update the docs performance page (--no-readme: the old name)")
+    parser.add_argument(
+        "--docs-page",
+        "--readme",
+        dest="docs_page",
+        type=Path,
+        default=HERE.parent / "docs" / "performance.md",
+        help="the page whose generated results a full run replaces (default: docs/performance.md)",
+    )
+    parser.add_argument(
+        "--no-docs",
+        "--no-readme",
+        dest="no_docs",
+        action="store_true",
+        help="do not update the docs performance page (--no-readme: the old name)",
+    )
     parser.add_argument("--reference-venv", type=Path, default=None)
-    parser.add_argument("--only-scaling", action="store_true",
-                        help="only the large-vocabulary and replay-history rows (ours; writes SCALING.md)")
+    parser.add_argument(
+        "--only-scaling",
+        action="store_true",
+        help="only the large-vocabulary and replay-history rows (ours; writes SCALING.md)",
+    )
     args = parser.parse_args(argv)
     if args.only_scaling:
         return run_scaling(args)

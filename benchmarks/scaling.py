@@ -25,13 +25,20 @@ def large_vocab(job: Dict[str, Any]) -> Dict[str, Any]:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from comlrl_lightning import MADPOModule
+    from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.defaults import build_char_tokenizer
     from comlrl_lightning.losses import madpo_loss
-    from comlrl_lightning.pairs import PreferencePair
 
-    config = Qwen2Config(vocab_size=job["vocab"], hidden_size=job["hidden"], intermediate_size=4 * job["hidden"],
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                         max_position_embeddings=1024)
+    config = Qwen2Config(
+        vocab_size=job["vocab"],
+        hidden_size=job["hidden"],
+        intermediate_size=4 * job["hidden"],
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        max_position_embeddings=1024,
+    )
     agents = []
     for seed in range(2):
         torch.manual_seed(seed)
@@ -48,9 +55,19 @@ def large_vocab(job: Dict[str, Any]) -> Dict[str, Any]:
     pool = []
     for _ in range(2 * job["batch_size"]):
         prompt = [ids(job["prompt"]) for _ in range(2)]
-        pool.append(PreferencePair(["p", "p"], ["w", "w"], ["l", "l"], 1.0, 0.0, 0.5, prompt_ids=prompt,
-                                   winner_ids=[ids(job["completion"]) for _ in range(2)],
-                                   loser_ids=[ids(job["completion"]) for _ in range(2)]))
+        pool.append(
+            PreferencePair(
+                ["p", "p"],
+                ["w", "w"],
+                ["l", "l"],
+                1.0,
+                0.0,
+                0.5,
+                prompt_ids=prompt,
+                winner_ids=[ids(job["completion"]) for _ in range(2)],
+                loser_ids=[ids(job["completion"]) for _ in range(2)],
+            )
+        )
 
     def step(batch):
         optimizer.zero_grad(set_to_none=True)
@@ -64,30 +81,49 @@ def large_vocab(job: Dict[str, Any]) -> Dict[str, Any]:
 def replay_growth(job: Dict[str, Any]) -> Dict[str, Any]:
     """Write ``rounds`` rounds of ``records`` records (about ``record_bytes`` each); time the draw at
     round ``early`` and at the last round (all_history, ``draws`` per round, best of 3)."""
-    from comlrl_lightning.replay import AllHistoryReplay, ReplayBuffer
+    from comlrl_lightning.data.replay import AllHistoryReplay, ReplayBuffer
 
     filler = "x" * job["record_bytes"]
     timings = {}
     with tempfile.TemporaryDirectory(prefix="replay-growth-") as root:
         buffer = ReplayBuffer(root, AllHistoryReplay(sample_size=job["draws"]))
         for round_index in range(1, job["rounds"] + 1):
-            buffer.write_round(round_index, [{"prompts": [filler], "round": round_index, "index": i}
-                                             for i in range(job["records"])])
+            buffer.write_round(
+                round_index, [{"prompts": [filler], "round": round_index, "index": i} for i in range(job["records"])]
+            )
             if round_index in (job["early"], job["rounds"]):
                 timings[round_index], _ = common.best_of(lambda: buffer.sample(0, random.Random(round_index)))
         history_mb = sum(s.num_pairs for s in buffer.shards) * job["record_bytes"] / 2**20
     early, late = timings[job["early"]], timings[job["rounds"]]
-    return {"early_round": job["early"], "late_round": job["rounds"], "early_seconds": early, "late_seconds": late,
-            "growth": late / early, "history_mb": history_mb}
+    return {
+        "early_round": job["early"],
+        "late_round": job["rounds"],
+        "early_seconds": early,
+        "late_seconds": late,
+        "growth": late / early,
+        "history_mb": history_mb,
+    }
 
 
 # ------------------------------------------------------------------------------------------------
 # Plan, report and summary lines (used by run.py)
 
-FULL = dict(vocabs=[32768, 151936, 256000], hidden=128, batch_size=16, prompt=16, completion=64,
-            replay=dict(rounds=200, early=10, records=2000, record_bytes=1200, draws=2000))
-QUICK = dict(vocabs=[4096], hidden=32, batch_size=2, prompt=4, completion=8,
-             replay=dict(rounds=6, early=2, records=20, record_bytes=100, draws=20))
+FULL = dict(
+    vocabs=[32768, 151936, 256000],
+    hidden=128,
+    batch_size=16,
+    prompt=16,
+    completion=64,
+    replay=dict(rounds=200, early=10, records=2000, record_bytes=1200, draws=2000),
+)
+QUICK = dict(
+    vocabs=[4096],
+    hidden=32,
+    batch_size=2,
+    prompt=4,
+    completion=8,
+    replay=dict(rounds=6, early=2, records=20, record_bytes=100, draws=20),
+)
 RATIO_VOCAB = 151936
 """The vocabulary of the summary ratios (Qwen 2.5's)."""
 
@@ -96,8 +132,13 @@ def measure(run, quick: bool) -> Dict[str, Any]:
     """Both scoring paths at each vocabulary size, and the replay growth; each job in its own process."""
     plan = QUICK if quick else FULL
     step = {k: plan[k] for k in ("hidden", "batch_size", "prompt", "completion")}
-    vocab = {size: {path: run("ours", dict(step, job="large_vocab", vocab=size, fused=path == "fused"))
-                    for path in ("fused", "materialised")} for size in plan["vocabs"]}
+    vocab = {
+        size: {
+            path: run("ours", dict(step, job="large_vocab", vocab=size, fused=path == "fused"))
+            for path in ("fused", "materialised")
+        }
+        for size in plan["vocabs"]
+    }
     return {"plan": plan, "large_vocab": vocab, "replay": run("ours", dict(plan["replay"], job="replay_growth"))}
 
 
@@ -108,9 +149,11 @@ def summary(results: Dict[str, Any]) -> list:
     memory = None
     if fused.get("peak_rss_mb") and materialised.get("peak_rss_mb"):
         memory = fused["peak_rss_mb"] / materialised["peak_rss_mb"]
-    return [("large_vocab_memory_ratio", memory),
-            ("large_vocab_speed_ratio", fused["pairs_per_s"] / materialised["pairs_per_s"]),
-            ("replay_sample_growth", results["replay"]["growth"])]
+    return [
+        ("large_vocab_memory_ratio", memory),
+        ("large_vocab_speed_ratio", fused["pairs_per_s"] / materialised["pairs_per_s"]),
+        ("replay_sample_growth", results["replay"]["growth"]),
+    ]
 
 
 def markdown(results: Dict[str, Any]) -> str:
@@ -130,9 +173,11 @@ def markdown(results: Dict[str, Any]) -> str:
         fused, materialised = paths["fused"], paths["materialised"]
         rss = [p.get("peak_rss_mb") for p in (fused, materialised)]
         ratio = f"{rss[0] / rss[1]:.2f}" if all(rss) else "n/a"
-        lines.append(f"| {int(size):,} | {fused['pairs_per_s']:.3f} | {materialised['pairs_per_s']:.3f} | "
-                     f"{fused['pairs_per_s'] / materialised['pairs_per_s']:.2f} | "
-                     f"{rss[0] and round(rss[0])} | {rss[1] and round(rss[1])} | {ratio} |")
+        lines.append(
+            f"| {int(size):,} | {fused['pairs_per_s']:.3f} | {materialised['pairs_per_s']:.3f} | "
+            f"{fused['pairs_per_s'] / materialised['pairs_per_s']:.2f} | "
+            f"{rss[0] and round(rss[0])} | {rss[1] and round(rss[1])} | {ratio} |"
+        )
     lines += [
         "",
         "### Long replay histories: a draw reads only the records it takes",

@@ -1,4 +1,4 @@
-"""Per-rank memory and step time of FSDP2 sharding (``comlrl_lightning.sharding.shard_model``) against DDP.
+"""Per-rank memory and step time of FSDP2 sharding (``comlrl_lightning.runtime.sharding.shard_model``) against DDP.
 
 Two CPU processes (gloo) train the same GPT-2 of about 30M parameters on the same token batches,
 once sharded per decoder layer and root exactly as the team modules shard an agent, once
@@ -51,7 +51,7 @@ def worker(rank: int, world: int, kind: str, port: int, out: str) -> None:
     if kind == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
 
-        from comlrl_lightning.sharding import shard_model
+        from comlrl_lightning.runtime.sharding import shard_model
 
         shard_model(model, init_device_mesh("cpu", (world,)))
         trained = model
@@ -70,8 +70,14 @@ def worker(rank: int, world: int, kind: str, port: int, out: str) -> None:
         if step >= WARMUP:
             times.append(time.perf_counter() - started)
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0]
-    result = {"kind": kind, "rank": rank, "parameters": parameters, "param_bytes": local_bytes(model.parameters()),
-              "optimizer_bytes": local_bytes(state), "step_seconds": sum(times) / len(times)}
+    result = {
+        "kind": kind,
+        "rank": rank,
+        "parameters": parameters,
+        "param_bytes": local_bytes(model.parameters()),
+        "optimizer_bytes": local_bytes(state),
+        "step_seconds": sum(times) / len(times),
+    }
     Path(out, f"{kind}_{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
@@ -81,19 +87,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         for offset, kind in enumerate(("ddp", "fsdp")):
             mp.spawn(worker, args=(world, kind, 29_611 + offset, out), nprocs=world, join=True)
-        results = {kind: [json.loads(Path(out, f"{kind}_{r}.json").read_text()) for r in range(world)] for kind in ("ddp", "fsdp")}
+        results = {
+            kind: [json.loads(Path(out, f"{kind}_{r}.json").read_text()) for r in range(world)]
+            for kind in ("ddp", "fsdp")
+        }
     mib = 2**20
-    rows = ["| strategy | parameters + AdamW state per rank | ratio to DDP | step time (s) | ratio to DDP |", "|---|---|---|---|---|"]
+    rows = [
+        "| strategy | parameters + AdamW state per rank | ratio to DDP | step time (s) | ratio to DDP |",
+        "|---|---|---|---|---|",
+    ]
     ddp = results["ddp"][0]
     for kind in ("ddp", "fsdp"):
         r = results[kind][0]
         memory = (r["param_bytes"] + r["optimizer_bytes"]) / mib
         ratio = (r["param_bytes"] + r["optimizer_bytes"]) / (ddp["param_bytes"] + ddp["optimizer_bytes"])
         label = "DDP (replicated)" if kind == "ddp" else f"FSDP2 over {world} ranks"
-        rows.append(f"| {label} | {memory:.1f} MiB | {ratio:.3f} | {r['step_seconds']:.3f} | {r['step_seconds'] / ddp['step_seconds']:.2f} |")
-    text = (f"GPT-2 with {ddp['parameters'] / 1e6:.1f}M parameters, float32, {world} CPU processes (gloo), "
-            f"batch {BATCH} x {LENGTH} tokens, mean of {STEPS - WARMUP} steps after {WARMUP} warm-up steps.\n\n"
-            + "\n".join(rows) + "\n")
+        rows.append(
+            f"| {label} | {memory:.1f} MiB | {ratio:.3f} | {r['step_seconds']:.3f} | {r['step_seconds'] / ddp['step_seconds']:.2f} |"
+        )
+    text = (
+        f"GPT-2 with {ddp['parameters'] / 1e6:.1f}M parameters, float32, {world} CPU processes (gloo), "
+        f"batch {BATCH} x {LENGTH} tokens, mean of {STEPS - WARMUP} steps after {WARMUP} warm-up steps.\n\n"
+        + "\n".join(rows)
+        + "\n"
+    )
     print(text)
     Path(__file__).with_name("SHARDING.md").write_text(text)
 

@@ -1,7 +1,27 @@
-"""comlrl-lightning: train teams of cooperating LLM agents from preferences, with PyTorch Lightning."""
+"""comlrl-lightning: train teams of cooperating LLM agents from preferences, with PyTorch Lightning.
 
-from .collaboration import Centralized, Decentralized
-from .comparators import (
+The package is layered; each layer imports only the ones below it:
+
+* foundation modules: :mod:`.options` (validation), :mod:`.losses` (the math), :mod:`.defaults`
+  (the embedded tiny model and toy task);
+* :mod:`.runtime`: processes, sharding, devices, random streams, files, locks, progress, quiet;
+* :mod:`.team`: the agents, their tokenizers and scoring (LoRA, packed scoring, fused head);
+* :mod:`.generation` (sampling backends) and :mod:`.models` (reward model, critics);
+* :mod:`.data`: the round pipeline (task, oracle, collection, pairs, replay, round files, snapshots);
+* :mod:`.comparators`: the other side of every iterative comparison;
+* :mod:`.modules` (LightningModules) and :mod:`.datamodules` (LightningDataModules);
+* :mod:`.callbacks`: observers (reward curves, reward distributions, plots);
+* :mod:`.trainers` (the seed's Python API) and :mod:`.cli` (the ``comlrl-lightning`` command).
+
+The names below are the ones a config or a script usually needs.
+"""
+
+from comlrl_lightning.callbacks import (
+    ParameterSummary,
+    RewardCurvePlot,
+    RewardDistributions,
+)
+from comlrl_lightning.comparators import (
     ApiComparator,
     CentralizedComparator,
     Comparator,
@@ -10,24 +30,46 @@ from .comparators import (
     HistoryComparator,
     ModelComparator,
 )
-from .critics import IndividualCritics, SharedCritic
-from .data import PreferenceDataModule, TaskDataModule
-from .generation import Generator, HFGenerator, VLLMGenerator
-from .item_sources import HFDataset
-from .iterative import IterativePreferenceDataModule
-from .losses import bradley_terry_loss, madpo_loss
-from .modules import MADPOModule, MAGRPOModule, MARLHFModule, RewardModelModule, RoundFilesDataModule, TeamModule
-from .options import OptionError
-from .pairs import PreferencePair
-from .quiet import install_noise_filters
-from .replay import AllHistoryReplay, CurrentReplay, LambdaDecayReplay, NearestKReplay, ReplayRule
-from .reward_distribution import RewardDistributions
-from .task import Task
-from .team import GenerationSettings, Team
+from comlrl_lightning.data import (
+    AllHistoryReplay,
+    CurrentReplay,
+    HFDataset,
+    LambdaDecayReplay,
+    NearestKReplay,
+    PreferencePair,
+    ReplayRule,
+    Task,
+)
+from comlrl_lightning.datamodules import (
+    IterativePreferenceDataModule,
+    PreferenceDataModule,
+    RoundFilesDataModule,
+    TaskDataModule,
+)
+from comlrl_lightning.generation import (
+    GenerationSettings,
+    Generator,
+    HFGenerator,
+    VLLMGenerator,
+)
+from comlrl_lightning.losses import bradley_terry_loss, madpo_loss
+from comlrl_lightning.models import IndividualCritics, SharedCritic
+from comlrl_lightning.modules import (
+    Centralized,
+    Decentralized,
+    MADPOModule,
+    MAGRPOModule,
+    MARLHFModule,
+    RewardModelModule,
+    TeamModule,
+)
+from comlrl_lightning.options import OptionError
+from comlrl_lightning.runtime.quiet import install_noise_filters
+from comlrl_lightning.team.team import Team
 
 __version__ = "0.1.0"
 
-install_noise_filters()  # two exact, harmless Lightning messages (see comlrl_lightning.quiet)
+install_noise_filters()  # two exact, harmless Lightning messages (see comlrl_lightning.runtime.quiet)
 
 __all__ = [
     "AllHistoryReplay",
@@ -39,30 +81,32 @@ __all__ = [
     "CurrentCopyComparator",
     "CurrentReplay",
     "Decentralized",
+    "GenerationSettings",
     "Generator",
     "HFDataset",
     "HFGenerator",
     "HistoryComparator",
     "IndividualCritics",
-    "LambdaDecayReplay",
-    "ModelComparator",
-    "NearestKReplay",
-    "ReplayRule",
-    "RewardDistributions",
-    "SharedCritic",
-    "GenerationSettings",
     "IterativePreferenceDataModule",
+    "LambdaDecayReplay",
     "MADPOModule",
     "MAGRPOModule",
     "MARLHFModule",
-    "RewardModelModule",
-    "RoundFilesDataModule",
+    "ModelComparator",
+    "NearestKReplay",
     "OptionError",
+    "ParameterSummary",
     "PreferenceDataModule",
     "PreferencePair",
+    "ReplayRule",
+    "RewardCurvePlot",
+    "RewardDistributions",
+    "RewardModelModule",
+    "RoundFilesDataModule",
+    "SharedCritic",
     "Task",
-    "Team",
     "TaskDataModule",
+    "Team",
     "TeamModule",
     "VLLMGenerator",
     "bradley_terry_loss",

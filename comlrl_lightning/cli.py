@@ -17,8 +17,8 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
-from .checkpoint_io import is_remote
-from .options import OptionError
+from comlrl_lightning.options import OptionError
+from comlrl_lightning.runtime.checkpoint_io import is_remote
 
 
 def total_epochs(data_options) -> int:
@@ -37,8 +37,9 @@ class PreferenceCLI(LightningCLI):
         parser.link_arguments("trainer.default_root_dir", "trainer.logger.init_args.save_dir")
         # A CSV logger unless the config names one: Lightning's default (logger: true) would print
         # a notice about TensorBoard not being installed.
-        parser.set_defaults({"trainer.logger": {"class_path": "lightning.pytorch.loggers.CSVLogger",
-                                                "init_args": {"save_dir": "."}}})
+        parser.set_defaults(
+            {"trainer.logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "."}}}
+        )
 
     def _parse_ckpt_path(self) -> None:
         """Resuming keeps the options of this command line and config, and says what changed.
@@ -55,16 +56,21 @@ class PreferenceCLI(LightningCLI):
         if not ckpt_path:
             return
         if is_remote(str(ckpt_path)):
-            print(f"error: ckpt_path {ckpt_path!r} is remote; download it and pass a local file "
-                  "(a checkpoint is loaded with weights_only=False, which runs code from it).", file=sys.stderr)
+            print(
+                f"error: ckpt_path {ckpt_path!r} is remote; download it and pass a local file "
+                "(a checkpoint is loaded with weights_only=False, which runs code from it).",
+                file=sys.stderr,
+            )
             raise SystemExit(2)
         if Path(ckpt_path).is_file():
             saved = torch.load(ckpt_path, weights_only=True, map_location="cpu").get("hyper_parameters", {})
             given = self.config[self.config.subcommand].get("model", {}).get("init_args", {})
             for name, value in sorted(saved.items()):
                 if name in given and given[name] != value and not name.startswith("_"):
-                    rank_zero_info(f"resuming with model option {name} = {given[name]!r} (the checkpoint was "
-                                   f"trained with {value!r}); the given options win.")
+                    rank_zero_info(
+                        f"resuming with model option {name} = {given[name]!r} (the checkpoint was "
+                        f"trained with {value!r}); the given options win."
+                    )
 
     def instantiate_classes(self) -> None:
         try:

@@ -22,7 +22,7 @@ from typing import Dict, List
 
 import torch
 
-from .quiet import transformers_bars_off
+from comlrl_lightning.runtime.quiet import transformers_bars_off
 
 EMBEDDED = "embedded"
 """Model id / dataset name that selects the embedded default."""
@@ -68,7 +68,9 @@ def build_tiny_model(vocab_size: int, eos_token_id: int, seed: int = 0, n_layer:
     # 512 positions, so the seed's default max_new_tokens=256 fits after a prompt. The first 256
     # position rows (and every other weight) are those of the 256-position model drawn above, so
     # everything shorter than 256 tokens behaves exactly as before; the new rows have their own stream.
-    extra = torch.empty(256, n_embd).normal_(0.0, config.initializer_range, generator=torch.Generator().manual_seed(seed + 1))
+    extra = torch.empty(256, n_embd).normal_(
+        0.0, config.initializer_range, generator=torch.Generator().manual_seed(seed + 1)
+    )
     model.transformer.wpe.weight = torch.nn.Parameter(torch.cat([model.transformer.wpe.weight.data, extra]))
     model.transformer.wpe.num_embeddings = 512
     model.config.n_positions = 512

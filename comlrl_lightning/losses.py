@@ -68,7 +68,9 @@ ADVANTAGE_BASELINES = ("mean", "raw", "max", "rloo")
 """Group baselines: MAGRPO (mean), MAREINFORCE (raw), MAReMax (max), MARLOO (leave-one-out)."""
 
 
-def group_advantages(returns: torch.Tensor, baseline: str = "mean", normalize: bool = True, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    returns: torch.Tensor, baseline: str = "mean", normalize: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """Advantages of ``G`` samples of the same prompt; ``returns`` is ``[..., G]``.
 
     * ``mean``: ``A_g = R_g - mean(R)``;
@@ -115,8 +117,9 @@ def k3_kl(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask:
 # Actor-critic pieces (MAAC / IAC)
 
 
-def actor_critic_advantages(returns: torch.Tensor, values: torch.Tensor, normalize: bool = True,
-                            eps: float = 1e-6) -> torch.Tensor:
+def actor_critic_advantages(
+    returns: torch.Tensor, values: torch.Tensor, normalize: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """One-step actor-critic advantages ``A = R̃ - V`` over a whole update batch.
 
     ``returns`` are the (KL-shaped) returns ``R̃``, ``values`` the critic's ``V`` (or ``Q``) of the
@@ -130,8 +133,9 @@ def actor_critic_advantages(returns: torch.Tensor, values: torch.Tensor, normali
     return advantages
 
 
-def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None = None,
-               clip_range: float | None = None) -> torch.Tensor:
+def value_loss(
+    values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None = None, clip_range: float | None = None
+) -> torch.Tensor:
     """Mean squared error of the critic, optionally clipped around the values at rollout time.
 
     Unclipped: ``mean (V - R)^2``. With ``old_values`` and ``clip_range = c`` (PPO-style):

@@ -16,7 +16,7 @@ from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import CSVLogger
 
 from comlrl_lightning import MADPOModule, PreferenceDataModule, Team, madpo_loss
-from comlrl_lightning.team import pack_sequences
+from comlrl_lightning.team.team import pack_sequences
 
 
 def joint_reward(writer, matcher, batch_items=None):
@@ -37,19 +37,47 @@ class CountUpdates(Callback):
 
 def lightning_part(root: Path) -> dict:
     items = [{"prompt": word} for word in ("cat", "dog", "sun", "sea", "sky", "map", "pen", "cup")]
-    module = MADPOModule(agent_model="embedded", num_agents=2, dpo_beta=0.1, agent_learning_rate=3e-3,
-                         max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None)
-    data = PreferenceDataModule(train_dataset=items, eval_dataset=items[:4],
-                                formatters=["write about {prompt}:", "answer about {prompt}:"],
-                                reward_func=joint_reward, preference_num_candidates=6, preference_pairs_per_sample=4,
-                                train_batch_size=8, num_train_epochs=2, eval_num_samples=4, eval_batch_size=4)
+    module = MADPOModule(
+        agent_model="embedded",
+        num_agents=2,
+        dpo_beta=0.1,
+        agent_learning_rate=3e-3,
+        max_new_tokens=8,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,
+    )
+    data = PreferenceDataModule(
+        train_dataset=items,
+        eval_dataset=items[:4],
+        formatters=["write about {prompt}:", "answer about {prompt}:"],
+        reward_func=joint_reward,
+        preference_num_candidates=6,
+        preference_pairs_per_sample=4,
+        train_batch_size=8,
+        num_train_epochs=2,
+        eval_num_samples=4,
+        eval_batch_size=4,
+    )
     counter = CountUpdates()
-    trainer = Trainer(max_epochs=2, accelerator="cpu", callbacks=[counter], logger=CSVLogger(root, name="mine"),
-                      enable_progress_bar=False, num_sanity_val_steps=0, check_val_every_n_epoch=None,
-                      val_check_interval=2, log_every_n_steps=1)
+    trainer = Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        callbacks=[counter],
+        logger=CSVLogger(root, name="mine"),
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=None,
+        val_check_interval=2,
+        log_every_n_steps=1,
+    )
     trainer.fit(module, data)
-    return {"updates": counter.updates, "global_step": trainer.global_step, "pairs": len(data.pairs),
-            "metrics": Path(trainer.logger.log_dir) / "metrics.csv"}
+    return {
+        "updates": counter.updates,
+        "global_step": trainer.global_step,
+        "pairs": len(data.pairs),
+        "metrics": Path(trainer.logger.log_dir) / "metrics.csv",
+    }
 
 
 def plain_pytorch_part(steps: int = 3) -> list:

@@ -14,11 +14,25 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-TINY_MODEL = dict(agent_model="embedded", num_agents=2, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None,
-                  agent_learning_rate=3e-3)
-TINY_DATA = dict(train_dataset="embedded", eval_dataset="embedded", preference_num_candidates=4,
-                 preference_pairs_per_sample=4, train_batch_size=8, num_train_epochs=2, eval_num_samples=4,
-                 eval_batch_size=4)
+TINY_MODEL = dict(
+    agent_model="embedded",
+    num_agents=2,
+    max_new_tokens=6,
+    temperature=1.0,
+    top_p=1.0,
+    top_k=None,
+    agent_learning_rate=3e-3,
+)
+TINY_DATA = dict(
+    train_dataset="embedded",
+    eval_dataset="embedded",
+    preference_num_candidates=4,
+    preference_pairs_per_sample=4,
+    train_batch_size=8,
+    num_train_epochs=2,
+    eval_num_samples=4,
+    eval_batch_size=4,
+)
 
 
 def tiny_trainer(tmp_path, **overrides):

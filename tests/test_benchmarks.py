@@ -43,7 +43,13 @@ def test_quick_ours_only(bench, tmp_path, capsys):
         assert results["madpo_attention_free"][model]["pairs_per_s"] > 0
     assert results["iterative"]["ours"]["updates"] > 0 and results["peak"]["flops_per_s"] > 0
     table = (tmp_path / "RESULTS.md").read_text()
-    assert "| MADPO training |" in table and "`checkpoint_every_n_layers: 2`" in table and "bound: no attention" in table and "| Collection |" in table and "| Iterative MADPO" in table
+    assert (
+        "| MADPO training |" in table
+        and "`checkpoint_every_n_layers: 2`" in table
+        and "bound: no attention" in table
+        and "| Collection |" in table
+        and "| Iterative MADPO" in table
+    )
     last = out.strip().split("\n\n")[-1].splitlines()  # the summary block ends stdout
     names = [line.split(":")[0] for line in last]
     assert names[:3] == ["madpo_step_speedup_tiny", "collection_speedup", "iterative_speedup"]
@@ -59,7 +65,9 @@ def test_docs_page_results_are_inserted_then_replaced(bench, tmp_path):
     assert page.read_text() == f"# Performance\n\nintro\n\n{start}\n\nfirst\n\n{end}\n"
     page.write_text(page.read_text() + "\n## Later\n\nkept\n")
     bench.report.update_page(page, "second\n\n### Table\n")
-    assert page.read_text() == f"# Performance\n\nintro\n\n{start}\n\nsecond\n\n### Table\n\n{end}\n\n## Later\n\nkept\n"
+    assert (
+        page.read_text() == f"# Performance\n\nintro\n\n{start}\n\nsecond\n\n### Table\n\n{end}\n\n## Later\n\nkept\n"
+    )
 
 
 def test_the_docs_performance_page_has_one_generated_block(bench, tmp_path):
@@ -68,7 +76,7 @@ def test_the_docs_performance_page_has_one_generated_block(bench, tmp_path):
     text = (BENCHMARKS.parent / "docs" / "performance.md").read_text(encoding="utf-8")
     start, end = bench.report.START, bench.report.END
     assert text.count(start) == 1 and text.count(end) == 1 and text.index(start) < text.index(end)
-    body = text[text.index(start) + len(start):text.index(end)].strip("\n")
+    body = text[text.index(start) + len(start) : text.index(end)].strip("\n")
     assert "| MADPO training |" in body
     copy = tmp_path / "performance.md"
     copy.write_text(text, encoding="utf-8")

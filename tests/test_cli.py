@@ -10,13 +10,20 @@ from pathlib import Path
 from comlrl_lightning.cli import main
 
 TINY = [
-    "--model.init_args.max_new_tokens", "6",
-    "--data.init_args.preference_num_candidates", "4",
-    "--data.init_args.preference_pairs_per_sample", "4",
-    "--data.init_args.num_train_epochs", "2",
-    "--data.init_args.eval_num_samples", "4",
-    "--trainer.val_check_interval", "3",
-    "--trainer.enable_progress_bar", "false",
+    "--model.init_args.max_new_tokens",
+    "6",
+    "--data.init_args.preference_num_candidates",
+    "4",
+    "--data.init_args.preference_pairs_per_sample",
+    "4",
+    "--data.init_args.num_train_epochs",
+    "2",
+    "--data.init_args.eval_num_samples",
+    "4",
+    "--trainer.val_check_interval",
+    "3",
+    "--trainer.enable_progress_bar",
+    "false",
 ]
 
 
@@ -35,9 +42,18 @@ def test_fit_with_the_shipped_config_writes_checkpoint_config_and_metrics(tmp_pa
     assert "comlrl_lightning.MADPOModule" in config and "num_train_epochs: 2" in config
     rows = _metrics(tmp_path)
     columns = set(rows[0])
-    for key in ("train/loss", "train/joint_margin", "train/preference_accuracy", "train/agent_0/margin",
-                "train/agent_1/margin", "turn_1/reward_mean", "turn_1/expected_return",
-                "eval/turn_1/reward_mean", "eval/turn_1/expected_return", "collect/preference_pairs"):
+    for key in (
+        "train/loss",
+        "train/joint_margin",
+        "train/preference_accuracy",
+        "train/agent_0/margin",
+        "train/agent_1/margin",
+        "turn_1/reward_mean",
+        "turn_1/expected_return",
+        "eval/turn_1/reward_mean",
+        "eval/turn_1/expected_return",
+        "collect/preference_pairs",
+    ):
         assert key in columns, key
     eval_steps = [int(r["step"]) for r in rows if r.get("eval/turn_1/reward_mean")]
     assert eval_steps[0] == 0  # an evaluation precedes the first update
@@ -47,8 +63,9 @@ def test_fit_with_the_shipped_config_writes_checkpoint_config_and_metrics(tmp_pa
 
 
 def test_python_dash_m_entry_point_shows_help():
-    result = subprocess.run([sys.executable, "-m", "comlrl_lightning", "fit", "--help"], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "comlrl_lightning", "fit", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0
     assert "--model" in result.stdout and "--data" in result.stdout
 
@@ -56,19 +73,50 @@ def test_python_dash_m_entry_point_shows_help():
 def test_wandb_offline_logger_runs_without_login(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    main(["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
-          "--trainer.logger", "lightning.pytorch.loggers.WandbLogger",
-          "--trainer.logger.init_args.offline", "true", "--trainer.logger.init_args.save_dir", str(tmp_path)])
+    main(
+        [
+            "fit",
+            "--config",
+            "configs/madpo.yaml",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            *TINY,
+            "--trainer.logger",
+            "lightning.pytorch.loggers.WandbLogger",
+            "--trainer.logger.init_args.offline",
+            "true",
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path),
+        ]
+    )
     runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert runs and runs[0].stat().st_size > 0
 
 
 def test_iterative_config_runs_rounds_and_logs_round_metrics(tmp_path):
-    main(["fit", "--config", "configs/madpo_iter.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
-          "--data.init_args.num_iterations", "2", "--data.init_args.num_train_epochs", "1",
-          "--data.init_args.replay.init_args.sample_size", "16", "--data.init_args.comparator.init_args.num_candidates", "3"])
-    assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == [".lock", "iteration_0001.json",
-                                                                                 "iteration_0002.json"]
+    main(
+        [
+            "fit",
+            "--config",
+            "configs/madpo_iter.yaml",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            *TINY,
+            "--data.init_args.num_iterations",
+            "2",
+            "--data.init_args.num_train_epochs",
+            "1",
+            "--data.init_args.replay.init_args.sample_size",
+            "16",
+            "--data.init_args.comparator.init_args.num_candidates",
+            "3",
+        ]
+    )
+    assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == [
+        ".lock",
+        "iteration_0001.json",
+        "iteration_0002.json",
+    ]
     rows = _metrics(tmp_path)
     rounds = [float(r["iter/current_iteration"]) for r in rows if r.get("iter/current_iteration")]
     assert rounds == [1.0, 2.0]
@@ -83,10 +131,26 @@ def test_marlhf_config_fits_the_reward_model_then_trains_the_policy(tmp_path):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        main(["fit", "--config", "configs/marlhf.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
-              "--model.init_args.num_generations", "2", "--model.init_args.reward_num_train_epochs", "1",
-              "--data.init_args.num_train_epochs", "1", "--trainer.limit_train_batches", "2",
-              "--trainer.log_every_n_steps", "1"])
+        main(
+            [
+                "fit",
+                "--config",
+                "configs/marlhf.yaml",
+                "--trainer.default_root_dir",
+                str(tmp_path),
+                *TINY,
+                "--model.init_args.num_generations",
+                "2",
+                "--model.init_args.reward_num_train_epochs",
+                "1",
+                "--data.init_args.num_train_epochs",
+                "1",
+                "--trainer.limit_train_batches",
+                "2",
+                "--trainer.log_every_n_steps",
+                "1",
+            ]
+        )
     # the frozen reward model is in eval mode on purpose: Lightning's warning about it is not shown
     assert not [w for w in caught if "in eval mode at the start of training" in str(w.message)]
     rows = _metrics(tmp_path)
@@ -95,18 +159,38 @@ def test_marlhf_config_fits_the_reward_model_then_trains_the_policy(tmp_path):
 
 
 def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
-    from comlrl_lightning.pairs import PreferencePair
-    from comlrl_lightning.replay import ReplayBuffer
+    from comlrl_lightning.data.pairs import PreferencePair
+    from comlrl_lightning.data.replay import ReplayBuffer
 
     buffer = ReplayBuffer(tmp_path / "rounds")
     for iteration in (1, 2):
-        pairs = [PreferencePair(prompts=["topic: a\nwriter:", "topic: a\nmatcher:"],
-                                winner_completions=["aeiou" * (i % 3 + 1), "ok"], loser_completions=["xyz", "ok"],
-                                winner_reward=1.0, loser_reward=0.0, candidate_reward_mean=0.5) for i in range(10)]
+        pairs = [
+            PreferencePair(
+                prompts=["topic: a\nwriter:", "topic: a\nmatcher:"],
+                winner_completions=["aeiou" * (i % 3 + 1), "ok"],
+                loser_completions=["xyz", "ok"],
+                winner_reward=1.0,
+                loser_reward=0.0,
+                candidate_reward_mean=0.5,
+            )
+            for i in range(10)
+        ]
         buffer.write_round(iteration, [p.to_record() for p in pairs])
-    main(["fit", "--config", "configs/reward_model.yaml", "--trainer.default_root_dir", str(tmp_path),
-          "--data.init_args.replay_dir", str(tmp_path / "rounds"), "--data.init_args.num_train_epochs", "2",
-          "--trainer.enable_progress_bar", "false"])
+    main(
+        [
+            "fit",
+            "--config",
+            "configs/reward_model.yaml",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--data.init_args.replay_dir",
+            str(tmp_path / "rounds"),
+            "--data.init_args.num_train_epochs",
+            "2",
+            "--trainer.enable_progress_bar",
+            "false",
+        ]
+    )
     rows = _metrics(tmp_path)
     assert any(r.get("val/reward_model/accuracy") for r in rows)
     assert max(int(r["epoch"]) for r in rows) == 1  # num_train_epochs=2 set trainer.max_epochs
@@ -128,15 +212,32 @@ def test_optimizer_and_scheduler_classes_get_one_group_per_agent(tmp_path, monke
         return result
 
     monkeypatch.setattr(TeamModule, "configure_optimizers", recording)
-    main(["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY,
-          "--model.init_args.agent_learning_rate", "[0.01, 0.02]",
-          "--model.init_args.optimizer", "torch.optim.SGD", "--model.init_args.optimizer.init_args.momentum", "0.9",
-          "--model.init_args.lr_scheduler", "torch.optim.lr_scheduler.StepLR",
-          "--model.init_args.lr_scheduler.init_args.step_size", "1"])
+    main(
+        [
+            "fit",
+            "--config",
+            "configs/madpo.yaml",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            *TINY,
+            "--model.init_args.agent_learning_rate",
+            "[0.01, 0.02]",
+            "--model.init_args.optimizer",
+            "torch.optim.SGD",
+            "--model.init_args.optimizer.init_args.momentum",
+            "0.9",
+            "--model.init_args.lr_scheduler",
+            "torch.optim.lr_scheduler.StepLR",
+            "--model.init_args.lr_scheduler.init_args.step_size",
+            "1",
+        ]
+    )
     optimizer = spy.result["optimizer"]
     assert isinstance(optimizer, torch.optim.SGD)
     assert [(g["name"], g["momentum"], g["weight_decay"]) for g in optimizer.param_groups] == [
-        ("agent_0", 0.9, 0.01), ("agent_1", 0.9, 0.01)]
+        ("agent_0", 0.9, 0.01),
+        ("agent_1", 0.9, 0.01),
+    ]
     assert [g["initial_lr"] for g in optimizer.param_groups] == [0.01, 0.02]
     assert isinstance(spy.result["lr_scheduler"], torch.optim.lr_scheduler.StepLR)
     # StepLR (gamma 0.1, every epoch) has stepped after each of the 2 epochs
@@ -151,7 +252,15 @@ def test_help_lists_allowed_values_and_no_unusable_options(capsys):
     text = capsys.readouterr().out
     assert "--optimizer" not in text and "--lr_scheduler" not in text  # the modules take them as options
     with pytest.raises(SystemExit):
-        main(["fit", "--config", "configs/madpo_iter.yaml", "--data.help", "comlrl_lightning.IterativePreferenceDataModule"])
+        main(
+            [
+                "fit",
+                "--config",
+                "configs/madpo_iter.yaml",
+                "--data.help",
+                "comlrl_lightning.IterativePreferenceDataModule",
+            ]
+        )
     text = capsys.readouterr().out
     assert "{comparator_reward,reward_gap,all,random}" in text
     with pytest.raises(SystemExit):
@@ -162,12 +271,21 @@ def test_help_lists_allowed_values_and_no_unusable_options(capsys):
 
 def test_the_console_script_exits_zero(tmp_path):
     """``sys.exit(main())`` is what the installed script runs: main must return None (exit 0)."""
-    result = subprocess.run([sys.executable, "-c", "import sys; from comlrl_lightning.cli import main; "
-                             f"sys.exit(main(['fit', '--config', 'configs/madpo.yaml', '--trainer.default_root_dir', {str(tmp_path)!r}, "
-                             "'--data.init_args.num_train_epochs', '1', '--data.init_args.preference_num_candidates', '2', "
-                             "'--data.init_args.eval_num_samples', '0', '--model.init_args.max_new_tokens', '4', "
-                             "'--trainer.enable_progress_bar', 'false']))"],
-                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from comlrl_lightning.cli import main; "
+            f"sys.exit(main(['fit', '--config', 'configs/madpo.yaml', '--trainer.default_root_dir', {str(tmp_path)!r}, "
+            "'--data.init_args.num_train_epochs', '1', '--data.init_args.preference_num_candidates', '2', "
+            "'--data.init_args.eval_num_samples', '0', '--model.init_args.max_new_tokens', '4', "
+            "'--trainer.enable_progress_bar', 'false']))",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -180,16 +298,37 @@ def test_the_default_run_prints_what_a_user_needs_and_no_third_party_noise(tmp_p
     environment = {**os.environ, "COMLRL_LIGHTNING_CACHE": str(tmp_path / "cache")}
     environment.pop("PYTHONWARNINGS", None)
     tiny = [word for word in TINY if word not in ("--trainer.enable_progress_bar", "false")]
-    result = subprocess.run([sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo.yaml",
-                             "--trainer.default_root_dir", str(tmp_path / "run"), *tiny],
-                            cwd=Path(__file__).resolve().parents[1], env=environment, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "comlrl_lightning",
+            "fit",
+            "--config",
+            "configs/madpo.yaml",
+            "--trainer.default_root_dir",
+            str(tmp_path / "run"),
+            *tiny,
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     err, printed = result.stderr, result.stdout + result.stderr
     assert "warning" not in err.lower(), err
     assert not re.search(r"\.py:\d+: ", err), err  # the location prefix of every Python (and Lightning) warning
-    for noise in ("Tip:", "litlogger", "tensorboard", "FLOPs", "Loading weights", "Writing model shards",
-                  "Modules in eval mode"):
+    for noise in (
+        "Tip:",
+        "litlogger",
+        "tensorboard",
+        "FLOPs",
+        "Loading weights",
+        "Writing model shards",
+        "Modules in eval mode",
+    ):
         assert noise not in printed, noise
     assert "MADPOModule: " in err and " trainable" in err  # the one-line parameter summary
     assert re.search(r"collected \d+ preference pairs from \d+ items", err)

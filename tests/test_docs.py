@@ -135,7 +135,7 @@ def test_every_rendered_object_can_be_imported():
                     if not module:
                         obj = None
                         break
-            for part in (attribute.split(".") if attribute and obj is not None else []):
+            for part in attribute.split(".") if attribute and obj is not None else []:
                 obj = getattr(obj, part, None)
             if obj is None:
                 missing.append(f"{page.relative_to(ROOT)}: ::: {name}")
@@ -154,8 +154,11 @@ def test_the_readme_is_a_front_door():
 def test_the_link_checker_catches_what_it_should(tmp_path):
     """The checks above are not vacuous: a broken file link, a missing heading, code and URLs."""
     page = tmp_path / "page.md"
-    page.write_text("# Title\n\n## A `code` heading: yes\n\n[a](page.md#a-code-heading-yes) [b](missing.md) "
-                    "`[c](ignored.md)` [d](https://example.invalid)\n\n```\n[e](ignored.md)\n```\n", encoding="utf-8")
+    page.write_text(
+        "# Title\n\n## A `code` heading: yes\n\n[a](page.md#a-code-heading-yes) [b](missing.md) "
+        "`[c](ignored.md)` [d](https://example.invalid)\n\n```\n[e](ignored.md)\n```\n",
+        encoding="utf-8",
+    )
     assert list(links(page)) == ["page.md#a-code-heading-yes", "missing.md"]
     assert "a-code-heading-yes" in anchors(page)
     assert slug("Iterative training: rounds, comparators, replay") == "iterative-training-rounds-comparators-replay"

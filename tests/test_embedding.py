@@ -40,6 +40,7 @@ def test_bf16_mixed_precision_generates_and_trains_with_float32_log_softmax(tiny
         value = original(*args, **kwargs)
         seen.append(value.dtype)
         return value
+
     module.team.sequence_logprobs = spy
     trainer.fit(module, datamodule)
     assert trainer.global_step > 0 and seen and all(dtype == torch.float32 for dtype in seen)

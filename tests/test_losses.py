@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from comlrl_lightning.defaults import build_char_tokenizer, build_tiny_model
 from comlrl_lightning.losses import bradley_terry_loss, gathered_logprobs, madpo_loss
-from comlrl_lightning.team import Team, pack_sequences
+from comlrl_lightning.team.team import Team, pack_sequences
 
 
 def neg_log_sigmoid(x: float) -> float:
@@ -240,7 +240,10 @@ def reference_agent_loss(models, agent, pairs, frozen, pad_id, score_last_token,
 
 
 def grads_of(model):
-    return {name: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for name, p in model.named_parameters()}
+    return {
+        name: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+        for name, p in model.named_parameters()
+    }
 
 
 def assert_same_parameters(model_a, model_b, atol=0.0, rtol=0.0):
@@ -374,7 +377,9 @@ def test_one_adamw_with_param_group_per_agent_equals_one_adamw_per_agent(tokeniz
     initial = build_agents(tokenizer, num_agents)
     for agent in range(num_agents):
         assert_same_parameters(grouped[agent], separate[agent])  # exactly equal
-        moved = max((p - q).abs().max().item() for p, q in zip(grouped[agent].parameters(), initial[agent].parameters()))
+        moved = max(
+            (p - q).abs().max().item() for p, q in zip(grouped[agent].parameters(), initial[agent].parameters())
+        )
         assert moved == pytest.approx(3 * lrs[agent], rel=0.2)
 
 
@@ -415,7 +420,6 @@ def test_single_pass_adamw_steps_equal_reference_per_agent_optimizers(tokenizer,
 
     for agent in range(num_agents):
         moved = max(
-            (p - q).abs().max().item()
-            for p, q in zip(team.agents[agent].parameters(), initial[agent].parameters())
+            (p - q).abs().max().item() for p, q in zip(team.agents[agent].parameters(), initial[agent].parameters())
         )
         assert moved > 1e-3, "the optimizer steps did not change the parameters"

@@ -82,8 +82,9 @@ def execute(notebook: nbformat.NotebookNode, working_dir: Path, limit_s: float =
     except CellExecutionError as error:
         pytest.fail(f"a cell raised:\n{ANSI_ESCAPE.sub('', str(error))}", pytrace=False)
     except CellTimeoutError as error:
-        pytest.fail(f"over the time limit ({CELL_TIME_LIMIT_S} s a cell, {limit_s:.0f} s the notebook): {error}",
-                    pytrace=False)
+        pytest.fail(
+            f"over the time limit ({CELL_TIME_LIMIT_S} s a cell, {limit_s:.0f} s the notebook): {error}", pytrace=False
+        )
 
 
 RUN_OUTPUT_FOLDERS = {"runs", "lightning_logs", "wandb", "build", "dist", "__pycache__"}  # ignored by git
@@ -125,15 +126,23 @@ def test_notebook_is_stored_without_outputs(path):
     assert notebook.nbformat == 4
     kernelspec = notebook.metadata.get("kernelspec", {})
     assert kernelspec.get("name") == KERNEL_NAME and kernelspec.get("language") == "python", kernelspec
-    dirty = [index for index, cell in enumerate(notebook.cells)
-             if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None)]
+    dirty = [
+        index
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None)
+    ]
     assert not dirty, f"cells {dirty} hold outputs or execution counts: strip them before committing"
 
 
 def test_the_kernel_runs_on_this_interpreter_in_the_working_directory(tmp_path):
     """The runner itself: the kernel's Python and folder, a raising cell's error, the notebook's limit."""
-    probe = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import os, sys, comlrl_lightning\nprint(sys.executable)\nprint(os.getcwd())\nprint(comlrl_lightning.__file__)")])
+    probe = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "import os, sys, comlrl_lightning\nprint(sys.executable)\nprint(os.getcwd())\nprint(comlrl_lightning.__file__)"
+            )
+        ]
+    )
     execute(probe, tmp_path)
     printed = "".join(output.text for output in probe.cells[0].outputs if output.get("name") == "stdout").split()
     assert printed == [sys.executable, str(tmp_path), str(REPO / "comlrl_lightning" / "__init__.py")]

@@ -12,20 +12,23 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from comlrl_lightning import HistoryComparator, MADPOModule, PreferenceDataModule
 from comlrl_lightning.cli import main, run_cli
-from comlrl_lightning.replay import ReplayBuffer, ReplayIndexError
-from comlrl_lightning.snapshots import PolicySnapshots
-from tests.cli_helpers import TINY_CLI
+from comlrl_lightning.data.replay import ReplayBuffer, ReplayIndexError
+from comlrl_lightning.data.snapshots import PolicySnapshots
 from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
-from tests.iterative_run import make_run
+from tests.helpers.cli_helpers import TINY_CLI
+from tests.helpers.iterative_run import make_run
 
 
 def test_a_doctored_snapshot_index_cannot_make_a_resume_delete_outside_the_run(tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "precious.txt").write_text("keep me")
-    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1, every_n_epochs=1, save_on_train_epoch_end=True)
-    module, datamodule, trainer = make_run(tmp_path / "run", data=dict(comparator=HistoryComparator(k=1)),
-                                           callbacks=[checkpoint], max_epochs=2)
+    checkpoint = ModelCheckpoint(
+        dirpath=tmp_path / "ckpt", save_top_k=-1, every_n_epochs=1, save_on_train_epoch_end=True
+    )
+    module, datamodule, trainer = make_run(
+        tmp_path / "run", data=dict(comparator=HistoryComparator(k=1)), callbacks=[checkpoint], max_epochs=2
+    )
     trainer.fit(module, datamodule)
     path = next((tmp_path / "ckpt").glob("epoch=1-*.ckpt"))
     state = torch.load(path, weights_only=True)
@@ -45,14 +48,25 @@ def test_snapshot_and_replay_indexes_only_name_files_of_their_own_folder(tmp_pat
     snapshots.load_state_dict({"saved": ["initial", "iteration_0003"]})  # names of this folder are fine
     replay = ReplayBuffer(tmp_path / "replay")
     shard = {"iteration": 1, "filename": "../../outside.json", "num_pairs": 1, "sha256": "0" * 64}
-    with pytest.raises(ReplayIndexError, match=r"names '\.\./\.\./outside\.json' for iteration 1, which is not a round file"):
+    with pytest.raises(
+        ReplayIndexError, match=r"names '\.\./\.\./outside\.json' for iteration 1, which is not a round file"
+    ):
         replay.load_state_dict({"version": 1, "directory": "x", "shards": [shard]})
 
 
 def test_a_remote_checkpoint_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path),
-              "--ckpt_path", "https://example.invalid/last.ckpt"])
+        main(
+            [
+                "fit",
+                "--config",
+                "configs/madpo.yaml",
+                "--trainer.default_root_dir",
+                str(tmp_path),
+                "--ckpt_path",
+                "https://example.invalid/last.ckpt",
+            ]
+        )
     assert exit_info.value.code == 2 and "is remote; download it and pass a local file" in capsys.readouterr().err
     assert not list(tmp_path.glob("**/config.yaml"))  # refused before anything ran
     # from Python too: a real server on 127.0.0.1 serves a file that would run code if loaded
@@ -81,8 +95,10 @@ def test_resuming_keeps_the_given_options_and_says_what_changed(tmp_path, caplog
     main(common + ["--data.init_args.num_train_epochs", "1"])
     (last,) = tmp_path.glob("lightning_logs/version_0/checkpoints/last.ckpt")
     with caplog.at_level(logging.INFO):
-        cli = run_cli(common + ["--data.init_args.num_train_epochs", "2", "--model.init_args.dpo_beta", "7",
-                             "--ckpt_path", str(last)])
+        cli = run_cli(
+            common
+            + ["--data.init_args.num_train_epochs", "2", "--model.init_args.dpo_beta", "7", "--ckpt_path", str(last)]
+        )
     assert cli.model.dpo_beta == 7.0  # the command line wins over the checkpoint's 0.1
     assert "resuming with model option dpo_beta = 7.0 (the checkpoint was trained with 0.1)" in caplog.text
 
@@ -90,16 +106,20 @@ def test_resuming_keeps_the_given_options_and_says_what_changed(tmp_path, caplog
 def test_a_base_checkpoint_cannot_resume_an_iterative_data_module(tmp_path):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
     tiny_trainer(tmp_path, max_epochs=1, callbacks=[checkpoint]).fit(
-        MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA))
+        MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA)
+    )
     module, datamodule, trainer = make_run(tmp_path / "iterative")
-    with pytest.raises(ValueError, match="holds the data state of a preference data module; "
-                                         "IterativePreferenceDataModule \\(iterative\\) cannot resume it"):
+    with pytest.raises(
+        ValueError,
+        match="holds the data state of a preference data module; "
+        "IterativePreferenceDataModule \\(iterative\\) cannot resume it",
+    ):
         trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
 
 
 HOLD_LOCK = """
 import sys, time
-from comlrl_lightning.folder_lock import FolderLock
+from comlrl_lightning.runtime.folder_lock import FolderLock
 FolderLock(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -110,7 +130,7 @@ def test_two_runs_cannot_share_a_replay_folder_and_a_dead_runs_lock_does_not_blo
     import subprocess
     import sys
 
-    from comlrl_lightning.folder_lock import FolderInUseError
+    from comlrl_lightning.runtime.folder_lock import FolderInUseError
 
     replay = tmp_path / "run" / "preference_replay"
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(replay)], stdout=subprocess.PIPE, text=True)
@@ -129,7 +149,7 @@ def test_two_runs_cannot_share_a_replay_folder_and_a_dead_runs_lock_does_not_blo
 
 
 def test_a_second_run_in_the_same_process_is_refused_and_a_finished_run_releases(tmp_path):
-    from comlrl_lightning.folder_lock import FolderInUseError, FolderLock
+    from comlrl_lightning.runtime.folder_lock import FolderInUseError, FolderLock
 
     other = FolderLock(tmp_path / "preference_replay").acquire()  # a run of this process that is still going
     module, datamodule, trainer = make_run(tmp_path, data=dict(num_iterations=1), max_epochs=2)
@@ -158,12 +178,23 @@ def test_a_malformed_jsonl_line_is_named_with_file_and_line(tmp_path):
         _fit_with(tmp_path, train_dataset=str(path), reward_func=lambda a, b: [0.0])
 
 
-@pytest.mark.parametrize("items, formatters, message", [
-    ([{"prompt": "ab"}, {"question": "no prompt"}], None, "train_dataset: item 1: field 'prompt' is missing"),
-    ([{"prompt": "ab"}, {"prompt": None}], None, "train_dataset: item 1: field 'prompt' is a NoneType, expected a string"),
-    ([{"prompt": ["a"]}], None, "train_dataset: item 0: field 'prompt' is a list, expected a string"),
-    ([{"q": "x"}, {"q": "y"}, {"r": 1}], ["Q: {q}", "A: {q}"], "train_dataset: item 2: formatter template 'Q: {q}' needs field 'q'"),
-])
+@pytest.mark.parametrize(
+    "items, formatters, message",
+    [
+        ([{"prompt": "ab"}, {"question": "no prompt"}], None, "train_dataset: item 1: field 'prompt' is missing"),
+        (
+            [{"prompt": "ab"}, {"prompt": None}],
+            None,
+            "train_dataset: item 1: field 'prompt' is a NoneType, expected a string",
+        ),
+        ([{"prompt": ["a"]}], None, "train_dataset: item 0: field 'prompt' is a list, expected a string"),
+        (
+            [{"q": "x"}, {"q": "y"}, {"r": 1}],
+            ["Q: {q}", "A: {q}"],
+            "train_dataset: item 2: formatter template 'Q: {q}' needs field 'q'",
+        ),
+    ],
+)
 def test_items_a_formatter_cannot_prompt_are_named_before_any_model_loads(tmp_path, items, formatters, message):
     with pytest.raises(ValueError) as error:
         _fit_with(tmp_path, train_dataset=items, formatters=formatters, reward_func=lambda a, b: [0.0])
@@ -176,7 +207,7 @@ def test_a_missing_model_path_says_it_does_not_exist():
 
 
 def test_a_reward_function_that_raises_inside_is_called_once():
-    from comlrl_lightning.oracle import call_reward_function
+    from comlrl_lightning.data.oracle import call_reward_function
 
     calls = []
 
@@ -197,7 +228,7 @@ def test_a_full_disk_never_leaves_a_torn_checkpoint(tmp_path, monkeypatch):
     import builtins
     import errno
 
-    from comlrl_lightning import checkpoint_io, files
+    from comlrl_lightning.runtime import checkpoint_io, files
 
     class FullDisk:
         """A file that takes half of what is written, then reports ENOSPC."""
@@ -220,8 +251,9 @@ def test_a_full_disk_never_leaves_a_torn_checkpoint(tmp_path, monkeypatch):
             super().on_train_epoch_end(trainer, pl_module)
             monkeypatch.setattr(files, "open", lambda path, mode: FullDisk(builtins.open(path, mode)), raising=False)
 
-    checkpoint = FillDiskAfterFirstEpoch(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=-1,
-                                         save_on_train_epoch_end=True)
+    checkpoint = FillDiskAfterFirstEpoch(
+        dirpath=tmp_path / "ckpt", save_last=True, save_top_k=-1, save_on_train_epoch_end=True
+    )
     trainer = tiny_trainer(tmp_path, max_epochs=2, callbacks=[checkpoint])
     module = MADPOModule(**TINY_MODEL)
     with pytest.raises(OSError, match="No space left on device"):
@@ -237,16 +269,26 @@ def test_a_full_disk_never_leaves_a_torn_checkpoint(tmp_path, monkeypatch):
 def test_a_prompt_that_does_not_fit_the_context_is_named_before_sampling(tmp_path):
     items = [{"prompt": "ab"}, {"prompt": "x" * 496}]  # the embedded GPT-2 has 512 positions
     module = MADPOModule(**{**TINY_MODEL, "max_new_tokens": 20})
-    data = PreferenceDataModule(**{**TINY_DATA, "train_dataset": items, "eval_dataset": None,
-                                   "formatters": None, "reward_func": lambda a, b: [0.0]})
-    with pytest.raises(ValueError, match=r"train_dataset: item 1: agent 0's prompt has 49\d tokens; with "
-                                         r"max_new_tokens=20 that is \d+ more than the model's context of 512"):
+    data = PreferenceDataModule(
+        **{
+            **TINY_DATA,
+            "train_dataset": items,
+            "eval_dataset": None,
+            "formatters": None,
+            "reward_func": lambda a, b: [0.0],
+        }
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"train_dataset: item 1: agent 0's prompt has 49\d tokens; with "
+        r"max_new_tokens=20 that is \d+ more than the model's context of 512",
+    ):
         tiny_trainer(tmp_path).fit(module, data)
 
 
 def test_a_slow_reward_function_shows_progress():
-    from comlrl_lightning.oracle import Oracle, ScoringProgress
-    from comlrl_lightning.progress import Progress
+    from comlrl_lightning.data.oracle import Oracle, ScoringProgress
+    from comlrl_lightning.runtime.progress import Progress
 
     lines = []
     clock = iter([0.0, 4.0, 11.0, 12.0, 25.0])  # monotonic seconds at the start and after each of 4 items
@@ -254,8 +296,10 @@ def test_a_slow_reward_function_shows_progress():
     scoring = ScoringProgress(Oracle(lambda a, b: [1.0]), progress)
     for _ in range(4):
         assert scoring.score([["a"], ["b"]], ["p"], {}) == ([1.0], [1.0])
-    assert lines == ["collection scoring: 2/5 items (11s elapsed, about 16s left)",
-                     "collection scoring: 4/5 items (25s elapsed, about 6s left)"]
+    assert lines == [
+        "collection scoring: 2/5 items (11s elapsed, about 16s left)",
+        "collection scoring: 4/5 items (25s elapsed, about 6s left)",
+    ]
 
 
 def test_an_empty_dataset_is_an_error_before_any_model_loads(tmp_path):

@@ -7,8 +7,14 @@ import math
 import pytest
 import torch
 
-from comlrl_lightning.losses import (actor_critic_advantages, explained_variance, group_advantages, k3_kl,
-                                    policy_gradient_loss, value_loss)
+from comlrl_lightning.losses import (
+    actor_critic_advantages,
+    explained_variance,
+    group_advantages,
+    k3_kl,
+    policy_gradient_loss,
+    value_loss,
+)
 
 R = torch.tensor([[1.0, 2.0, 4.0, 5.0]])
 STD = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (4 - 3) ** 2 + (5 - 3) ** 2) / 4)  # population std = sqrt(2.5)
@@ -114,5 +120,7 @@ def test_explained_variance():
     torch.testing.assert_close(explained_variance(returns, returns), torch.tensor(1.0))
     torch.testing.assert_close(explained_variance(torch.full((4,), 2.5), returns), torch.tensor(0.0))
     # residuals [0.5, -0.5, 0.5, -0.5]: Var 0.25 against Var(R) 1.25
-    torch.testing.assert_close(explained_variance(returns - torch.tensor([0.5, -0.5, 0.5, -0.5]), returns), torch.tensor(0.8))
+    torch.testing.assert_close(
+        explained_variance(returns - torch.tensor([0.5, -0.5, 0.5, -0.5]), returns), torch.tensor(0.8)
+    )
     assert math.isnan(explained_variance(returns, torch.ones(4)).item())

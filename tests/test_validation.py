@@ -6,7 +6,7 @@ import pytest
 
 from comlrl_lightning import MADPOModule, OptionError, PreferenceDataModule
 from comlrl_lightning.cli import main
-from comlrl_lightning.collaboration import Centralized
+from comlrl_lightning.modules.collaboration import Centralized
 
 DATA_RULES = [
     (dict(num_turns=2), "MADPO currently supports num_turns=1 only."),
@@ -26,7 +26,10 @@ DATA_RULES = [
 MODEL_RULES = [
     (dict(dpo_beta=0.0), "dpo_beta must be > 0."),
     (dict(dpo_beta=-1.0), "dpo_beta must be > 0."),
-    (dict(collaboration=Centralized(), agents=["a", "b"]), "agents: a centralized team has one model that writes every role (got 2)."),
+    (
+        dict(collaboration=Centralized(), agents=["a", "b"]),
+        "agents: a centralized team has one model that writes every role (got 2).",
+    ),
     (dict(num_agents=0), "num_agents must be >= 1 or null."),
     (dict(agents=["a", "b", "c"], num_agents=2), "num_agents (2) must match the number of agents (3)."),
     (dict(num_turns=2), "MADPO currently supports num_turns=1 only."),
@@ -62,7 +65,7 @@ def test_pair_selection_is_normalised_and_all_accepts_null_limit():
 
 
 def test_generator_rules_and_default():
-    from comlrl_lightning.generation import HFGenerator
+    from comlrl_lightning.generation.hf import HFGenerator
 
     with pytest.raises(OptionError, match=r"batch_size must be >= 1 or null."):
         HFGenerator(batch_size=0)
@@ -80,16 +83,34 @@ def test_no_model_is_loaded_while_options_are_checked():
 
 def test_cli_reports_option_errors_as_one_line(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "configs/madpo.yaml", "--model.init_args.dpo_beta", "0",
-              "--trainer.default_root_dir", str(tmp_path)])
+        main(
+            [
+                "fit",
+                "--config",
+                "configs/madpo.yaml",
+                "--model.init_args.dpo_beta",
+                "0",
+                "--trainer.default_root_dir",
+                str(tmp_path),
+            ]
+        )
     assert exit_info.value.code == 2
     assert "error: dpo_beta must be > 0." in capsys.readouterr().err
 
 
 def test_cli_rejects_a_literal_api_key_option(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "configs/madpo.yaml", "--model.init_args.api_key", "sk-123",
-              "--trainer.default_root_dir", str(tmp_path)])
+        main(
+            [
+                "fit",
+                "--config",
+                "configs/madpo.yaml",
+                "--model.init_args.api_key",
+                "sk-123",
+                "--trainer.default_root_dir",
+                str(tmp_path),
+            ]
+        )
     assert exit_info.value.code == 2
     assert "sk-123" not in capsys.readouterr().out
 

@@ -9,33 +9,33 @@
 * :class:`ApiComparator` -- a remote model (generic, OpenAI chat, Anthropic messages, OpenAI responses);
 * :class:`CentralizedComparator` -- wraps any of these: one source writes every role in one completion.
 
-Write your own by subclassing :class:`Comparator` (see its module, :mod:`.base`).
+Write your own by subclassing :class:`Comparator` (see its module, :mod:`.base`). The centralized
+adapters (how a joint prompt is built and a joint completion split) live in
+:mod:`comlrl_lightning.data.centralized_task`.
+
+Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.generation`,
+:mod:`comlrl_lightning.team` and the layers below; nothing above.
 """
 
 from __future__ import annotations
 
-from .api import ApiComparator, ApiFormat
-from .api_client import ComparatorApiError
-from .api_formats import API_FORMATS
-from .base import Comparator, ComparatorContext
-from .centralized import (
-    AdapterError,
-    CentralizedAdapter,
-    CentralizedComparator,
-    CentralizedComparatorParseError,
-    TaggedCentralizedComparatorAdapter,
-    resolve_adapter,
+from comlrl_lightning.comparators.api import ApiComparator, ApiFormat
+from comlrl_lightning.comparators.api_client import ComparatorApiError
+from comlrl_lightning.comparators.api_formats import API_FORMATS
+from comlrl_lightning.comparators.base import Comparator, ComparatorContext
+from comlrl_lightning.comparators.centralized import CentralizedComparator
+from comlrl_lightning.comparators.local import (
+    CurrentComparator,
+    CurrentCopyComparator,
+    HistoryComparator,
+    ModelComparator,
 )
-from .local import CurrentComparator, CurrentCopyComparator, HistoryComparator, ModelComparator
 
 __all__ = [
     "API_FORMATS",
-    "AdapterError",
     "ApiComparator",
     "ApiFormat",
-    "CentralizedAdapter",
     "CentralizedComparator",
-    "CentralizedComparatorParseError",
     "Comparator",
     "ComparatorApiError",
     "ComparatorContext",
@@ -43,6 +43,4 @@ __all__ = [
     "CurrentCopyComparator",
     "HistoryComparator",
     "ModelComparator",
-    "TaggedCentralizedComparatorAdapter",
-    "resolve_adapter",
 ]

@@ -16,20 +16,32 @@ resumes into a clean redo of the round.
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlsplit
 from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence, Tuple
+from urllib.parse import parse_qsl, urlsplit
 
-from ..options import at_least, positive, require
-from ..team import Completion, GenerationSettings, Team
-from .api_client import ApiClient, ComparatorApiError, shown_url
-from .api_formats import API_FORMATS, openai_batch_sizes, parse_response, request_body
-from .base import Comparator
+from comlrl_lightning.comparators.api_client import (
+    ApiClient,
+    ComparatorApiError,
+    shown_url,
+)
+from comlrl_lightning.comparators.api_formats import (
+    API_FORMATS,
+    openai_batch_sizes,
+    parse_response,
+    request_body,
+)
+from comlrl_lightning.comparators.base import Comparator
+from comlrl_lightning.generation.base import Completion, GenerationSettings
+from comlrl_lightning.options import at_least, positive, require
+from comlrl_lightning.team.team import Team
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CREDENTIAL_WORDS = ("auth", "token", "key", "secret", "cookie", "password", "signature")
 """A header or URL query parameter whose name contains one of these carries a credential: refused."""
-_USE_KEY_ENV = ("the config is saved to config.yaml, hparams and checkpoints. Put the key in an environment "
-                "variable and name it in key_env (key_header and key_prefix say how it is sent).")
+_USE_KEY_ENV = (
+    "the config is saved to config.yaml, hparams and checkpoints. Put the key in an environment "
+    "variable and name it in key_env (key_header and key_prefix say how it is sent)."
+)
 
 
 def _carries_credential(name: str) -> bool:
@@ -40,12 +52,17 @@ def check_no_credentials(url: str, headers: Dict[str, str]) -> None:
     """Refuse credentials where the config would store them: URL userinfo, credential-named query
     parameters or headers. Messages name the place, never the value."""
     parts = urlsplit(str(url))
-    require(parts.username is None and parts.password is None,
-            f"url must not carry credentials (user:password@host): {_USE_KEY_ENV}")
+    require(
+        parts.username is None and parts.password is None,
+        f"url must not carry credentials (user:password@host): {_USE_KEY_ENV}",
+    )
     for name, _ in parse_qsl(parts.query, keep_blank_values=True):
-        require(not _carries_credential(name), f"url must not carry a credential in its query ({name}=...): {_USE_KEY_ENV}")
+        require(
+            not _carries_credential(name), f"url must not carry a credential in its query ({name}=...): {_USE_KEY_ENV}"
+        )
     for name in headers:
         require(not _carries_credential(name), f"headers must not carry a credential ({name}): {_USE_KEY_ENV}")
+
 
 ApiFormat = Literal["generic", "openai", "anthropic", "openai_responses"]
 
@@ -130,11 +147,16 @@ class ApiComparator(Comparator):
         require(all(isinstance(v, str) for v in headers.values()), "headers must map header names to strings.")
         check_no_credentials(url, headers)
         for name in headers:
-            require(str(name).lower() != key_header.lower(), f"headers must not carry the credential ({name}): {_USE_KEY_ENV}")
+            require(
+                str(name).lower() != key_header.lower(),
+                f"headers must not carry the credential ({name}): {_USE_KEY_ENV}",
+            )
         if key_env is not None:
             # Never echo the value: it may be a key pasted into the wrong option.
-            require(bool(_ENV_NAME.match(str(key_env))),
-                    "key_env must be the NAME of an environment variable (letters, digits, _), not the key itself.")
+            require(
+                bool(_ENV_NAME.match(str(key_env))),
+                "key_env must be the NAME of an environment variable (letters, digits, _), not the key itself.",
+            )
         require(extra_body is None or isinstance(extra_body, dict), "extra_body must be a mapping.")
         require(bool(str(response_field).strip()), "response_field must not be empty.")
         self.url, self.format, self.model = url, format, model
@@ -151,9 +173,18 @@ class ApiComparator(Comparator):
         """The HTTP client (made on first use, so the comparator itself stays a plain config object)."""
         if self._client is None:
             self._client = ApiClient(
-                self.url, self.timeout, self.headers, self.key_env, self.key_header, self.key_prefix,
-                anthropic=self.format == "anthropic", max_retries=self.max_retries, concurrency=self.concurrency,
-                backoff_base=self.backoff_base, retry_after_cap=self.retry_after_cap, deadline=self.deadline,
+                self.url,
+                self.timeout,
+                self.headers,
+                self.key_env,
+                self.key_header,
+                self.key_prefix,
+                anthropic=self.format == "anthropic",
+                max_retries=self.max_retries,
+                concurrency=self.concurrency,
+                backoff_base=self.backoff_base,
+                retry_after_cap=self.retry_after_cap,
+                deadline=self.deadline,
                 max_response_bytes=self.max_response_bytes,
             )
         return self._client
@@ -192,8 +223,9 @@ class ApiComparator(Comparator):
                 sizes = [remaining]
             else:
                 sizes = [1] * remaining
-            return [request_body(self.format, prompt, agent, item, n, settings, self.model, self.extra_body)
-                    for n in sizes]
+            return [
+                request_body(self.format, prompt, agent, item, n, settings, self.model, self.extra_body) for n in sizes
+            ]
 
         plan = [(k, body) for k in range(len(jobs)) for body in bodies_for(k, count)]
         while plan:
@@ -210,8 +242,12 @@ class ApiComparator(Comparator):
             # only while the job's last pass returned something, so a server that returns nothing
             # (or always too little) cannot keep us looping.
             top_up = self.format == "openai"
-            plan = [(k, body) for k in sorted(progressed) if top_up and len(got[k]) < count
-                    for body in bodies_for(k, count - len(got[k]))]
+            plan = [
+                (k, body)
+                for k in sorted(progressed)
+                if top_up and len(got[k]) < count
+                for body in bodies_for(k, count - len(got[k]))
+            ]
         return [texts[:count] for texts in got]
 
     def sample(
@@ -235,8 +271,10 @@ class ApiComparator(Comparator):
                 "the comparator's format, response_field and the provider's answers."
             )
         encoded = [
-            [[encode(team, agent, text, settings.max_new_tokens) for text in per_agent[agent][k][: usable[k]]]
-             for k in range(len(items))]
+            [
+                [encode(team, agent, text, settings.max_new_tokens) for text in per_agent[agent][k][: usable[k]]]
+                for k in range(len(items))
+            ]
             for agent in range(num_agents)
         ]
         self.truncated += sum(cut for per_agent in encoded for per_item in per_agent for _, cut in per_item)
@@ -263,4 +301,3 @@ def encode(team: Team, agent: int, text: str, max_tokens: Optional[int] = None) 
         return Completion(ids=ids, text=text), False
     ids = ids[:max_tokens]
     return Completion(ids=ids, text=tokenizer.decode(ids, skip_special_tokens=True)), True
-

@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .api_formats import ANTHROPIC_VERSION, snippet
-from .redaction import redact, remember
+from comlrl_lightning.comparators.api_formats import ANTHROPIC_VERSION, snippet
+from comlrl_lightning.comparators.redaction import redact, remember
 
 RETRY_STATUSES = frozenset({408, 429})
 """Retried besides every 5xx: request timeout and rate limit."""
@@ -235,8 +235,7 @@ class ApiClient:
             return json.loads(data)
         except ValueError:
             raise ComparatorApiError(
-                f"Comparator API at {self.shown_url} returned a non-JSON response (HTTP {status}): "
-                f"{snippet(text)}",
+                f"Comparator API at {self.shown_url} returned a non-JSON response (HTTP {status}): {snippet(text)}",
                 status,
             ) from None
 
@@ -255,7 +254,9 @@ class ApiClient:
             if self.concurrency == 1 or len(bodies) == 1:
                 return [self.post(http, body) for body in bodies]
             stop = threading.Event()
-            pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(bodies)), thread_name_prefix="comparator-api")
+            pool = ThreadPoolExecutor(
+                max_workers=min(self.concurrency, len(bodies)), thread_name_prefix="comparator-api"
+            )
             try:
                 futures = [pool.submit(self.post, http, body, stop) for body in bodies]
                 wait(futures, return_when=FIRST_EXCEPTION)

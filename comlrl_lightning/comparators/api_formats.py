@@ -9,7 +9,7 @@ Pure functions, no I/O. Four formats:
 * ``anthropic`` -- the messages API, one request per candidate;
 * ``openai_responses`` -- OpenAI's responses API, one request per candidate.
 
-A prompt rendered from a chat conversation (a :class:`~comlrl_lightning.chat.ChatPrompt`: the
+A prompt rendered from a chat conversation (a :class:`~comlrl_lightning.data.chat.ChatPrompt`: the
 data module's ``chat_template`` option, or chat-message prompts) reaches a chat format as that
 conversation, never as the actor's template text, which the remote model would read as words;
 ``generic`` gets the rendered text as ``prompt`` and the conversation as ``messages``.
@@ -21,9 +21,9 @@ import json
 import math
 from typing import Any, Dict, List, Mapping, Optional
 
-from ..chat import ChatPrompt, conversation_of
-from ..team import GenerationSettings
-from .redaction import redact
+from comlrl_lightning.comparators.redaction import redact
+from comlrl_lightning.data.chat import ChatPrompt, conversation_of
+from comlrl_lightning.generation.base import GenerationSettings
 
 API_FORMATS = ("generic", "openai", "anthropic", "openai_responses")
 ANTHROPIC_VERSION = "2023-06-01"
@@ -117,17 +117,31 @@ def request_body(
         return _merge(body, extra_body, drop_none=False)
     messages = conversation_of(prompt)
     if api_format == "openai":
-        body = {"model": model, "messages": messages, "n": count, "max_tokens": settings.max_new_tokens,
-                "temperature": settings.temperature, "top_p": settings.top_p}
+        body = {
+            "model": model,
+            "messages": messages,
+            "n": count,
+            "max_tokens": settings.max_new_tokens,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+        }
     elif api_format == "anthropic":
         # the messages API takes system text beside the messages, not as a message
         system = [str(m["content"]) for m in messages if m.get("role") == "system"]
-        body = {"model": model, "max_tokens": settings.max_new_tokens,
-                "messages": [m for m in messages if m.get("role") != "system"], "temperature": settings.temperature}
+        body = {
+            "model": model,
+            "max_tokens": settings.max_new_tokens,
+            "messages": [m for m in messages if m.get("role") != "system"],
+            "temperature": settings.temperature,
+        }
         if system:
             body["system"] = "\n\n".join(system)
     elif api_format == "openai_responses":
-        body = {"model": model, "input": messages if chat else str(prompt), "max_output_tokens": settings.max_new_tokens}
+        body = {
+            "model": model,
+            "input": messages if chat else str(prompt),
+            "max_output_tokens": settings.max_new_tokens,
+        }
     else:
         raise ValueError(f"unknown API format {api_format!r}")
     return _merge(body, extra_body, drop_none=True)
@@ -196,7 +210,11 @@ def parse_openai_responses(payload: Any) -> List[str]:
     for entry in _require(payload, "output", "openai_responses") or []:
         content = entry.get("content") if isinstance(entry, dict) else None
         for block in content or []:
-            if isinstance(block, dict) and block.get("type") in ("output_text", "text") and isinstance(block.get("text"), str):
+            if (
+                isinstance(block, dict)
+                and block.get("type") in ("output_text", "text")
+                and isinstance(block.get("text"), str)
+            ):
                 return [block["text"]]
     return []
 

@@ -22,12 +22,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ..devices import DeviceSpec, resolve_devices
-from ..generation import Generator
-from ..options import at_least, require
-from ..rng import RandomStream
-from ..snapshots import PolicySnapshots
-from ..team import Completion, GenerationSettings, Team
+from comlrl_lightning.data.snapshots import PolicySnapshots
+from comlrl_lightning.generation.base import (
+    Completion,
+    GenerationSettings,
+    Generator,
+    sample_team,
+)
+from comlrl_lightning.options import at_least, require
+from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
+from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.team.team import Team
 
 
 @dataclass
@@ -65,8 +70,12 @@ class ComparatorContext:
             team = actors()
             return Team([team.agents[agent_index]], tokenizers=[team.tokenizers[agent_index]])
 
-        return replace(self, actors=one_agent, agent_devices=[self.agent_devices[agent_index]],
-                       agent_indices=[self.agent_indices[agent_index]])
+        return replace(
+            self,
+            actors=one_agent,
+            agent_devices=[self.agent_devices[agent_index]],
+            agent_indices=[self.agent_indices[agent_index]],
+        )
 
     def per_agent(self, values: Sequence[Any], option: str) -> List[Any]:
         """A per-agent option (1 value for all, or one per team agent) for the agents this context sees."""
@@ -134,11 +143,7 @@ class Comparator:
 
         Returns ``completions[agent][item][j]``; every agent has the same count ``j`` per item.
         """
-        team = self.source()
-        return [
-            self.context.generator.generate(team, agent, [p[agent] for p in prompts], num_candidates, settings, self.stream)
-            for agent in range(team.num_agents)
-        ]
+        return sample_team(self.context.generator, self.source(), prompts, num_candidates, settings, self.stream)
 
     def sample_texts(
         self, prompts: Sequence[str], items: Sequence[Dict[str, Any]], count: int, settings: GenerationSettings

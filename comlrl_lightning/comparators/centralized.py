@@ -14,127 +14,27 @@ is an error. The reference aborted training on the first unparseable completion.
 
 from __future__ import annotations
 
-import importlib
-import re
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from ..chat import ChatPrompt, has_chat_template, prompt_text, render_conversation
-from ..options import OptionError, at_least
-from ..team import Completion, GenerationSettings
-from .api import encode
-from .base import Comparator, ComparatorContext
-from .local import CurrentComparator
-
-ADAPTER_OPTION = "adapter"
-
-
-class CentralizedComparatorParseError(ValueError):
-    """A centralized completion cannot be split into the agents' outputs."""
-
-
-class AdapterError(OptionError, TypeError):
-    """An adapter that does not have the adapter interface (a config error, and a ``TypeError`` as in the reference)."""
-
-
-class CentralizedAdapter:
-    """Builds the joint prompt of a centralized source and splits its completion into roles.
-
-    Subclass it (or write any class with these two methods) and name it by import path.
-    """
-
-    def build_prompt(self, batch_item: Dict[str, Any], agent_prompts: Sequence[str]) -> str:
-        """The one prompt that asks for every role, from the task item and the agents' own prompts."""
-        raise NotImplementedError
-
-    def parse_completion(self, completion: str, batch_item: Dict[str, Any], num_agents: int) -> List[str]:
-        """One text per role; raise :class:`CentralizedComparatorParseError` when it cannot be split."""
-        raise NotImplementedError
-
-
-class TaggedCentralizedComparatorAdapter(CentralizedAdapter):
-    """The default protocol: one ``<agent_i>...</agent_i>`` section per agent (0-based).
-
-    ``build_prompt(batch_item, agent_prompts)`` lists every agent's original prompt and the
-    expected sections; ``parse_completion(completion, batch_item, num_agents)`` takes, for each
-    agent, the first section (tags case-insensitive, spaces inside the angle brackets allowed),
-    stripped; a missing section gives ``""``, and no section at all raises
-    :class:`CentralizedComparatorParseError`.
-    """
-
-    def build_prompt(self, batch_item: Dict[str, Any], agent_prompts: Sequence[str]) -> str:
-        count = len(agent_prompts)
-        prompt_sections = "\n\n".join(f"Agent {i} original prompt:\n{prompt}" for i, prompt in enumerate(agent_prompts))
-        output_sections = "\n".join(f"<agent_{i}>\n...\n</agent_{i}>" for i in range(count))
-        return (
-            f"You are a centralized coordinator producing the separate outputs of {count} agents.\n\n"
-            "Each output must satisfy its corresponding original prompt. Keep the outputs separate;\n"
-            "do not merge them or add commentary outside the required tags.\n\n"
-            f"{prompt_sections}\n\n"
-            "Return exactly one section for each agent in this format:\n"
-            f"{output_sections}\n"
-        )
-
-    def parse_completion(self, completion: str, batch_item: Dict[str, Any], num_agents: int) -> List[str]:
-        outputs: List[str] = []
-        found = False
-        for i in range(num_agents):
-            match = re.search(rf"<\s*agent_{i}\s*>(.*?)<\s*/\s*agent_{i}\s*>", str(completion), re.IGNORECASE | re.DOTALL)
-            found = found or match is not None
-            outputs.append(match.group(1).strip() if match else "")
-        if not found:
-            raise CentralizedComparatorParseError("Centralized completion did not contain any indexed agent sections.")
-        return outputs
-
-
-def resolve_adapter(spec: Any) -> Any:
-    """The adapter: ``None`` (tagged), an import path, or an object.
-
-    An import path may name a class (instantiated without arguments), a factory function returning
-    an adapter, or an adapter object. It must have callable ``build_prompt`` and ``parse_completion``.
-    """
-    if spec is None:
-        return TaggedCentralizedComparatorAdapter()
-    adapter = spec
-    if isinstance(spec, str):
-        module_name, _, name = spec.strip().rpartition(".")
-        try:
-            adapter = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError, ValueError) as error:
-            raise OptionError(f"{ADAPTER_OPTION}: cannot import {spec!r} ({error}).") from None
-        if isinstance(adapter, type) or (callable(adapter) and not hasattr(adapter, "build_prompt")):
-            adapter = adapter()
-    for method in ("build_prompt", "parse_completion"):
-        if not callable(getattr(adapter, method, None)):
-            raise AdapterError(f"{ADAPTER_OPTION}.{method} must be callable.")
-    return adapter
-
-
-def joint_prompt(adapter: Any, item: Dict[str, Any], prompts: Sequence[str]) -> str:
-    """``adapter.build_prompt(item, prompts)``, checked to be a non-empty string."""
-    prompt = adapter.build_prompt(item, list(prompts))
-    if not isinstance(prompt, str) or not prompt:
-        raise TypeError(f"{ADAPTER_OPTION}.build_prompt must return a non-empty str (got {type(prompt).__name__}).")
-    return prompt
-
-
-def parse_roles(adapter: Any, text: str, item: Dict[str, Any], num_roles: int) -> Optional[List[str]]:
-    """``num_roles`` role texts of a joint completion, or ``None`` when the adapter cannot split it.
-
-    The adapter signals an unparseable completion with :class:`CentralizedComparatorParseError`;
-    any other malformed answer (not a sequence of ``num_roles`` strings) is a programming error.
-    """
-    try:
-        roles = adapter.parse_completion(text, item, num_roles)
-    except CentralizedComparatorParseError:
-        return None
-    if isinstance(roles, (str, bytes)) or not isinstance(roles, Sequence):
-        raise TypeError(f"{ADAPTER_OPTION}.parse_completion must return a sequence of strings, not {type(roles).__name__}.")
-    roles = list(roles)
-    if len(roles) != num_roles:
-        raise ValueError(f"{ADAPTER_OPTION}.parse_completion must return exactly {num_roles} outputs; got {len(roles)}.")
-    if not all(isinstance(role, str) for role in roles):
-        raise TypeError(f"{ADAPTER_OPTION}.parse_completion must return strings only.")
-    return roles
+from comlrl_lightning.comparators.api import encode
+from comlrl_lightning.comparators.base import Comparator, ComparatorContext
+from comlrl_lightning.comparators.local import CurrentComparator
+from comlrl_lightning.data.centralized_task import (
+    ADAPTER_OPTION,
+    CentralizedAdapter,
+    CentralizedComparatorParseError,
+    joint_prompt,
+    parse_roles,
+    resolve_adapter,
+)
+from comlrl_lightning.data.chat import (
+    ChatPrompt,
+    has_chat_template,
+    prompt_text,
+    render_conversation,
+)
+from comlrl_lightning.generation.base import Completion, GenerationSettings
+from comlrl_lightning.options import OptionError, at_least
 
 
 class CentralizedComparator(Comparator):
@@ -171,11 +71,16 @@ class CentralizedComparator(Comparator):
 
     def bind(self, context: ComparatorContext) -> None:
         kind = type(self.source_comparator)
-        if kind.sample is not Comparator.sample and kind.sample_texts is Comparator.sample_texts \
-                and kind.source is Comparator.source:
+        if (
+            kind.sample is not Comparator.sample
+            and kind.sample_texts is Comparator.sample_texts
+            and kind.source is Comparator.source
+        ):
             # it would otherwise quietly write the joint completions with the live slot model
-            raise OptionError(f"CentralizedComparator: source {kind.__name__} overrides sample() only; a centralized "
-                              "source must provide source() (a team) or sample_texts() (joint texts).")
+            raise OptionError(
+                f"CentralizedComparator: source {kind.__name__} overrides sample() only; a centralized "
+                "source must provide source() (a team) or sample_texts() (joint texts)."
+            )
         super().bind(context)
         self.source_comparator.bind(context.view(self.agent_index))
 
@@ -196,9 +101,11 @@ class CentralizedComparator(Comparator):
         self.source_comparator.load_state_dict(state.get("source") or {})
 
     def metrics(self) -> Dict[str, float]:
-        metrics = {"comparator/unparseable": float(self.unparseable),
-                   "comparator/empty_sections": float(self.empty_sections),
-                   "comparator/truncated_roles": float(self.truncated)}
+        metrics = {
+            "comparator/unparseable": float(self.unparseable),
+            "comparator/empty_sections": float(self.empty_sections),
+            "comparator/truncated_roles": float(self.truncated),
+        }
         return {**self.source_comparator.metrics(), **metrics}
 
     def joint_prompt(self, item: Dict[str, Any], prompts: Sequence[str]) -> str:
@@ -215,8 +122,12 @@ class CentralizedComparator(Comparator):
         tokenizer = self.context.actors().tokenizers[self.agent_index]
         if not has_chat_template(tokenizer):
             return joint
-        return render_conversation(tokenizer, [{"role": "user", "content": joint}], f"agent {self.agent_index}",
-                                   "the agents' prompts are chat prompts")
+        return render_conversation(
+            tokenizer,
+            [{"role": "user", "content": joint}],
+            f"agent {self.agent_index}",
+            "the agents' prompts are chat prompts",
+        )
 
     def parse(self, text: str, item: Dict[str, Any], num_agents: int) -> Optional[List[str]]:
         """The role texts of one completion, or ``None`` when the adapter cannot split it."""

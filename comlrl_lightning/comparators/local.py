@@ -12,10 +12,10 @@ from typing import List, Optional
 
 import torch
 
-from ..devices import DeviceSpec
-from ..options import at_least, require
-from ..team import Team
-from .base import Comparator, ComparatorContext
+from comlrl_lightning.comparators.base import Comparator, ComparatorContext
+from comlrl_lightning.options import at_least, require
+from comlrl_lightning.runtime.devices import DeviceSpec
+from comlrl_lightning.team.team import Team
 
 
 class CurrentComparator(Comparator):
@@ -52,8 +52,11 @@ class CurrentCopyComparator(Comparator):
         if all(torch.device(d) == actors.device_of(i) for i, d in enumerate(devices)):
             self._copy = None
             return
-        require(not actors.synced, "CurrentCopyComparator: copies of sharded agents (ModelParallelStrategy) on other "
-                                   "devices are not supported; leave devices null or use CurrentComparator.")
+        require(
+            not actors.synced,
+            "CurrentCopyComparator: copies of sharded agents (ModelParallelStrategy) on other "
+            "devices are not supported; leave devices null or use CurrentComparator.",
+        )
         clones = [copy.deepcopy(agent).to(device) for agent, device in zip(actors.agents, devices)]
         self._copy = Team(clones, tokenizers=list(actors.tokenizers))
         self._copy.requires_grad_(False).eval()

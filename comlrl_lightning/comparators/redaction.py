@@ -3,7 +3,7 @@
 The API client :func:`remember` s each key it reads from the environment; :func:`redact` then
 replaces any occurrence of a remembered key in a text, whether raw, JSON-escaped (``\\u0073``,
 ``\\/``) or URL-encoded (``%2D``), or any mix of them, by ``[redacted]``. Every
-:class:`~comlrl_lightning.comparators.api_client.ComparatorApiError` message and every quoted
+:class:`~comlrl_lightning.comparators.ComparatorApiError` message and every quoted
 response snippet goes through it *before* it is cut to length, so not even a prefix of a key
 straddling the cut is printed.
 """

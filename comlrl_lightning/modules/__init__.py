@@ -1,9 +1,35 @@
-"""LightningModules that train a team of agents (and its reward model)."""
+"""LightningModules that train a team of agents (and its reward model).
 
-from .base import TeamModule
-from .madpo import MADPOModule
-from .magrpo import MAGRPOModule
-from .marlhf import MARLHFModule
-from .reward_model import RewardModelModule, RoundFilesDataModule
+:class:`TeamModule` is what every team module shares (the team, its optimizer groups, sampling
+and evaluation); :class:`MADPOModule`, :class:`MAGRPOModule` (MAGRPO-family and actor-critic
+backends), :class:`MARLHFModule` (a reward model fitted per round, then policy gradient on it) and
+:class:`RewardModelModule` build on it. How the team covers the task's roles is a
+:class:`Collaboration` (:class:`Decentralized` or :class:`Centralized`).
 
-__all__ = ["TeamModule", "MADPOModule", "MAGRPOModule", "MARLHFModule", "RewardModelModule", "RoundFilesDataModule"]
+Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.models`,
+:mod:`comlrl_lightning.generation`, :mod:`comlrl_lightning.team` and the layers below; never
+:mod:`comlrl_lightning.datamodules` (the data module is reached through
+:mod:`comlrl_lightning.data.contract`).
+"""
+
+from comlrl_lightning.modules.base import TeamModule
+from comlrl_lightning.modules.collaboration import (
+    Centralized,
+    Collaboration,
+    Decentralized,
+)
+from comlrl_lightning.modules.madpo import MADPOModule
+from comlrl_lightning.modules.magrpo import MAGRPOModule
+from comlrl_lightning.modules.marlhf import MARLHFModule
+from comlrl_lightning.modules.reward_model import RewardModelModule
+
+__all__ = [
+    "Centralized",
+    "Collaboration",
+    "Decentralized",
+    "MADPOModule",
+    "MAGRPOModule",
+    "MARLHFModule",
+    "RewardModelModule",
+    "TeamModule",
+]

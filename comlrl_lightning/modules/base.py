@@ -12,22 +12,25 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
-from ..checkpoint_io import install as install_atomic_checkpoints
-from ..checkpointing import enable_activation_checkpointing
-from ..collaboration import Collaboration, Decentralized
-from ..contract import data_side, optional_data_side
-from ..defaults import EMBEDDED
-from ..devices import DeviceSpec, resolve_devices
-from ..generation import Generator, HFGenerator
-from ..distributed import gather_objects, rank_and_world, shard
-from ..optim import adamw
-from ..options import at_least, positive, require
-from ..rng import RandomStream
-from ..lora import agent_parameters, build_lora_agents, is_lora_team
-from ..sharding import check_strategy, is_sharded, shard_model
-from ..task import Task
-from ..team import GenerationSettings, Team, load_tokenizer
-
+from comlrl_lightning.data.contract import data_side, optional_data_side
+from comlrl_lightning.data.task import Task
+from comlrl_lightning.defaults import EMBEDDED
+from comlrl_lightning.generation.base import GenerationSettings, Generator, sample_team
+from comlrl_lightning.generation.hf import HFGenerator
+from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
+from comlrl_lightning.modules.optim import adamw
+from comlrl_lightning.options import at_least, positive, require
+from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
+from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
+from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
+from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.runtime.sharding import check_strategy, is_sharded, shard_model
+from comlrl_lightning.team.activation_checkpointing import (
+    enable_activation_checkpointing,
+)
+from comlrl_lightning.team.loading import load_tokenizer
+from comlrl_lightning.team.lora import agent_parameters, build_lora_agents, is_lora_team
+from comlrl_lightning.team.team import Team
 
 NOT_HYPERPARAMETERS = ["agents", "tokenizers", "optimizer", "lr_scheduler", "generator", "critic", "collaboration"]
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
@@ -78,8 +81,8 @@ class TeamModule(LightningModule):
             logits): ``None`` wherever the model's head is a plain linear layer (else the
             materialised logits), ``True`` always (an error where it cannot), ``False`` never.
         num_turns: must be 1.
-        collaboration: how the team covers the roles: :class:`~comlrl_lightning.collaboration.Decentralized`
-            (``None``: one agent per role) or :class:`~comlrl_lightning.collaboration.Centralized`
+        collaboration: how the team covers the roles: :class:`~comlrl_lightning.modules.Decentralized`
+            (``None``: one agent per role) or :class:`~comlrl_lightning.modules.Centralized`
             (one model writes every role in one joint completion).
         seed: seed of the evaluation (and rollout) sampling streams, derived per step and rank.
     """
@@ -117,8 +120,10 @@ class TeamModule(LightningModule):
         if num_agents is not None:
             at_least("num_agents", num_agents, 1, allow_none=True)
         if self.collaboration.centralized:
-            require(not agents or len(agents) == 1,
-                    f"agents: a centralized team has one model that writes every role (got {len(agents or [])}).")
+            require(
+                not agents or len(agents) == 1,
+                f"agents: a centralized team has one model that writes every role (got {len(agents or [])}).",
+            )
         else:
             require(
                 not (agents and num_agents is not None and num_agents != len(agents)),
@@ -137,7 +142,11 @@ class TeamModule(LightningModule):
         else:
             self.agent_sources = list(agents) if agents else [agent_model] * (num_agents or 2)
             self.num_roles = len(self.agent_sources)
-        rates = agent_learning_rate if isinstance(agent_learning_rate, (list, tuple)) else [agent_learning_rate] * len(self.agent_sources)
+        rates = (
+            agent_learning_rate
+            if isinstance(agent_learning_rate, (list, tuple))
+            else [agent_learning_rate] * len(self.agent_sources)
+        )
         require(
             len(rates) == len(self.agent_sources),
             f"agent_learning_rate must be one value or one per agent ({len(self.agent_sources)}).",
@@ -154,8 +163,10 @@ class TeamModule(LightningModule):
                 len({str(source) for source in self.agent_sources}) == 1,
                 "lora_r: a LoRA team needs one base model for all agents (use agent_model, or identical agents).",
             )
-        self.lora_options = None if lora_r is None else dict(
-            r=lora_r, alpha=lora_alpha, dropout=lora_dropout, target_modules=lora_target_modules
+        self.lora_options = (
+            None
+            if lora_r is None
+            else dict(r=lora_r, alpha=lora_alpha, dropout=lora_dropout, target_modules=lora_target_modules)
         )
         self.tokenizer_objects = tokenizers
         self.dtype_name = dtype
@@ -206,7 +217,11 @@ class TeamModule(LightningModule):
             if self.lora_options is None:
                 self._agent_tokenizers = Team.resolve_tokenizers(self.agent_sources, self.tokenizer_objects)
             else:  # one base model: one tokenizer, shared by every adapter
-                shared = self.tokenizer_objects if self.tokenizer_objects is not None else load_tokenizer(self.agent_sources[0])
+                shared = (
+                    self.tokenizer_objects
+                    if self.tokenizer_objects is not None
+                    else load_tokenizer(self.agent_sources[0])
+                )
                 self._agent_tokenizers = Team.resolve_tokenizers(self.agent_sources, shared)
         return self._agent_tokenizers
 
@@ -323,10 +338,7 @@ class TeamModule(LightningModule):
         """Processed task reward of one joint sample per item, drawn from ``stream``."""
         prompts = [task.prompts(item) for item in items]
         with self.generation_context():
-            samples = [
-                self.generator.generate(self.team, agent, [p[agent] for p in prompts], 1, self.generation_settings, stream)
-                for agent in range(self.team.num_agents)
-            ]
+            samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
         rewards = []
         for k, item in enumerate(items):
             _, processed = task.oracle.score([[samples[a][k][0].text] for a in range(len(samples))], prompts[k], item)

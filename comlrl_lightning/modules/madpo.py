@@ -7,11 +7,11 @@ from typing import Any, Dict, List, Optional
 import torch
 from torchmetrics import MeanMetric
 
-from ..losses import madpo_loss
-from ..options import positive
-from ..pairs import PreferencePair
-from ..team import pack_sequences
-from .base import NOT_HYPERPARAMETERS, TeamModule
+from comlrl_lightning.data.pairs import PreferencePair
+from comlrl_lightning.losses import madpo_loss
+from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS, TeamModule
+from comlrl_lightning.options import positive
+from comlrl_lightning.team.team import pack_sequences
 
 
 class MADPOModule(TeamModule):

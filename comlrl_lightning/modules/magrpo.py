@@ -7,17 +7,24 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 
 import torch
 
-from ..contract import data_side
-from ..critics import Critic, IndividualCritics, SharedCritic
-from ..devices import DeviceSpec, resolve_devices
-from ..lora import is_lora_team
-from ..losses import actor_critic_advantages, explained_variance, group_advantages, k3_kl, policy_gradient_loss
-from ..options import OptionError, at_least, choice, require
-from ..quiet import expect_eval_mode_parts
-from ..rng import RandomStream
-from ..sharding import shard_model
-from ..team import Completion, Team, pack_sequences
-from .base import NOT_HYPERPARAMETERS, TeamModule
+from comlrl_lightning.data.contract import data_side
+from comlrl_lightning.generation.base import Completion, sample_team
+from comlrl_lightning.losses import (
+    actor_critic_advantages,
+    explained_variance,
+    group_advantages,
+    k3_kl,
+    policy_gradient_loss,
+)
+from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
+from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS, TeamModule
+from comlrl_lightning.options import OptionError, at_least, choice, require
+from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
+from comlrl_lightning.runtime.quiet import expect_eval_mode_parts
+from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.runtime.sharding import shard_model
+from comlrl_lightning.team.lora import is_lora_team
+from comlrl_lightning.team.team import Team, pack_sequences
 
 RL_ALGORITHMS = ("magrpo", "mareinforce", "maremax", "marloo", "maac", "iac")
 BASELINES = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
@@ -36,8 +43,8 @@ class MAGRPOModule(TeamModule):
       ``marloo``: leave-one-out): each agent's advantages come from its group of ``G`` returns and,
       with ``advantage_normalization``, are divided by the group's std without re-centering, so the
       four stay different algorithms.
-    * Critics (``maac``: one :class:`~comlrl_lightning.critics.SharedCritic`; ``iac``:
-      :class:`~comlrl_lightning.critics.IndividualCritics`): ``A_i = R̃_i - V_i``, standardised over the
+    * Critics (``maac``: one :class:`~comlrl_lightning.models.SharedCritic`; ``iac``:
+      :class:`~comlrl_lightning.models.IndividualCritics`): ``A_i = R̃_i - V_i``, standardised over the
       batch with ``advantage_normalization``; the critic loss (squared error to ``R̃_i``) is added
       with the critic's ``value_loss_coef``.
 
@@ -82,7 +89,9 @@ class MAGRPOModule(TeamModule):
         self.reference_kl_enabled, self.reference_kl_coef = reference_kl_enabled, float(reference_kl_coef)
         self.reference_devices = reference_devices
         self.reference: Optional[Team] = None
-        self.critic: Optional[Critic] = critic if critic is not None else (CRITICS[algorithm]() if algorithm in CRITICS else None)
+        self.critic: Optional[Critic] = (
+            critic if critic is not None else (CRITICS[algorithm]() if algorithm in CRITICS else None)
+        )
         self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
 
     @staticmethod
@@ -92,14 +101,16 @@ class MAGRPOModule(TeamModule):
         if algorithm not in CRITICS:
             raise OptionError(f"critic is used by rl_algorithm maac or iac, not by {algorithm}.")
         if critic.algorithm != algorithm:
-            raise OptionError(f"critic {type(critic).__name__} belongs to rl_algorithm='{critic.algorithm}', "
-                              f"not '{algorithm}' (use {CRITICS[algorithm].__name__}).")
+            raise OptionError(
+                f"critic {type(critic).__name__} belongs to rl_algorithm='{critic.algorithm}', "
+                f"not '{algorithm}' (use {CRITICS[algorithm].__name__})."
+            )
 
     def shard(self, mesh) -> None:
         super().shard(mesh)
         if self.critic is not None:  # trainable: sharded like the agents, so its gradients are reduced too
             for child in self.critic.children():
-                for part in (child if isinstance(child, torch.nn.ModuleList) else [child]):  # a list has no forward
+                for part in child if isinstance(child, torch.nn.ModuleList) else [child]:  # a list has no forward
                     if any(p.requires_grad for p in part.parameters()):
                         shard_model(part, mesh, str(self.trainer.precision))
 
@@ -110,7 +121,9 @@ class MAGRPOModule(TeamModule):
         if self.reference_kl_enabled and self.reference is None and not is_lora_team(self.team.agents):
             # a frozen copy of the initial policy (configure_model runs before a checkpoint is restored)
             devices = resolve_devices(
-                self.reference_devices, self.num_agents, "reference_devices",
+                self.reference_devices,
+                self.num_agents,
+                "reference_devices",
                 [str(self.team.device_of(i)) for i in range(self.num_agents)],
             )
             agents = [copy.deepcopy(agent).to(device) for agent, device in zip(self.team.agents, devices)]
@@ -138,35 +151,48 @@ class MAGRPOModule(TeamModule):
     # ------------------------------------------------------------------------------------------
     # Rollouts
 
-    def joint_returns(self, items: List[Dict[str, Any]], prompts: List[List[str]], texts: List[List[List[str]]]) -> torch.Tensor:
+    def joint_returns(
+        self, items: List[Dict[str, Any]], prompts: List[List[str]], texts: List[List[List[str]]]
+    ) -> torch.Tensor:
         """``[items, G]`` returns of the joint responses; ``texts[agent][item][g]``. Here: the task reward."""
         oracle = data_side(self.trainer).task.oracle
-        rows = [oracle.score([per_agent[k] for per_agent in texts], prompts[k], item)[1] for k, item in enumerate(items)]
+        rows = [
+            oracle.score([per_agent[k] for per_agent in texts], prompts[k], item)[1] for k, item in enumerate(items)
+        ]
         return torch.tensor(rows, dtype=torch.float32, device=self.device)
 
     def sample_rollouts(self, prompts: List[List[str]]) -> List[List[List[Completion]]]:
         """``G`` completions per agent and item, ``[agent][item][g]``, from a stream derived from the step."""
         stream = RandomStream.derive(self.hparams.seed, "rollout", self.global_step, self.global_rank)
         with self.generation_context():
-            return [
-                self.generator.generate(self.team, a, [p[a] for p in prompts], self.num_generations, self.generation_settings, stream)
-                for a in range(self.num_agents)
-            ]
+            return sample_team(
+                self.generator, self.team, prompts, self.num_generations, self.generation_settings, stream
+            )
 
-    def score_agent(self, agent: int, prompts: List[List[str]], samples: List[List[Completion]]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def score_agent(
+        self, agent: int, prompts: List[List[str]], samples: List[List[Completion]]
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Agent ``agent``'s ``[items * G]`` sequence log-probs (with grad) and, with the reference KL, its ``[items, G]`` KL."""
         group = self.num_generations
         prompt_ids = [ids for ids in self.team.encode_prompts(agent, [p[agent] for p in prompts]) for _ in range(group)]
         completions = [c.ids for row in samples for c in row]
-        batch = pack_sequences(prompt_ids, completions, [len(c) for c in completions], self.team.tokenizers[agent].pad_token_id)
+        batch = pack_sequences(
+            prompt_ids, completions, [len(c) for c in completions], self.team.tokenizers[agent].pad_token_id
+        )
         batch = {k: v.to(self.device) for k, v in batch.items()}
         width, score_mask = batch["score_mask"].shape[1], batch["score_mask"]
-        token_logprobs = self.team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], width, score_mask=score_mask)
+        token_logprobs = self.team.token_logprobs(
+            agent, batch["input_ids"], batch["attention_mask"], width, score_mask=score_mask
+        )
         kl = None
         if self.reference_kl_enabled:
             with torch.no_grad():
                 reference = self.team.token_logprobs(
-                    agent, batch["input_ids"], batch["attention_mask"], width, model=self.reference_model(agent),
+                    agent,
+                    batch["input_ids"],
+                    batch["attention_mask"],
+                    width,
+                    model=self.reference_model(agent),
                     score_mask=score_mask,
                 )
             kl = k3_kl(token_logprobs.detach(), reference, score_mask).view(len(prompts), group)
@@ -185,24 +211,42 @@ class MAGRPOModule(TeamModule):
         logprobs = [sequence for sequence, _ in scored]
         kls = [kl for _, kl in scored if kl is not None]
         # R̃_i: the joint return minus agent i's KL penalty, [N, items, G]
-        shaped = torch.stack([returns - self.reference_kl_coef * kl for kl in kls] if kls else [returns] * self.num_agents)
+        shaped = torch.stack(
+            [returns - self.reference_kl_coef * kl for kl in kls] if kls else [returns] * self.num_agents
+        )
         if self.critic is None:
-            losses = [policy_gradient_loss(logprobs[i], group_advantages(shaped[i], self.baseline, self.advantage_normalization).reshape(-1))
-                      for i in range(self.num_agents)]
+            losses = [
+                policy_gradient_loss(
+                    logprobs[i], group_advantages(shaped[i], self.baseline, self.advantage_normalization).reshape(-1)
+                )
+                for i in range(self.num_agents)
+            ]
             loss, metrics = torch.stack(losses).sum(), {}
         else:
             loss, metrics = self.actor_critic_loss(prompts, texts, logprobs, shaped)
         if self.skip_nonfinite(loss):
             return None
-        metrics.update({"train/loss": loss.detach(), "turn_1/reward_mean": returns.mean(), "turn_1/expected_return": returns.mean()})
+        metrics.update(
+            {
+                "train/loss": loss.detach(),
+                "turn_1/reward_mean": returns.mean(),
+                "turn_1/expected_return": returns.mean(),
+            }
+        )
         if kls:
             kl_mean = torch.stack(kls).mean()
-            metrics.update({"turn_1/reference_kl_mean": kl_mean, "turn_1/reference_kl_penalty_mean": self.reference_kl_coef * kl_mean})
+            metrics.update(
+                {
+                    "turn_1/reference_kl_mean": kl_mean,
+                    "turn_1/reference_kl_penalty_mean": self.reference_kl_coef * kl_mean,
+                }
+            )
         self.log_dict(metrics, batch_size=len(items))
         return loss
 
-    def actor_critic_loss(self, prompts: List[List[str]], texts: List[List[List[str]]], logprobs: List[torch.Tensor],
-                          shaped: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    def actor_critic_loss(
+        self, prompts: List[List[str]], texts: List[List[List[str]]], logprobs: List[torch.Tensor], shaped: torch.Tensor
+    ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         """``sum_i mean(-A_i log pi_i) + value_loss_coef * critic loss`` with ``A_i = R̃_i - V_i``, and its metrics."""
         values = self.critic.values(self.team, prompts, texts).to(shaped.device)
         actor_losses, advantages = [], []

@@ -7,12 +7,13 @@ from typing import Any, Dict, List, Literal, Optional
 
 import torch
 
-from ..optim import adamw
-from ..options import at_least, choice, positive
-from ..reward_model import RewardModelOracle, RewardScorer
-from ..contract import data_side
-from .base import NOT_HYPERPARAMETERS
-from .magrpo import MAGRPOModule
+from comlrl_lightning.data.contract import data_side
+from comlrl_lightning.models.joint_reward import RewardModelOracle, RewardScorer
+from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS
+from comlrl_lightning.modules.magrpo import MAGRPOModule
+from comlrl_lightning.modules.optim import adamw
+from comlrl_lightning.options import at_least, choice, positive
+
 
 class MARLHFModule(MAGRPOModule):
     """Multi-agent RLHF: a fresh joint reward model is fitted on every round's preference pairs, then
@@ -73,7 +74,9 @@ class MARLHFModule(MAGRPOModule):
         if self.scorer is None:
             source = self.reward_model_name or self.agent_sources[0]
             tokenizer = None if isinstance(source, str) else self.team.tokenizers[0]
-            self.scorer = RewardScorer.from_source(source, tokenizer, self.reward_max_length, self.reward_freeze_backbone)
+            self.scorer = RewardScorer.from_source(
+                source, tokenizer, self.reward_max_length, self.reward_freeze_backbone
+            )
             self.reward_model = self.scorer.model  # a submodule: moved by Lightning, saved in checkpoints
             self.reward_model.requires_grad_(False).eval()
             self._fresh_reward_state = copy.deepcopy(self.reward_model.state_dict())
@@ -102,7 +105,9 @@ class MARLHFModule(MAGRPOModule):
         model.load_state_dict(self._fresh_reward_state)
         generator = torch.Generator().manual_seed(self.hparams.seed * 1_000_003 + round_index)
         with torch.no_grad():
-            model.head.weight.copy_(torch.empty_like(model.head.weight).uniform_(-1, 1, generator=generator) / model.head.in_features ** 0.5)
+            model.head.weight.copy_(
+                torch.empty_like(model.head.weight).uniform_(-1, 1, generator=generator) / model.head.in_features**0.5
+            )
             model.head.bias.zero_()
         model.head.requires_grad_(True)
         model.backbone.requires_grad_(not self.reward_freeze_backbone)
@@ -112,14 +117,16 @@ class MARLHFModule(MAGRPOModule):
         with torch.enable_grad():
             for epoch in range(1, self.reward_num_train_epochs + 1):
                 metrics = self._reward_model_epoch(pairs, optimizer, generator)
-                self.log_metrics_now({**metrics, "reward_model/epoch": float(epoch),
-                                      "reward_model/iteration": float(round_index + 1)})
+                self.log_metrics_now(
+                    {**metrics, "reward_model/epoch": float(epoch), "reward_model/iteration": float(round_index + 1)}
+                )
         model.requires_grad_(False).eval()
         self.fitted_round = round_index
         return metrics
 
-    def _reward_model_epoch(self, pairs: List, optimizer: torch.optim.Optimizer,
-                            generator: torch.Generator) -> Dict[str, float]:
+    def _reward_model_epoch(
+        self, pairs: List, optimizer: torch.optim.Optimizer, generator: torch.Generator
+    ) -> Dict[str, float]:
         """One shuffled pass of Bradley–Terry steps; the epoch's mean loss, accuracy (share of pairs
         scored winner > loser) and margin (winner score minus loser score), each taken before its step."""
         totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-from ..devices import resolve_devices
-from ..options import OptionError, require
+from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.runtime.devices import resolve_devices
 
 DeviceField = Optional[Union[str, Sequence[str]]]
 
@@ -47,8 +47,14 @@ ALIASES: Dict[str, Dict[str, Tuple[str, ...]]] = {
         "anthropic": ("anthropic", "anthropic_messages", "messages"),
         "openai_responses": ("openai_responses", "responses", "codex"),
     },
-    "rl_algorithm": {"magrpo": ("magrpo",), "mareinforce": ("mareinforce", "mareforce"), "maremax": ("maremax",),
-                     "marloo": ("marloo",), "maac": ("maac",), "iac": ("iac",)},
+    "rl_algorithm": {
+        "magrpo": ("magrpo",),
+        "mareinforce": ("mareinforce", "mareforce"),
+        "maremax": ("maremax",),
+        "marloo": ("marloo",),
+        "maac": ("maac",),
+        "iac": ("iac",),
+    },
     "parallel_training": {"none": ("none", "null"), "mp": ("mp",)},
 }
 """Every name the reference accepts per field, grouped by the one name used here."""
@@ -76,7 +82,9 @@ def _positive(config: Any, name: str, nullable: bool = False) -> None:
     value = getattr(config, name)
     if value is None and nullable:
         return
-    require(value is not None and math.isfinite(value) and value > 0, f"{name} must be > 0{' or null' if nullable else ''}.")
+    require(
+        value is not None and math.isfinite(value) and value > 0, f"{name} must be > 0{' or null' if nullable else ''}."
+    )
 
 
 @dataclass
@@ -117,11 +125,15 @@ class MADPOConfig:
     environment_steps_per_pair: int = 2
 
     def __post_init__(self) -> None:
-        require(self.collaboration_mode in ("decentralized", "centralized"),
-                "collaboration_mode must be decentralized or centralized.")
+        require(
+            self.collaboration_mode in ("decentralized", "centralized"),
+            "collaboration_mode must be decentralized or centralized.",
+        )
         if self.collaboration_mode == "centralized":
-            require(getattr(self, "comparator_centralized_agent_index", 0) == 0,
-                    "Centralized collaboration has only actor index 0.")
+            require(
+                getattr(self, "comparator_centralized_agent_index", 0) == 0,
+                "Centralized collaboration has only actor index 0.",
+            )
             if hasattr(self, "comparator_generation_mode"):
                 self.comparator_generation_mode = "centralized"
         for name in ("num_train_epochs", "num_agents", "rollout_buffer_size"):
@@ -134,8 +146,10 @@ class MADPOConfig:
             self.train_batch_size = self.rollout_buffer_size
         _at_least(self, "train_batch_size", 1)
         self.parallel_training = normalise("parallel_training", self.parallel_training or "none", "none")
-        require(not (self.parallel_training == "mp" and self.agent_devices is None),
-                "parallel_training='mp' requires explicit agent_devices.")
+        require(
+            not (self.parallel_training == "mp" and self.agent_devices is None),
+            "parallel_training='mp' requires explicit agent_devices.",
+        )
         require(self.reference_kl_coef >= 0, "reference_kl_coef must be >= 0.")
         if self.reference_kl_enabled and self.reference_devices is not None:
             actors = 1 if self.collaboration_mode == "centralized" else self.num_agents
@@ -148,13 +162,19 @@ class MADPOConfig:
         mode = str(self.pair_selection or "reward_gap").strip().lower()
         allowed = self._pair_selections()
         require(mode in allowed, f"pair_selection must be one of: {', '.join(allowed)}.")
-        require(not (mode == "all" and self.preference_pairs_per_sample is not None),
-                "preference_pairs_per_sample must be null when pair_selection='all'.")
+        require(
+            not (mode == "all" and self.preference_pairs_per_sample is not None),
+            "preference_pairs_per_sample must be null when pair_selection='all'.",
+        )
         self.pair_selection = mode
-        require(str(self.joint_mode).strip().lower() in ("align", "aligned"),
-                "MADPO preference generation currently supports aligned joint_mode only.")
-        require(self.advantage_mode in ("mean", "raw", "max", "rloo"),
-                "advantage_mode must be one of: mean, raw, max, rloo.")
+        require(
+            str(self.joint_mode).strip().lower() in ("align", "aligned"),
+            "MADPO preference generation currently supports aligned joint_mode only.",
+        )
+        require(
+            self.advantage_mode in ("mean", "raw", "max", "rloo"),
+            "advantage_mode must be one of: mean, raw, max, rloo.",
+        )
 
     def _pair_selections(self) -> Tuple[str, ...]:
         return ("reward_gap", "all", "random")
@@ -245,19 +265,24 @@ class _IterativeFields:
         _check_replay(self)
         self.comparator_policy = normalise("comparator_policy", self.comparator_policy, "current")
         self.comparator_generation_mode = normalise(
-            "comparator_generation_mode", self.comparator_generation_mode, "decentralized")
+            "comparator_generation_mode", self.comparator_generation_mode, "decentralized"
+        )
         if self.comparator_generation_mode == "centralized":
             _at_least(self, "comparator_centralized_agent_index", 0)
-            require(self.comparator_centralized_agent_index < self.num_agents,  # type: ignore[attr-defined]
-                    "comparator_centralized_agent_index must be smaller than num_agents.")
+            require(
+                self.comparator_centralized_agent_index < self.num_agents,  # type: ignore[attr-defined]
+                "comparator_centralized_agent_index must be smaller than num_agents.",
+            )
         _at_least(self, "comparator_num_candidates", 1, nullable=True)
         _at_least(self, "comparator_api_max_n_per_request", 1, nullable=True)
         _check_comparator(self)
         self.comparator_api_format = normalise("comparator_api_format", self.comparator_api_format, "generic")
         # A key is a secret: never a config value (it would be in dumps, checkpoints and logs).
-        require(self.comparator_api_key is None,
-                "comparator_api_key: a key is never a config value here (it would end up in config dumps, "
-                "checkpoints and logs); put it in an environment variable and name that in comparator_api_key_env.")
+        require(
+            self.comparator_api_key is None,
+            "comparator_api_key: a key is never a config value here (it would end up in config dumps, "
+            "checkpoints and logs); put it in an environment variable and name that in comparator_api_key_env.",
+        )
 
     def _pair_selections(self) -> Tuple[str, ...]:
         return ("reward_gap", "all", "random", "comparator_reward")
@@ -271,9 +296,11 @@ def _check_replay(config: _IterativeFields) -> None:
     if mode == "current":
         require(k in (None, 1), "preference_replay_k must be null or 1 when preference_replay_mode='current'.")
         require(config.preference_replay_lambda is None, only_lambda)
-        require(config.preference_replay_sample_size is None,
-                "preference_replay_sample_size is only valid when preference_replay_mode is "
-                "'nearest_k', 'all_history', or 'lambda_decay'.")
+        require(
+            config.preference_replay_sample_size is None,
+            "preference_replay_sample_size is only valid when preference_replay_mode is "
+            "'nearest_k', 'all_history', or 'lambda_decay'.",
+        )
         return
     if mode == "nearest_k":
         require(k is not None, "preference_replay_k is required when preference_replay_mode='nearest_k'.")
@@ -281,8 +308,10 @@ def _check_replay(config: _IterativeFields) -> None:
     else:
         require(k is None, only_k)
     if mode == "lambda_decay":
-        require(config.preference_replay_lambda is not None,
-                "preference_replay_lambda is required when preference_replay_mode='lambda_decay'.")
+        require(
+            config.preference_replay_lambda is not None,
+            "preference_replay_lambda is required when preference_replay_mode='lambda_decay'.",
+        )
         config.preference_replay_lambda = float(config.preference_replay_lambda)
         require(0.0 <= config.preference_replay_lambda <= 1.0, "preference_replay_lambda must be in [0, 1].")
     else:
@@ -306,8 +335,10 @@ def _check_comparator(config: _IterativeFields) -> None:
     else:
         require(config.comparator_history_k is None, only_history)
         require(policy == "api" or not has_model, only_model)
-    require(policy != "api" or bool(config.comparator_api_url),
-            "comparator_api_url is required when comparator_policy='api'.")
+    require(
+        policy != "api" or bool(config.comparator_api_url),
+        "comparator_api_url is required when comparator_policy='api'.",
+    )
 
 
 @dataclass

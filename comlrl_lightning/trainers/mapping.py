@@ -11,8 +11,7 @@ import dataclasses
 import warnings
 from typing import Any, Dict, Optional
 
-from ..collaboration import Centralized
-from ..comparators import (
+from comlrl_lightning.comparators import (
     ApiComparator,
     CentralizedComparator,
     Comparator,
@@ -21,9 +20,16 @@ from ..comparators import (
     HistoryComparator,
     ModelComparator,
 )
-from ..critics import Critic, IndividualCritics, SharedCritic
-from ..replay import AllHistoryReplay, CurrentReplay, LambdaDecayReplay, NearestKReplay, ReplayRule
-from .configs import GROUP_BASELINES, MADPOConfig
+from comlrl_lightning.data.replay import (
+    AllHistoryReplay,
+    CurrentReplay,
+    LambdaDecayReplay,
+    NearestKReplay,
+    ReplayRule,
+)
+from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
+from comlrl_lightning.modules.collaboration import Centralized
+from comlrl_lightning.trainers.configs import GROUP_BASELINES, MADPOConfig
 
 FIELD_MAP: Dict[str, str] = {
     "num_train_epochs": "`data.num_train_epochs` (MADPO: epochs over the pairs; MARLHF: policy epochs; per round when iterative)",
@@ -125,8 +131,9 @@ def warn_ignored(config: MADPOConfig) -> None:
     """Warn once per ignored field whose value differs from the default (it would have no effect)."""
     for field in dataclasses.fields(config):
         if field.name in IGNORED and field.name != "advantage_mode" and getattr(config, field.name) != field.default:
-            warnings.warn(f"{field.name}={getattr(config, field.name)!r} has no effect here: {IGNORED[field.name]}.",
-                          stacklevel=3)
+            warnings.warn(
+                f"{field.name}={getattr(config, field.name)!r} has no effect here: {IGNORED[field.name]}.", stacklevel=3
+            )
 
 
 def _same(config: Any, *names: str) -> Dict[str, Any]:
@@ -144,23 +151,49 @@ def module_options(config: MADPOConfig, marlhf: bool) -> Dict[str, Any]:
     devices = config.agent_devices
     if devices is not None and not isinstance(devices, str):  # as the reference: "none" keeps one device
         devices = list(devices) if config.parallel_training == "mp" else list(devices)[:1]
-    options = _same(config, "num_agents", "agent_learning_rate", "max_new_tokens", "temperature", "top_p", "top_k",
-                    "num_turns")
+    options = _same(
+        config, "num_agents", "agent_learning_rate", "max_new_tokens", "temperature", "top_p", "top_k", "num_turns"
+    )
     options["agent_devices"] = devices
     if not marlhf:
         return {**options, "dpo_beta": config.dpo_beta}
-    options.update(_same(config, "rl_algorithm", "num_generations", "advantage_normalization", "reference_kl_enabled",
-                         "reference_kl_coef", "reward_model_name", "reward_learning_rate", "reward_num_train_epochs",
-                         "reward_train_batch_size", "reward_max_length", "reward_freeze_backbone"))
-    options.update(reference_devices=_devices(config.reference_devices),
-                   preference_scoring_reward=getattr(config, "preference_scoring_reward", "task"))
+    options.update(
+        _same(
+            config,
+            "rl_algorithm",
+            "num_generations",
+            "advantage_normalization",
+            "reference_kl_enabled",
+            "reference_kl_coef",
+            "reward_model_name",
+            "reward_learning_rate",
+            "reward_num_train_epochs",
+            "reward_train_batch_size",
+            "reward_max_length",
+            "reward_freeze_backbone",
+        )
+    )
+    options.update(
+        reference_devices=_devices(config.reference_devices),
+        preference_scoring_reward=getattr(config, "preference_scoring_reward", "task"),
+    )
     return options
 
 
 def data_options(config: MADPOConfig) -> Dict[str, Any]:
     """Keyword options of the (iterative) preference data module from ``config`` (parts excluded)."""
-    options = _same(config, "num_agents", "train_batch_size", "num_train_epochs", "eval_num_samples", "eval_batch_size",
-                    "num_turns", "preference_num_candidates", "preference_pairs_per_sample", "pair_selection")
+    options = _same(
+        config,
+        "num_agents",
+        "train_batch_size",
+        "num_train_epochs",
+        "eval_num_samples",
+        "eval_batch_size",
+        "num_turns",
+        "preference_num_candidates",
+        "preference_pairs_per_sample",
+        "pair_selection",
+    )
     options["joint_mode"] = "aligned"  # the reference's "align" spelling, checked by the config
     if hasattr(config, "num_iterations"):
         options.update(_same(config, "num_iterations", "preference_replay_dir", "policy_checkpoint_dir"))
@@ -208,17 +241,27 @@ def comparator_for(config: Any, adapter: Any = None) -> Comparator:
         comparator: Comparator = CurrentCopyComparator(devices=devices, num_candidates=count)
     elif policy == "model":
         agents = list(config.comparator_agents) if config.comparator_agents is not None else None
-        comparator = ModelComparator(model_name=None if agents else config.comparator_model_name, agents=agents,
-                                     devices=devices, num_candidates=count)
+        comparator = ModelComparator(
+            model_name=None if agents else config.comparator_model_name,
+            agents=agents,
+            devices=devices,
+            num_candidates=count,
+        )
     elif policy == "history":
         comparator = HistoryComparator(k=config.comparator_history_k, num_candidates=count)
     elif policy == "api":
         comparator = ApiComparator(
-            url=config.comparator_api_url, format=config.comparator_api_format, model=config.comparator_api_model,
-            key_env=config.comparator_api_key_env, key_header=config.comparator_api_key_header,
-            key_prefix=config.comparator_api_key_prefix, headers=config.comparator_api_headers,
-            response_field=config.comparator_api_response_field, extra_body=config.comparator_api_extra_body,
-            max_n_per_request=config.comparator_api_max_n_per_request, timeout=config.comparator_api_timeout,
+            url=config.comparator_api_url,
+            format=config.comparator_api_format,
+            model=config.comparator_api_model,
+            key_env=config.comparator_api_key_env,
+            key_header=config.comparator_api_key_header,
+            key_prefix=config.comparator_api_key_prefix,
+            headers=config.comparator_api_headers,
+            response_field=config.comparator_api_response_field,
+            extra_body=config.comparator_api_extra_body,
+            max_n_per_request=config.comparator_api_max_n_per_request,
+            timeout=config.comparator_api_timeout,
             num_candidates=count,
         )
     else:
@@ -234,17 +277,32 @@ def critic_for(config: Any, critic_model: Any = None) -> Optional[Critic]:
     if config.rl_algorithm in GROUP_BASELINES:
         return None
     model_name = critic_model if critic_model is not None else config.critic_model_name
-    common = dict(critic_type=config.critic_type, learning_rate=config.critic_learning_rate,
-                  value_loss_coef=config.value_loss_coef)
+    common = dict(
+        critic_type=config.critic_type,
+        learning_rate=config.critic_learning_rate,
+        value_loss_coef=config.value_loss_coef,
+    )
     if config.rl_algorithm == "maac":
         devices = _devices(config.critic_devices)
         devices = devices[0] if isinstance(devices, list) else devices  # one shared critic: one device
-        return SharedCritic(model_name=model_name, critic_value_head_hidden_dim=config.critic_value_head_hidden_dim,
-                            devices=devices, **common)
+        return SharedCritic(
+            model_name=model_name,
+            critic_value_head_hidden_dim=config.critic_value_head_hidden_dim,
+            devices=devices,
+            **common,
+        )
     if not config.use_separate_critic:
-        return IndividualCritics(use_separate_critic=False, value_clip_range=config.value_clip_range,
-                                 value_head_hidden_dim=config.value_head_hidden_dim, **common)
-    return IndividualCritics(model_name=model_name, use_separate_critic=True, value_clip_range=config.value_clip_range,
-                             critic_value_head_hidden_dim=config.critic_value_head_hidden_dim,
-                             devices=_devices(config.critic_devices),
-                             **common)
+        return IndividualCritics(
+            use_separate_critic=False,
+            value_clip_range=config.value_clip_range,
+            value_head_hidden_dim=config.value_head_hidden_dim,
+            **common,
+        )
+    return IndividualCritics(
+        model_name=model_name,
+        use_separate_critic=True,
+        value_clip_range=config.value_clip_range,
+        critic_value_head_hidden_dim=config.critic_value_head_hidden_dim,
+        devices=_devices(config.critic_devices),
+        **common,
+    )

@@ -30,20 +30,30 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 
-from ..callbacks import RewardCurvePlot
-from ..data import PreferenceDataModule
-from ..defaults import EMBEDDED
-from ..item_sources import HFDataset, is_hf_dataset
-from ..iterative import IterativePreferenceDataModule
-from ..modules import MADPOModule, MARLHFModule
-from ..options import OptionError, require
-from ..oracle import resolve_callable
-from . import mapping
-from ..comparators import CentralizedComparatorParseError, TaggedCentralizedComparatorAdapter
-from ..comparators import CentralizedAdapter as CentralizedComparatorAdapter
-from ..reward_model import JointRewardModel
-from .configs import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
-from .wandb_config import logger_from_wandb_config, output_base
+from comlrl_lightning.callbacks.reward_curve import RewardCurvePlot
+from comlrl_lightning.data.centralized_task import (
+    CentralizedAdapter as CentralizedComparatorAdapter,
+)
+from comlrl_lightning.data.centralized_task import (
+    CentralizedComparatorParseError,
+    TaggedCentralizedComparatorAdapter,
+)
+from comlrl_lightning.data.item_sources import HFDataset, is_hf_dataset
+from comlrl_lightning.data.oracle import resolve_callable
+from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
+from comlrl_lightning.datamodules.preference import PreferenceDataModule
+from comlrl_lightning.defaults import EMBEDDED
+from comlrl_lightning.models.joint_reward import JointRewardModel
+from comlrl_lightning.modules import MADPOModule, MARLHFModule
+from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.trainers import mapping
+from comlrl_lightning.trainers.configs import (
+    MADPOConfig,
+    MADPOIterConfig,
+    MARLHFConfig,
+    MARLHFIterConfig,
+)
+from comlrl_lightning.trainers.wandb_config import logger_from_wandb_config, output_base
 
 GENERATION_KWARGS = ("max_new_tokens", "temperature", "top_p", "top_k")
 
@@ -95,42 +105,71 @@ class _PreferenceTrainer:
     ) -> None:
         self.args = args if args is not None else self.config_class()
         # MARLHFConfig and the iterative configs derive from MADPOConfig: each trainer takes its own kind only
-        other_kinds = tuple({MADPOConfig, MARLHFConfig, MADPOIterConfig, MARLHFIterConfig} - set(self.config_class.__mro__))
-        require(isinstance(self.args, self.config_class) and not isinstance(self.args, other_kinds),
-                f"args must be a {self.config_class.__name__} (got {type(self.args).__name__}).")
-        self._refuse_unsupported(external_transition=external_transition, eval_logger=eval_logger,
-                                 eval_aggregator=eval_aggregator, **marlhf_arguments)
-        require(num_agents in (2, self.args.num_agents),
-                f"num_agents ({num_agents}) must match args.num_agents ({self.args.num_agents}) (the role count).")
+        other_kinds = tuple(
+            {MADPOConfig, MARLHFConfig, MADPOIterConfig, MARLHFIterConfig} - set(self.config_class.__mro__)
+        )
+        require(
+            isinstance(self.args, self.config_class) and not isinstance(self.args, other_kinds),
+            f"args must be a {self.config_class.__name__} (got {type(self.args).__name__}).",
+        )
+        self._refuse_unsupported(
+            external_transition=external_transition,
+            eval_logger=eval_logger,
+            eval_aggregator=eval_aggregator,
+            **marlhf_arguments,
+        )
+        require(
+            num_agents in (2, self.args.num_agents),
+            f"num_agents ({num_agents}) must match args.num_agents ({self.args.num_agents}) (the role count).",
+        )
         require(agent_model is not None or agents, "agent_model or agents is required.")
-        require(agents or agent_model is None or isinstance(agent_model, (str, os.PathLike)),
-                "agent_model must be a model name or path; pass model objects as agents=[...] with tokenizer=.")
+        require(
+            agents or agent_model is None or isinstance(agent_model, (str, os.PathLike)),
+            "agent_model must be a model name or path; pass model objects as agents=[...] with tokenizer=.",
+        )
         embedded = agent_model == EMBEDDED and train_dataset is None
         if embedded:  # the toy task that goes with the embedded model
             train_dataset, eval_dataset = EMBEDDED, EMBEDDED if eval_dataset is None else eval_dataset
         require(train_dataset is not None, "train_dataset is required.")
         require(reward_func is not None or embedded, "reward_func must be a callable.")
-        require(reward_func is None or callable(reward_func) or isinstance(reward_func, str),
-                "reward_func must be a callable.")
+        require(
+            reward_func is None or callable(reward_func) or isinstance(reward_func, str),
+            "reward_func must be a callable.",
+        )
         mapping.warn_ignored(self.args)
         self.seed = torch.initial_seed() % 2**32
         seed_everything(self.seed, verbose=False)
         self.wandb_config = dict(wandb_config or {})
         self.output_dir = output_base(self.wandb_config)
-        self.module = self._build_module(agent_model, agents, tokenizer, model_config or {},
-                                         centralized_comparator_adapter, marlhf_arguments.get("critic_model"))
+        self.module = self._build_module(
+            agent_model,
+            agents,
+            tokenizer,
+            model_config or {},
+            centralized_comparator_adapter,
+            marlhf_arguments.get("critic_model"),
+        )
         data_class = IterativePreferenceDataModule if self.iterative else PreferenceDataModule
         parts: Dict[str, Any] = {}
         if self.iterative:
-            parts = dict(comparator=mapping.comparator_for(self.args, centralized_comparator_adapter),
-                         replay=mapping.replay_for(self.args))
+            parts = dict(
+                comparator=mapping.comparator_for(self.args, centralized_comparator_adapter),
+                replay=mapping.replay_for(self.args),
+            )
         self.datamodule = data_class(
-            train_dataset=_items(train_dataset), eval_dataset=_items(eval_dataset), formatters=formatters,
-            reward_func=reward_func, reward_processor=reward_processor, seed=self.seed,
-            **mapping.data_options(self.args), **parts,
+            train_dataset=_items(train_dataset),
+            eval_dataset=_items(eval_dataset),
+            formatters=formatters,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            seed=self.seed,
+            **mapping.data_options(self.args),
+            **parts,
         )
         if getattr(self.args, "log_reward_distribution", False):
-            from ..reward_distribution import resolve_reward_range
+            from comlrl_lightning.callbacks.reward_distributions import (
+                resolve_reward_range,
+            )
 
             # the error now, before any model loads
             resolve_reward_range(resolve_callable(self.datamodule.reward_func, "reward_func"))
@@ -141,8 +180,12 @@ class _PreferenceTrainer:
         does not support is an error with the reason (never silently ignored)."""
         marlhf_only = ("metrics_callback", "critic_model", "critics")
         for name in given:
-            if name in marlhf_only and self.module_class is not MARLHFModule or name not in UNSUPPORTED_ARGUMENTS \
-                    and name not in marlhf_only:
+            if (
+                name in marlhf_only
+                and self.module_class is not MARLHFModule
+                or name not in UNSUPPORTED_ARGUMENTS
+                and name not in marlhf_only
+            ):
                 raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {name!r}")
             if name in UNSUPPORTED_ARGUMENTS and given[name] is not None:
                 raise OptionError(f"{name} is not supported: {UNSUPPORTED_ARGUMENTS[name]}.")
@@ -159,18 +202,29 @@ class _PreferenceTrainer:
             options["critic"] = mapping.critic_for(self.args, critic_model)
         if agents and self.args.collaboration_mode == "decentralized":
             options["num_agents"] = len(list(agents))
-            require(len(list(agents)) == self.args.num_agents,
-                    f"num_agents ({self.args.num_agents}) must match the number of agents ({len(list(agents))}).")
+            require(
+                len(list(agents)) == self.args.num_agents,
+                f"num_agents ({self.args.num_agents}) must match the number of agents ({len(list(agents))}).",
+            )
         return self.module_class(
-            **sources, tokenizers=tokenizer, dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
-            collaboration=mapping.collaboration_for(self.args, adapter), seed=self.seed, **options,
+            **sources,
+            tokenizers=tokenizer,
+            dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
+            collaboration=mapping.collaboration_for(self.args, adapter),
+            seed=self.seed,
+            **options,
         )
 
     # ------------------------------------------------------------------------------------------
 
-    def train(self, resume_from_checkpoint: Optional[str] = None, checkpoint_dir: Optional[str] = None,
-              checkpoint_interval: int = 1, checkpoint_total_limit: Optional[int] = None,
-              **generation_kwargs: Any) -> None:
+    def train(
+        self,
+        resume_from_checkpoint: Optional[str] = None,
+        checkpoint_dir: Optional[str] = None,
+        checkpoint_interval: int = 1,
+        checkpoint_total_limit: Optional[int] = None,
+        **generation_kwargs: Any,
+    ) -> None:
         """Run ``lightning.Trainer.fit``; checkpoints (``last.ckpt`` and one per commit) go to ``checkpoint_dir``.
 
         A commit is an epoch (base trainers) or a round (iterative trainers); a checkpoint is kept
@@ -181,30 +235,52 @@ class _PreferenceTrainer:
         ``generation_kwargs`` override the sampling settings (``max_new_tokens``, ``temperature``,
         ``top_p``, ``top_k``; ``do_sample=True`` is accepted).
         """
-        require(isinstance(checkpoint_interval, int) and not isinstance(checkpoint_interval, bool)
-                and checkpoint_interval >= 1, "checkpoint_interval must be a positive integer.")
-        require(checkpoint_total_limit is None or (isinstance(checkpoint_total_limit, int) and checkpoint_total_limit >= 1),
-                "checkpoint_total_limit must be a positive integer or None.")
+        require(
+            isinstance(checkpoint_interval, int)
+            and not isinstance(checkpoint_interval, bool)
+            and checkpoint_interval >= 1,
+            "checkpoint_interval must be a positive integer.",
+        )
+        require(
+            checkpoint_total_limit is None or (isinstance(checkpoint_total_limit, int) and checkpoint_total_limit >= 1),
+            "checkpoint_total_limit must be a positive integer or None.",
+        )
         self._apply_generation_kwargs(generation_kwargs)
-        tracking = resume_from_checkpoint is not None or checkpoint_dir is not None or checkpoint_interval != 1 \
+        tracking = (
+            resume_from_checkpoint is not None
+            or checkpoint_dir is not None
+            or checkpoint_interval != 1
             or checkpoint_total_limit is not None
+        )
         callbacks: List[Callback] = [RewardCurvePlot()]
         resume = _checkpoint_file(resume_from_checkpoint)
         if tracking:  # a resumed run keeps writing beside the checkpoint it resumed unless told otherwise
             directory = checkpoint_dir or (str(Path(resume).parent) if resume else str(self.output_dir / "checkpoints"))
             every = checkpoint_interval * (self.args.num_train_epochs if self.iterative else 1)
-            limit = dict(save_top_k=checkpoint_total_limit, monitor="step", mode="max") if checkpoint_total_limit else {}
-            callbacks.append(ModelCheckpoint(dirpath=directory, save_last=True, save_on_train_epoch_end=True,
-                                             every_n_epochs=every, **limit))
+            limit = (
+                dict(save_top_k=checkpoint_total_limit, monitor="step", mode="max") if checkpoint_total_limit else {}
+            )
+            callbacks.append(
+                ModelCheckpoint(
+                    dirpath=directory, save_last=True, save_on_train_epoch_end=True, every_n_epochs=every, **limit
+                )
+            )
         if getattr(self.args, "log_reward_distribution", False):
-            from ..reward_distribution import RewardDistributions
+            from comlrl_lightning.callbacks.reward_distributions import (
+                RewardDistributions,
+            )
 
             callbacks.append(RewardDistributions())
         verbose = self.wandb_config.get("config_sections", {}).get("output", {}).get("verbose", True)
         self.trainer = Trainer(
-            accelerator="auto", devices=1, default_root_dir=str(self.output_dir), callbacks=callbacks,
+            accelerator="auto",
+            devices=1,
+            default_root_dir=str(self.output_dir),
+            callbacks=callbacks,
             logger=logger_from_wandb_config(self.wandb_config, self.output_dir, self.args),
-            enable_checkpointing=tracking, enable_progress_bar=bool(verbose), enable_model_summary=False,
+            enable_checkpointing=tracking,
+            enable_progress_bar=bool(verbose),
+            enable_model_summary=False,
             **mapping.trainer_options(self.args),
         )
         try:
@@ -218,8 +294,15 @@ class _PreferenceTrainer:
         """Evaluate the current policy on the evaluation items with the task reward (one joint sample
         per item, as in training's evaluations) and return the metrics, e.g. ``eval/turn_1/reward_mean``."""
         # no inference mode: tensors made under it (the team's buffers, metric states) could not be trained after
-        trainer = Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
-                          enable_progress_bar=False, enable_model_summary=False, inference_mode=False)
+        trainer = Trainer(
+            accelerator="auto",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            inference_mode=False,
+        )
         results = trainer.validate(self.module, self.datamodule, verbose=False)
         return {key: float(value) for key, value in (results[0] if results else {}).items()}
 
@@ -227,8 +310,11 @@ class _PreferenceTrainer:
         if kwargs.pop("do_sample", True) is not True:
             raise OptionError("do_sample=False is not supported: preference collection samples.")
         unknown = sorted(set(kwargs) - set(GENERATION_KWARGS))
-        require(not unknown, f"train(): generation option(s) {', '.join(unknown)} not supported "
-                             f"(supported: {', '.join(GENERATION_KWARGS)}, do_sample).")
+        require(
+            not unknown,
+            f"train(): generation option(s) {', '.join(unknown)} not supported "
+            f"(supported: {', '.join(GENERATION_KWARGS)}, do_sample).",
+        )
         if kwargs:
             self.module.generation_settings = dataclasses.replace(self.module.generation_settings, **kwargs)
 

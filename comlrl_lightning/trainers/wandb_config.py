@@ -9,10 +9,21 @@ from typing import Any, Dict, List
 
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 
-from ..options import require
+from comlrl_lightning.options import require
 
-WANDB_KEYS = ("project", "entity", "name", "run_name", "dir", "tags", "id", "resume", "mode", "output_dir",
-              "config_sections")
+WANDB_KEYS = (
+    "project",
+    "entity",
+    "name",
+    "run_name",
+    "dir",
+    "tags",
+    "id",
+    "resume",
+    "mode",
+    "output_dir",
+    "config_sections",
+)
 
 
 def output_base(wandb_config: Dict[str, Any]) -> Path:
@@ -43,7 +54,8 @@ def logger_from_wandb_config(wandb_config: Dict[str, Any], output_dir: Path, arg
         **options,
     )
     sections = {key: value for key, value in (wandb_config.get("config_sections") or {}).items() if key != "output"}
-    wandb.log_hyperparams({**dataclasses.asdict(args), "algorithm": type(args).__name__.replace("Config", ""),
-                           **sections})
+    wandb.log_hyperparams(
+        {**dataclasses.asdict(args), "algorithm": type(args).__name__.replace("Config", ""), **sections}
+    )
     loggers.append(wandb)
     return loggers

@@ -1,0 +1,16 @@
+"""Observers: callbacks that watch a run and draw it, never change it.
+
+:class:`RewardCurvePlot` (the evaluation reward against updates), :class:`ParameterSummary` (one
+line of parameter counts), :class:`RewardDistributions` (per-round reward histograms, their JSON
+record and figures); :mod:`.curves` reads training curves from a CSV log and :mod:`.plots` draws
+a round's distributions and the replay rules' weights.
+
+Imports: :mod:`comlrl_lightning.data` and the layers below it; they see the modules and data
+modules only through :mod:`comlrl_lightning.data.contract`.
+"""
+
+from comlrl_lightning.callbacks.parameter_summary import ParameterSummary
+from comlrl_lightning.callbacks.reward_curve import RewardCurvePlot
+from comlrl_lightning.callbacks.reward_distributions import RewardDistributions
+
+__all__ = ["ParameterSummary", "RewardCurvePlot", "RewardDistributions"]

@@ -1,0 +1,70 @@
+"""The reward-curve plot: the evaluation reward against optimizer updates, as a PNG in the log folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+
+EVAL_KEY = "eval/turn_1/reward_mean"
+
+
+class RewardCurvePlot(Callback):
+    """Plots the evaluation reward against optimizer updates into ``<log_dir>/reward_curve.png``.
+
+    Points come from the module's evaluations before the first update, after every validation
+    loop, and after the last update.
+
+    Args:
+        filename: image name inside the trainer's log dir (or ``default_root_dir`` without a logger).
+    """
+
+    def __init__(self, filename: str = "reward_curve.png") -> None:
+        self.filename = filename
+        self.points: List[Tuple[int, float]] = []
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # after the module's on_train_start, which runs the evaluation before the first update
+        if not self.points:
+            self._record(trainer, getattr(pl_module, "initial_eval_reward", None), 0)
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.sanity_checking and EVAL_KEY in trainer.callback_metrics:
+            self._record(trainer, float(trainer.callback_metrics[EVAL_KEY]), trainer.global_step)
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # after the module's own on_train_end, which runs the final evaluation
+        self._record(trainer, getattr(pl_module, "final_eval_reward", None), trainer.global_step)
+        # trainer.log_dir is a collective call under DDP: every rank asks, rank 0 plots
+        self.plot(Path(trainer.log_dir or trainer.default_root_dir))
+
+    def _record(self, trainer: Trainer, value: Optional[float], step: int) -> None:
+        if value is not None and (not self.points or self.points[-1] != (step, value)):
+            self.points.append((step, value))
+
+    @rank_zero_only
+    def plot(self, directory: Path) -> Optional[Path]:
+        if not self.points:
+            return None
+        # a Figure on its own Agg canvas, without pyplot: switching the process's backend
+        # (matplotlib.use) would stop a notebook's inline figures from showing after training
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        steps, values = zip(*sorted(self.points))
+        figure = Figure(figsize=(6, 3.5))
+        FigureCanvasAgg(figure)
+        axis = figure.subplots()
+        axis.plot(steps, values, marker="o")
+        axis.set_xlabel("optimizer updates")
+        axis.set_ylabel(EVAL_KEY)
+        axis.set_title("evaluation task reward")
+        axis.grid(alpha=0.3)
+        figure.tight_layout()
+        path = directory / self.filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=120)
+        rank_zero_info(f"reward curve: {path}")
+        return path

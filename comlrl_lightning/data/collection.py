@@ -1,0 +1,225 @@
+"""Collection: sample candidates for every item, score joint responses, and build pairs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from comlrl_lightning.data.oracle import Oracle
+from comlrl_lightning.data.pairs import PreferencePair, select_pairs
+from comlrl_lightning.data.task import Task
+from comlrl_lightning.generation.base import (
+    Completion,
+    GenerationSettings,
+    Generator,
+    sample_team,
+)
+from comlrl_lightning.generation.hf import HFGenerator
+from comlrl_lightning.runtime.distributed import unshard
+from comlrl_lightning.runtime.progress import Progress
+from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.team.loading import encode_prompt
+from comlrl_lightning.team.team import Team
+
+
+@dataclass
+class Candidates:
+    """``K`` candidates per agent for a list of items: ``completions[agent][item][j]``."""
+
+    prompts: List[List[str]]  # [item][agent]
+    prompt_ids: List[List[List[int]]]  # [item][agent]
+    completions: List[List[List[Completion]]]  # [agent][item][j]
+
+    def texts(self, item_index: int) -> List[List[str]]:
+        """``texts[agent][j]`` for one item."""
+        return [[c.text for c in per_agent[item_index]] for per_agent in self.completions]
+
+
+def sample_candidates(
+    team: Team,
+    task: Task,
+    items: Sequence[Dict[str, Any]],
+    num_candidates: int,
+    settings: GenerationSettings,
+    stream: Optional[RandomStream] = None,
+    progress: Optional[Progress] = None,
+    generator: Optional[Generator] = None,
+) -> Candidates:
+    """Every agent samples ``num_candidates`` completions of its own prompt for every item.
+
+    Items share batched calls of ``generator`` (default :class:`HFGenerator`); ``progress``
+    advances by one per (agent, item) prompt sampled, batch by batch where the backend reports.
+    """
+    generator = generator if generator is not None else HFGenerator()
+    prompts = [task.prompts(item) for item in items]
+    part = (lambda agent: progress.part(len(items))) if progress is not None else None
+    completions = sample_team(generator, team, prompts, num_candidates, settings, stream, on_agent=part)
+    prompt_ids = [
+        [team.encode_prompts(agent, [prompts[k][agent]])[0] for agent in range(team.num_agents)]
+        for k in range(len(items))
+    ]
+    return Candidates(prompts=prompts, prompt_ids=prompt_ids, completions=completions)
+
+
+def mean_like_numpy(values: Sequence[float]) -> float:
+    """``mean(values)``, ``0.0`` when empty, computed as the reference's ``float(numpy.mean(values))``.
+
+    NumPy sums pairwise (eight running sums for eight or more values), so the last bit can differ
+    from ``sum(values) / len(values)``; records must match the reference's byte for byte.
+    """
+    return float(np.mean(values)) if len(values) else 0.0
+
+
+@dataclass
+class CollectionResult:
+    """The pairs of one collection, per item, and what it saw (processed candidate scores per item).
+
+    An iterative collection also keeps every candidate's raw reward (before the reward processor)
+    per item and side: the current team's (``target_raw_rewards``) and the comparator's.
+    """
+
+    item_pairs: List[List[PreferencePair]] = field(default_factory=list)
+    scores: List[List[float]] = field(default_factory=list)
+    target_raw_rewards: List[List[float]] = field(default_factory=list)
+    comparator_raw_rewards: List[List[float]] = field(default_factory=list)
+    unparsed: int = 0
+    """Joint completions of a centralized team that did not split into roles (scored as empty roles)."""
+
+    @property
+    def pairs(self) -> List[PreferencePair]:
+        return [pair for pairs in self.item_pairs for pair in pairs]
+
+    @property
+    def reward_mean(self) -> float:
+        """Mean of every processed score of the collection (:func:`mean_like_numpy`)."""
+        return mean_like_numpy([v for per_item in self.scores for v in per_item])
+
+
+def build_pairs_within(
+    candidates: Candidates,
+    oracle: Oracle,
+    items: Sequence[Dict[str, Any]],
+    pair_selection: str,
+    pairs_per_sample: Optional[int],
+    stream: RandomStream,
+) -> CollectionResult:
+    """Base trainers: pairs between the candidates of one item, ties dropped."""
+    result = CollectionResult()
+    for k, item in enumerate(items):
+        _, scores = oracle.score(candidates.texts(k), candidates.prompts[k], item)
+        result.scores.append(scores)
+        mean = mean_like_numpy(scores)
+        result.item_pairs.append([])
+        for winner, loser in select_pairs(scores, pair_selection, pairs_per_sample, stream.python):
+            per_agent = [c[k] for c in candidates.completions]
+            result.item_pairs[-1].append(
+                PreferencePair(
+                    prompts=list(candidates.prompts[k]),
+                    winner_completions=[c[winner].text for c in per_agent],
+                    loser_completions=[c[loser].text for c in per_agent],
+                    winner_reward=scores[winner],
+                    loser_reward=scores[loser],
+                    candidate_reward_mean=mean,
+                    prompt_ids=[list(ids) for ids in candidates.prompt_ids[k]],
+                    winner_ids=[list(c[winner].ids) for c in per_agent],
+                    loser_ids=[list(c[loser].ids) for c in per_agent],
+                )
+            )
+    return result
+
+
+ITERATIVE_PAIR_SELECTIONS = ("reward_gap", "all", "random", "comparator_reward")
+"""Iterative ``pair_selection`` modes (``comparator_reward`` is the iterative default)."""
+
+
+def build_pairs_against(
+    current: Candidates,
+    comparator: List[List[List[Completion]]],
+    oracle: Oracle,
+    items: Sequence[Dict[str, Any]],
+    pair_selection: str,
+    pairs_per_sample: Optional[int],
+    stream: RandomStream,
+) -> CollectionResult:
+    """Iterative trainers: current candidate ``j`` against comparator candidate ``j``.
+
+    Only equal indices ``j < min(K, K')`` are compared; either side may win; ties are dropped.
+    Selection per item: ``comparator_reward`` sorts by (comparator score, |gap|) descending,
+    ``reward_gap`` by |gap| descending (stable), ``random`` shuffles (seeded), ``all`` keeps every
+    pair by index. ``candidate_reward_mean`` averages every processed score of both sides.
+    """
+    result = CollectionResult()
+    for k, item in enumerate(items):
+        prompts = current.prompts[k]
+        sides = {
+            "current": [per_agent[k] for per_agent in current.completions],
+            "comparator": [per_agent[k] for per_agent in comparator],
+        }
+        raw, scores = {}, {}
+        for side, per_agent in sides.items():
+            raw[side], scores[side] = oracle.score([[c.text for c in cs] for cs in per_agent], prompts, item)
+        all_scores = scores["current"] + scores["comparator"]
+        result.scores.append(all_scores)
+        result.target_raw_rewards.append(raw["current"])
+        result.comparator_raw_rewards.append(raw["comparator"])
+        mean = mean_like_numpy(all_scores)
+        entries = []
+        for j in range(min(len(scores["current"]), len(scores["comparator"]))):
+            gap = scores["current"][j] - scores["comparator"][j]
+            if gap != 0:
+                winner, loser = ("current", "comparator") if gap > 0 else ("comparator", "current")
+                entries.append((abs(gap), scores["comparator"][j], j, winner, loser))
+        if pair_selection == "comparator_reward":
+            entries.sort(key=lambda e: (e[1], e[0]), reverse=True)
+        elif pair_selection == "reward_gap":
+            entries.sort(key=lambda e: -e[0])
+        elif pair_selection == "random":
+            stream.python.shuffle(entries)
+        if pair_selection != "all" and pairs_per_sample is not None:
+            entries = entries[:pairs_per_sample]
+        result.item_pairs.append([])
+        for _, _, j, winner, loser in entries:
+            result.item_pairs[-1].append(
+                PreferencePair(
+                    prompts=list(prompts),
+                    winner_completions=[cs[j].text for cs in sides[winner]],
+                    loser_completions=[cs[j].text for cs in sides[loser]],
+                    winner_reward=scores[winner][j],
+                    loser_reward=scores[loser][j],
+                    candidate_reward_mean=mean,
+                    raw_rewards=[raw[winner][j], raw[loser][j]],
+                    target_raw_reward=raw["current"][j],
+                    comparator_raw_reward=raw["comparator"][j],
+                    prompt_ids=[list(ids) for ids in current.prompt_ids[k]],
+                    winner_ids=[list(cs[j].ids) for cs in sides[winner]],
+                    loser_ids=[list(cs[j].ids) for cs in sides[loser]],
+                )
+            )
+    return result
+
+
+def merge_results(parts: Sequence[CollectionResult], world: int) -> CollectionResult:
+    """One result from the ranks' results on item shards ``items[rank::world]`` (item order restored)."""
+    return CollectionResult(
+        item_pairs=unshard([part.item_pairs for part in parts], world),
+        scores=unshard([part.scores for part in parts], world),
+        target_raw_rewards=unshard([part.target_raw_rewards for part in parts], world),
+        comparator_raw_rewards=unshard([part.comparator_raw_rewards for part in parts], world),
+        unparsed=sum(part.unparsed for part in parts),
+    )
+
+
+def pair_from_record(record: Dict[str, Any], team: Team) -> PreferencePair:
+    """A stored record made trainable: texts re-tokenized with each agent's tokenizer (as the reference).
+
+    Prompts are encoded as sampling encodes them (:func:`~comlrl_lightning.team.encode_prompt`: the
+    tokenizer's special tokens, no second BOS), completions without special tokens (the EOS is not in the text).
+    """
+    pair = PreferencePair.from_record(record, team.num_agents)
+    for agent, tokenizer in enumerate(team.tokenizers):
+        pair.prompt_ids.append(encode_prompt(tokenizer, pair.prompts[agent]))
+        pair.winner_ids.append(tokenizer(pair.winner_completions[agent], add_special_tokens=False)["input_ids"])
+        pair.loser_ids.append(tokenizer(pair.loser_completions[agent], add_special_tokens=False)["input_ids"])
+    return pair

@@ -1,0 +1,158 @@
+"""Task items from Hugging Face datasets, as people use them, kept as datasets (never copied into lists).
+
+A data module's ``train_dataset`` / ``eval_dataset`` may be a hub name or a local folder (a string),
+an :class:`HFDataset` (a configuration ``name`` such as gsm8k's ``main``, ``data_files``, a
+``split``), a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``, or (from
+Python) a ``datasets.Dataset`` / ``DatasetDict``. The items are served through
+:class:`DatasetItems`, a read-only sequence over the dataset's memory-mapped table: sharding,
+loaders, collection, comparators and evaluation index it, so a large dataset is not copied item
+by item into a Python list for every round.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union, overload
+
+DataFiles = Union[str, List[str], Dict[str, Union[str, List[str]]]]
+
+SAVED_DATASET_FILES = ("state.json", "dataset_dict.json")
+"""What ``save_to_disk`` writes beside the Arrow files (a ``Dataset``, a ``DatasetDict``). A hub
+repository or a plain data folder has neither (``dataset_info.json`` alone also appears elsewhere)."""
+
+
+@dataclass
+class HFDataset:
+    """A Hugging Face dataset, with the arguments ``datasets.load_dataset`` takes.
+
+    In a config: ``train_dataset: {path: gsm8k, name: main}``; in Python:
+    ``HFDataset("gsm8k", name="main")``.
+
+    Args:
+        path: a hub name (``gsm8k``), a local dataset folder, a folder written by ``save_to_disk``,
+            or a packaged builder read from ``data_files`` (``json``, ``csv``, ``parquet``, ``text``).
+        name: the dataset's configuration (gsm8k: ``main`` or ``socratic``).
+        split: the split to read (``None``: the data module's ``dataset_split`` / ``eval_split``; with
+            ``data_files`` given as one path or a list, ``train``, the only split ``datasets`` makes of them).
+        data_files: the files to read: one path, a list, or a mapping from split name to path(s).
+    """
+
+    path: str
+    name: Optional[str] = None
+    split: Optional[str] = None
+    data_files: Optional[DataFiles] = None
+
+
+class DatasetItems(Sequence[Dict[str, Any]]):
+    """The items of a ``datasets.Dataset``, read from its table on access.
+
+    ``items[i]`` is one item (a dict), ``items[a:b:c]`` another view of the same table (a rank's
+    shard, the evaluation subset), and iteration reads the table in chunks. Nothing is copied
+    into a Python list; every access returns fresh dicts.
+
+    Args:
+        dataset: the dataset (read in its plain Python format, whatever format it was given with).
+        indices: the rows of ``dataset`` this view shows (default: all).
+    """
+
+    chunk_size = 256
+    """Rows read at once while iterating."""
+
+    def __init__(self, dataset: Any, indices: Optional[range] = None) -> None:
+        self.dataset = dataset
+        self.indices = indices if indices is not None else range(len(dataset))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @overload
+    def __getitem__(self, index: int) -> Dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> "DatasetItems": ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return DatasetItems(self.dataset, self.indices[index])
+        return self.dataset[self.indices[index]]
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        for start in range(0, len(self.indices), self.chunk_size):
+            columns = self.dataset[self.indices[start : start + self.chunk_size]]
+            names = list(columns)
+            for values in zip(*(columns[name] for name in names)):
+                yield dict(zip(names, values))
+
+    def __repr__(self) -> str:
+        return f"DatasetItems({len(self)} of {len(self.dataset)} rows, columns={self.dataset.column_names})"
+
+
+def is_hf_dataset(source: Any) -> bool:
+    """Whether ``source`` is a ``datasets`` object (checked without importing ``datasets`` for other sources)."""
+    return type(source).__module__.split(".")[0] == "datasets"
+
+
+def load_dataset_items(source: Any, split: str, role: str) -> DatasetItems:
+    """The items of a hub name / folder (a string or path), an :class:`HFDataset`, or a ``datasets`` object.
+
+    ``split`` is the data module's default split; ``role`` (``train`` / ``eval``) names the option in errors.
+    """
+    import datasets
+
+    option = f"{role}_dataset"
+    if isinstance(source, (str, os.PathLike)):
+        source = HFDataset(str(source))
+    if isinstance(source, HFDataset):
+        source = _load(source, split, option)
+    if isinstance(source, (datasets.IterableDataset, datasets.IterableDatasetDict)):
+        raise ValueError(
+            f"{option}: a streaming (iterable) dataset cannot be indexed; load it without "
+            "streaming=True, or pass a datasets.Dataset."
+        )
+    if isinstance(source, datasets.DatasetDict):
+        source = _split_of(source, split, option)
+    if not isinstance(source, datasets.Dataset):
+        raise TypeError(
+            f"{option}: expected a list of items, a file, a dataset name or folder, an HFDataset "
+            f"or a datasets.Dataset; got {type(source).__name__}."
+        )
+    # items are plain Python values whatever format the caller set (torch, numpy...)
+    return DatasetItems(source.with_format(None))
+
+
+def _load(spec: HFDataset, default_split: str, option: str) -> Any:
+    import datasets
+
+    if any((Path(spec.path) / name).is_file() for name in SAVED_DATASET_FILES):
+        if spec.name is not None or spec.data_files is not None:
+            raise ValueError(
+                f"{option}: {spec.path} was written by save_to_disk; it has no configurations or "
+                "data files (leave name and data_files unset)."
+            )
+        saved = datasets.load_from_disk(spec.path)
+        return (
+            _split_of(saved, spec.split or default_split, option) if isinstance(saved, datasets.DatasetDict) else saved
+        )
+    split = spec.split
+    if split is None:
+        split = default_split if spec.data_files is None or isinstance(spec.data_files, dict) else "train"
+    try:
+        return datasets.load_dataset(spec.path, spec.name, split=split, data_files=spec.data_files)
+    except ValueError as error:  # unknown split, missing configuration name...: say which option
+        hint = ""
+        if spec.name is None and "config" in str(error).lower():
+            hint = f"\nName the configuration: {option}: {{path: {spec.path}, name: <config>}} (HFDataset(name=...) in Python)."
+        raise ValueError(f"{option}: {spec.path}{f' ({spec.name})' if spec.name else ''}: {error}{hint}") from None
+
+
+def _split_of(dataset_dict: Any, split: str, option: str) -> Any:
+    if split not in dataset_dict:
+        raise ValueError(
+            f"{option}: the dataset has no split {split!r} (it has: {', '.join(dataset_dict)}); set the split option."
+        )
+    return dataset_dict[split]
+
+
+__all__ = ["DatasetItems", "HFDataset", "is_hf_dataset", "load_dataset_items"]

@@ -1,0 +1,65 @@
+"""Loaders that resume exactly: an epoch's order from ``(seed, epoch)``, and mid-epoch skipping."""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterator
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+class EpochShuffleSampler(DistributedSampler):
+    """This rank's share of a permutation of ``range(size)`` that depends only on ``(seed, epoch)``.
+
+    Lightning calls :meth:`set_epoch` at the start of every epoch, so a resumed run shuffles
+    exactly as the uninterrupted one did (a plain ``shuffle=True`` loader would not). With several
+    processes every rank takes every ``num_replicas``-th index of the same permutation; the
+    ``size % num_replicas`` last indices of the epoch are left out rather than padded with
+    duplicates (which would bias metrics), and they differ from epoch to epoch. ``skip`` drops the
+    first indices of the next iteration only (mid-epoch resume). Being a ``DistributedSampler``,
+    Lightning leaves it in place under DDP.
+    """
+
+    def __init__(self, size: int, seed: int, num_replicas: int = 1, rank: int = 0, shuffle: bool = True) -> None:
+        super().__init__(range(size), num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
+        self.size, self.skip = size, 0
+
+    def __iter__(self) -> Iterator[int]:
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(self.size, generator=generator).tolist()
+        else:
+            order = list(range(self.size))
+        order = order[: self.size - self.size % self.num_replicas][self.rank :: self.num_replicas]
+        start, self.skip = self.skip, 0
+        return iter(order[start:])
+
+    def __len__(self) -> int:
+        return self.size // self.num_replicas
+
+
+class ResumablePairLoader(DataLoader):
+    """Batches in an :class:`EpochShuffleSampler` order that resumes mid-epoch exactly.
+
+    Lightning saves ``state_dict()`` of a loader that has one into every checkpoint and hands it
+    back on resume; the state is how many batches of the epoch were trained (``batches_done``,
+    read from the trainer's progress, not from the loader, which prefetches ahead).
+    """
+
+    def __init__(
+        self,
+        data: list,
+        batch_size: int,
+        sampler: EpochShuffleSampler,
+        collate_fn: Callable,
+        batches_done: Callable[[], int],
+    ) -> None:
+        self.shuffle_sampler = sampler
+        super().__init__(data, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn)
+        self._batches_done = batches_done
+
+    def state_dict(self) -> Dict[str, int]:
+        return {"epoch": self.shuffle_sampler.epoch, "batches_done": int(self._batches_done())}
+
+    def load_state_dict(self, state: Dict[str, int]) -> None:
+        self.shuffle_sampler.skip = state["batches_done"] * self.batch_size

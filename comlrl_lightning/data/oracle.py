@@ -1,0 +1,203 @@
+"""The oracle: scores joint responses with a task reward function and a reward processor.
+
+Calling convention (the reference's): for each joint candidate index ``j`` the reward
+function is called once with one single-element list per agent, ``f([c_1^j], ..., [c_N^j])``;
+how the lists are passed depends on its signature:
+
+* ``*args``                      -> ``f([c_1], ..., [c_N])``
+* N > 1, exactly N positionals   -> ``f([c_1], ..., [c_N])``
+* N > 1, N + 1 positionals       -> ``f(prompts, [c_1], ..., [c_N])``
+* N > 1, one positional          -> ``f([[c_1], ..., [c_N]])``
+* N == 1, two or more positionals -> ``f(prompts, [c_1])``
+* otherwise                      -> ``f([c_1], ..., [c_N])``
+
+``prompts`` (``[prompt of agent 0]``) and ``batch_items`` (``[item]``) are passed as keywords when the
+function names them or takes ``**kwargs``. A parameter named ``batch_items`` is never counted as
+positional, nor is ``prompts`` unless it is the first parameter. Only the first returned value is used; ``reward_processor`` maps it to the processed
+score. Anything else (an exception, no value, a non-number, NaN or infinity) is an error naming the
+function and the value: a silently wrong reward would corrupt every pair built from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from numbers import Real
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+CallableSpec = Union[str, Callable, None]
+
+
+def resolve_callable(spec: CallableSpec, option: str) -> Optional[Callable]:
+    """A callable given directly or by import path ``"package.module.name"``."""
+    if spec is None or callable(spec):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"{option} must be a callable or an import path (got {spec!r}).")
+    module_name, _, attribute = str(spec).rpartition(".")
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ValueError(f"{option}: cannot import {spec!r} ({error}).") from error
+    if not callable(value):
+        raise ValueError(f"{option}: {spec!r} is not callable.")
+    return value
+
+
+def function_name(func: Callable) -> str:
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+def _bind(func: Callable, completions: List[List[str]], prompts: List[str], batch_items: list) -> Tuple[tuple, dict]:
+    num_agents = len(completions)
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return tuple(completions), {"batch_items": batch_items}
+    names = {p.name for p in parameters}
+    has_var_kw = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    has_var_args = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    # batch_items, and prompts anywhere but first, are keywords: f(a, b, prompts=None) gets completions in a, b
+    positional = [n for i, n in enumerate(positional) if n != "batch_items" and (n != "prompts" or i == 0)]
+    prompts_positional = False
+    if has_var_args:
+        args = tuple(completions)
+    elif num_agents > 1 and len(positional) == num_agents + 1:
+        args, prompts_positional = (prompts, *completions), True
+    elif num_agents > 1 and len(positional) == 1:
+        args = (completions,)
+    elif num_agents == 1 and len(positional) >= 2:
+        args, prompts_positional = (prompts, *completions), True
+    else:
+        args = tuple(completions)
+    kwargs = {}
+    if "batch_items" in names or has_var_kw:
+        kwargs["batch_items"] = batch_items
+    if not prompts_positional and ("prompts" in names or has_var_kw):
+        kwargs["prompts"] = prompts
+    return args, kwargs
+
+
+def _first_value(func: Callable, value: Any) -> float:
+    name = function_name(func)
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().reshape(-1).tolist()
+    elif isinstance(value, np.ndarray):
+        value = value.reshape(-1).tolist()
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError(f"reward function {name} returned no value (got {value!r}).")
+        value = value[0]
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            value = value.item()
+    if value is None or isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"reward function {name} returned a non-numeric value {value!r} ({type(value).__name__}).")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"reward function {name} returned {value!r}; rewards must be finite numbers.")
+    return value
+
+
+def call_reward_function(
+    func: Callable,
+    completions: List[List[str]],
+    prompts: Optional[List[str]] = None,
+    batch_items: Optional[list] = None,
+) -> float:
+    """Call ``func`` on one joint response (one single-element list per agent); return its first value."""
+    args, kwargs = _bind(func, completions, prompts or [], batch_items or [])
+    args, kwargs = _callable_with(func, (args, kwargs), (tuple(completions), {}))
+    try:
+        value = func(*args, **kwargs)  # once: a reward with side effects must not run twice
+    except Exception as error:
+        raise RuntimeError(f"reward function {function_name(func)} raised {type(error).__name__}: {error}") from error
+    return _first_value(func, value)
+
+
+def _callable_with(func: Callable, call: Tuple[tuple, dict], fallback: Tuple[tuple, dict]) -> Tuple[tuple, dict]:
+    """``call`` if ``func``'s signature accepts it, else ``fallback`` (checked by binding, never by calling)."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return call  # no signature to check (a builtin): call as bound
+    for args, kwargs in (call, fallback):
+        try:
+            signature.bind(*args, **kwargs)
+            return args, kwargs
+        except TypeError as error:
+            problem = error
+    raise ValueError(
+        f"reward function {function_name(func)} cannot take {len(fallback[0])} completion lists: {problem}"
+    ) from problem
+
+
+class Oracle:
+    """Scores joint responses: ``processed = reward_processor(reward_func(...)[0])``.
+
+    Args:
+        reward_func: the task reward, a callable or an import path.
+        reward_processor: maps a raw reward to the score used for pairs (default: identity).
+    """
+
+    def __init__(self, reward_func: CallableSpec, reward_processor: CallableSpec = None) -> None:
+        self.reward_func = resolve_callable(reward_func, "reward_func")
+        if self.reward_func is None:
+            raise ValueError("reward_func must be a callable.")
+        self.reward_processor = resolve_callable(reward_processor, "reward_processor")
+
+    def score(
+        self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any
+    ) -> Tuple[List[float], List[float]]:
+        """Raw and processed scores of joint responses ``j < min_i len(candidates[i])``.
+
+        Args:
+            candidates: ``candidates[agent][j]`` completion texts.
+            prompts: the agents' prompts for ``item`` (the function receives ``[prompts[0]]``).
+        """
+        count = min(len(texts) for texts in candidates)
+        raw = [
+            call_reward_function(self.reward_func, [[texts[j]] for texts in candidates], [prompts[0]], [item])
+            for j in range(count)
+        ]
+        return raw, [self.process(value) for value in raw]
+
+    def process(self, value: float) -> float:
+        if self.reward_processor is None:
+            return value
+        processed = self.reward_processor(value)
+        try:
+            processed = float(processed)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"reward_processor {function_name(self.reward_processor)} returned a non-numeric value {processed!r}."
+            ) from error
+        if not math.isfinite(processed):
+            raise ValueError(f"reward_processor {function_name(self.reward_processor)} returned {processed!r}.")
+        return processed
+
+
+class ScoringProgress:
+    """Wraps an oracle and advances a :class:`~comlrl_lightning.runtime.progress.Progress` as items are scored.
+
+    Sampling shows its own progress; a slow reward function (a judge model, a test runner) would
+    otherwise leave collection silent for minutes. ``calls_per_item``: oracle calls that make one
+    item (2 when the current team's and the comparator's candidates are scored separately).
+    """
+
+    def __init__(self, oracle: Any, progress: Any, calls_per_item: int = 1) -> None:
+        self.oracle, self.progress, self.calls_per_item = oracle, progress, calls_per_item
+        self.calls = 0
+
+    def score(
+        self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any
+    ) -> Tuple[List[float], List[float]]:
+        result = self.oracle.score(candidates, prompts, item)
+        self.calls += 1
+        if self.calls % self.calls_per_item == 0:
+            self.progress.advance(1)
+        return result

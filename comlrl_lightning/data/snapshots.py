@@ -1,0 +1,136 @@
+"""Policy snapshots: the team's weights at the start of each round, for the history comparator.
+
+Layout (the reference's): ``<dir>/initial/agent_{i}`` is the policy before round 0 and
+``<dir>/iteration_{r:04d}/agent_{i}`` the policy after round ``r`` (0-based), each written with
+``save_pretrained`` (weights + the agent's tokenizer). The policy at the start of round ``r`` is
+therefore ``initial`` for ``r = 0`` and ``iteration_{r-1:04d}`` otherwise.
+
+Snapshots are written atomically (a staging folder renamed into place), so a crash never leaves a
+half-written snapshot under its final name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from comlrl_lightning.options import OptionError
+from comlrl_lightning.runtime.quiet import transformers_bars_off
+from comlrl_lightning.runtime.sharding import full_state_dict
+from comlrl_lightning.team.lora import is_lora_team
+from comlrl_lightning.team.team import Team
+
+_SNAPSHOT_NAME = re.compile(r"initial|iteration_\d{4,}")
+
+
+def snapshot_name(round_start: int) -> str:
+    """Folder name of the policy at the start of round ``round_start`` (0-based)."""
+    return "initial" if round_start <= 0 else f"iteration_{round_start - 1:04d}"
+
+
+def round_start_of(name: str) -> int:
+    """Inverse of :func:`snapshot_name`."""
+    return 0 if name == "initial" else int(name.rsplit("_", 1)[1]) + 1
+
+
+class PolicySnapshots:
+    """Saves, finds and prunes round-start snapshots of a team.
+
+    Args:
+        directory: where snapshots live.
+        keep_all: never delete a snapshot (a folder the user chose with ``policy_checkpoint_dir``);
+            otherwise :meth:`prune` removes snapshots no later round can use.
+    """
+
+    def __init__(self, directory: str | os.PathLike, keep_all: bool = False) -> None:
+        self.directory = Path(directory)
+        self.keep_all = keep_all
+        self.saved: List[str] = []
+
+    def path(self, round_start: int) -> Path:
+        return self.directory / snapshot_name(round_start)
+
+    def save(self, round_start: int, team: Team, write: bool = True) -> Path:
+        """Write the team's current weights as the snapshot of ``round_start`` (Hugging Face folders).
+
+        Every rank calls it; only the one with ``write`` writes. Sharded agents are gathered into
+        whole state dicts first, a collective every rank takes part in.
+        """
+        target = self.path(round_start)
+        if team.synced and is_lora_team(team.agents):
+            raise OptionError(
+                "policy snapshots (HistoryComparator, policy_checkpoint_dir) of a LoRA team are not "
+                "supported under ModelParallelStrategy; use another comparator, or DDP for this team."
+            )
+        states = [full_state_dict(agent) for agent in team.agents] if team.synced else None
+        if not write:
+            return target
+        self.directory.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=self.directory))
+        try:
+            with transformers_bars_off():  # a snapshot every round: no per-file bars
+                for index, (agent, tokenizer) in enumerate(zip(team.agents, team.tokenizers)):
+                    state = {"state_dict": states[index]} if states is not None else {}
+                    agent.save_pretrained(staging / f"agent_{index}", **state)
+                    tokenizer.save_pretrained(staging / f"agent_{index}")
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        if target.name not in self.saved:
+            self.saved.append(target.name)
+        return target
+
+    def load(self, round_start: int, tokenizers: list, agent_indices: Optional[List[int]] = None) -> Team:
+        """The snapshot of ``round_start`` as a frozen team that shares the actors' tokenizers.
+
+        ``agent_indices`` loads only those agents (one tokenizer each, in that order).
+        """
+        path = self.path(round_start)
+        indices = list(agent_indices) if agent_indices is not None else list(range(len(tokenizers)))
+        sources = [str(path / f"agent_{i}") for i in indices]
+        missing = [source for source in sources if not (Path(source) / "config.json").exists()]
+        if missing:
+            raise FileNotFoundError(f"Missing comparator history snapshot agent directories: {missing}")
+        team = Team(sources, tokenizers=list(tokenizers))
+        team.requires_grad_(False).eval()
+        return team
+
+    def prune(self, oldest_needed: int) -> None:
+        """Delete snapshots of round starts before ``oldest_needed`` (unless ``keep_all``)."""
+        if self.keep_all:
+            return
+        for name in list(self.saved):
+            if round_start_of(name) < oldest_needed:
+                shutil.rmtree(self.directory / name, ignore_errors=True)
+                self.saved.remove(name)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"saved": list(self.saved)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore the index. A checkpoint is data: every name must be a snapshot of this folder
+        (``initial`` or ``iteration_NNNN``), since :meth:`prune` deletes what the index names."""
+        for name in state["saved"]:
+            if not _SNAPSHOT_NAME.fullmatch(str(name)):
+                raise ValueError(
+                    f"The checkpoint's snapshot index names {str(name)!r}, which is not a policy snapshot "
+                    f"of {self.directory}; refusing to use (or prune) it."
+                )
+        # Snapshots pruned after this checkpoint was written are simply gone; require() checks
+        # the ones a resumed run actually needs.
+        self.saved = [name for name in state["saved"] if (self.directory / name).is_dir()]
+
+    def require(self, round_start: int) -> None:
+        """Fail now, naming the folder, if the snapshot of ``round_start`` is missing."""
+        path = self.path(round_start)
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"Policy snapshot {path} is missing: the history comparator needs it to resume. "
+                "Set policy_checkpoint_dir to keep every snapshot."
+            )

@@ -1,0 +1,227 @@
+"""Task side of a run: where the items come from, how each agent is prompted, and the oracle."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Union
+
+from comlrl_lightning.data.chat import (
+    AgentPrompt,
+    ChatTemplateError,
+    PromptRenderer,
+    check_agent_prompt,
+    conversation_problem,
+)
+from comlrl_lightning.data.item_sources import HFDataset, load_dataset_items
+from comlrl_lightning.data.oracle import CallableSpec, Oracle, resolve_callable
+from comlrl_lightning.defaults import (
+    EMBEDDED,
+    MATCHER_TEMPLATE,
+    TOY_EVAL_SEED,
+    TOY_TRAIN_SEED,
+    WRITER_TEMPLATE,
+    toy_items,
+)
+
+ItemSource = Union[str, HFDataset, List[Dict[str, Any]], None]
+"""Task items: a list, a file, a dataset name or folder, an :class:`HFDataset`, ``"embedded"`` or
+``None``; from Python also a ``datasets.Dataset`` / ``DatasetDict``."""
+FormatterSpec = Union[str, Callable, None]
+
+
+def load_items(source: ItemSource, split: str = "train", role: str = "train") -> Sequence[Dict[str, Any]]:
+    """Task items from a Python list, a ``.json``/``.jsonl`` file, a Hugging Face dataset, or ``"embedded"``.
+
+    A JSON file holds a list of objects (or ``{"items": [...]}``); a JSONL file one object per line;
+    both become a list. Any other string (a hub name, a local dataset folder, a folder written by
+    ``save_to_disk``), an :class:`~comlrl_lightning.data.HFDataset` (with a configuration
+    ``name``, ``data_files``, a ``split``) or a ``datasets.Dataset`` is read as a dataset and served
+    without copying (:class:`~comlrl_lightning.data.item_sources.DatasetItems`); ``split`` is its split
+    unless the source names one. ``"embedded"`` is the toy task (``role`` picks its train or eval items).
+    """
+    if source is None:
+        return []
+    text = str(source) if isinstance(source, (str, os.PathLike)) else None
+    if isinstance(source, (list, tuple)):
+        items = list(source)
+    elif text == EMBEDDED:
+        items = toy_items(16 if role == "train" else 32, TOY_TRAIN_SEED if role == "train" else TOY_EVAL_SEED)
+    elif text is not None and text.endswith(".jsonl"):
+        items = []
+        with open(source, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise ValueError(
+                        f"{role}_dataset: {source} line {number}: not valid JSON ({error.msg}, column {error.colno})."
+                    ) from None
+    elif text is not None and text.endswith(".json"):
+        payload = json.loads(Path(source).read_text(encoding="utf-8"))
+        if isinstance(payload, dict):
+            if not isinstance(payload.get("items"), list):
+                raise ValueError(
+                    f'{role}_dataset: {source} holds an object; expected a list of items or {{"items": [...]}}.'
+                )
+            payload = payload["items"]
+        items = payload
+    else:
+        return load_dataset_items(source, split, role)  # a dataset's rows are always objects
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValueError(f"{role}_dataset: item {index} is a {type(item).__name__}, expected an object (dict).")
+    return items
+
+
+class TemplateFormatter:
+    """Prompt from a ``str.format`` template over the item's fields, e.g. ``"Q: {question}\\nA:"``."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+
+    def __call__(self, item: Dict[str, Any]) -> str:
+        try:
+            return self.template.format(**item)
+        except KeyError as error:
+            raise KeyError(
+                f"formatter template {self.template!r} needs field {error} missing from item {item!r}"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"TemplateFormatter({self.template!r})"
+
+
+def default_formatter(item: Dict[str, Any]) -> AgentPrompt:
+    """``item["prompt"]`` (a string or a list of chat messages), else ``item["messages"]`` (a list of
+    chat messages); ``None``, numbers or lists of anything else are never turned into text."""
+    if "prompt" not in item and "messages" in item:
+        field = "messages"
+        if not isinstance(item[field], list):
+            raise TypeError(f"field 'messages' is a {type(item[field]).__name__}, expected a list of chat messages")
+    elif "prompt" not in item:
+        raise KeyError("field 'prompt' is missing (set formatters to build prompts from other fields)")
+    else:
+        field = "prompt"
+        if not isinstance(item[field], (str, list)):
+            raise TypeError(
+                f"field 'prompt' is a {type(item[field]).__name__}, expected a string or a list of chat messages"
+            )
+    problem = conversation_problem(item[field]) if isinstance(item[field], list) else None
+    if problem:
+        raise TypeError(f"field {field!r} is a list, expected a string or a list of chat messages ({problem})")
+    return item[field]
+
+
+def resolve_formatter(spec: FormatterSpec) -> Callable[[Dict[str, Any]], AgentPrompt]:
+    """A formatter: ``None`` -> ``item["prompt"]``; a string with ``{`` -> template; else an import path."""
+    if spec is None:
+        return default_formatter
+    if isinstance(spec, str) and "{" in spec:
+        return TemplateFormatter(spec)
+    return resolve_callable(spec, "formatters")
+
+
+def check_items(task: "Task", items: Sequence[Dict[str, Any]], role: str) -> None:
+    """Build every item's prompts now, before any sampling: a missing field, a prompt that is neither
+    a string nor a list of chat messages, or one its agent's chat template cannot render is an
+    error naming the dataset, the item and the cause."""
+    for index, item in enumerate(items):
+        try:
+            task.prompts(item)
+        except (KeyError, TypeError, ValueError) as error:
+            message = error.args[0] if isinstance(error, KeyError) and error.args else error
+            raise ValueError(f"{role}_dataset: item {index}: {str(message).rstrip('.')}.") from None
+
+
+class Task:
+    """Formatters (one per agent) and the oracle that scores joint responses.
+
+    Args:
+        formatters: ``None`` (every agent gets ``item["prompt"]``, else ``item["messages"]``), one
+            formatter for all agents, or one per agent; each a callable, an import path, or a
+            template string. A formatter returns a text or a list of chat messages.
+        reward_func: the task reward (callable or import path), see :mod:`comlrl_lightning.data.oracle`.
+        reward_processor: optional map from raw reward to the score used for pairs.
+        num_agents: the team size the formatters must match.
+        chat_template: render text prompts with each agent's chat template too (as one user
+            message); chat-message prompts are always rendered. Rendering needs the team's
+            tokenizers: it happens in the task as the team sees it (:meth:`for_team`).
+    """
+
+    def __init__(
+        self,
+        formatters: Union[FormatterSpec, Sequence[FormatterSpec]] = None,
+        reward_func: CallableSpec = None,
+        reward_processor: CallableSpec = None,
+        num_agents: int = 2,
+        chat_template: bool = False,
+    ) -> None:
+        if isinstance(formatters, (list, tuple)):
+            if len(formatters) != num_agents:
+                raise ValueError("Number of formatters must match num_agents when providing a sequence.")
+            self.formatters = [resolve_formatter(spec) for spec in formatters]
+        else:
+            self.formatters = [resolve_formatter(formatters)] * num_agents
+        self.oracle = Oracle(reward_func, reward_processor)
+        self.chat_template = chat_template
+        self.renderer: Optional[PromptRenderer] = None
+
+    centralized: ClassVar[bool] = False
+    """Whether one joint completion answers every role (:class:`~comlrl_lightning.data.CentralizedTask`)."""
+    scored_completions = 0
+    unparsed_completions = 0
+    """Joint completions scored, and those that could not be split into roles (centralized tasks only)."""
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.formatters)
+
+    @property
+    def num_roles(self) -> int:
+        """Roles the reward scores (here: one per agent)."""
+        return len(self.formatters)
+
+    def agent_prompts(self, item: Dict[str, Any]) -> List[AgentPrompt]:
+        """Each agent's prompt for ``item`` as its formatter gives it: a text or a list of chat messages."""
+        return [
+            check_agent_prompt(formatter(item), f"formatter {index}") for index, formatter in enumerate(self.formatters)
+        ]
+
+    def prompts(self, item: Dict[str, Any]) -> List[str]:
+        """Each agent's prompt for ``item`` as the agent reads it (rendered where a chat template applies)."""
+        return [self.render(agent, prompt) for agent, prompt in enumerate(self.agent_prompts(item))]
+
+    def render(self, agent: int, prompt: AgentPrompt) -> str:
+        """Agent ``agent``'s text for ``prompt``: through the team's renderer, or as it is without one."""
+        if self.renderer is not None:
+            return self.renderer.render(agent, prompt)
+        if isinstance(prompt, str) and not self.chat_template:
+            return prompt
+        raise ChatTemplateError(
+            f"agent {agent}'s prompt needs its tokenizer's chat template, and this task has no tokenizers: the "
+            "team renders prompts in the task as it sees it (Task.for_team, called by the team module's team_task)."
+        )
+
+    def for_team(self, tokenizers: Callable[[], Sequence[Any]]) -> "Task":
+        """The task as a team whose agents use ``tokenizers`` (a callable, loaded on first need) sees it:
+        each agent's prompt rendered with its own tokenizer's chat template where one applies.
+
+        With ``chat_template`` on, every agent's tokenizer is checked for a template now, before any sampling.
+        """
+        task = copy.copy(self)
+        task.renderer = PromptRenderer(tokenizers, self.chat_template)
+        task.renderer.check()
+        return task
+
+
+def embedded_formatters() -> List[str]:
+    """The toy task's prompt templates (writer, matcher)."""
+    return [WRITER_TEMPLATE, MATCHER_TEMPLATE]
+
+
+__all__ = ["Task", "load_items", "resolve_formatter", "TemplateFormatter", "embedded_formatters"]

@@ -1,0 +1,17 @@
+"""LightningDataModules: they own the rounds (collect, store, replay) and feed the team modules.
+
+:class:`TaskDataModule` serves task items (rollout modules sample their own);
+:class:`PreferenceDataModule` collects preference pairs once with the team being trained;
+:class:`IterativePreferenceDataModule` runs rounds of collect → round file → replay → train
+against a comparator; :class:`RoundFilesDataModule` reads stored round files to fit a reward model.
+
+Imports: :mod:`comlrl_lightning.comparators`, :mod:`comlrl_lightning.data` and every layer below;
+never :mod:`comlrl_lightning.modules` (the team module is reached through
+:mod:`comlrl_lightning.data.contract`).
+"""
+
+from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
+from comlrl_lightning.datamodules.preference import PreferenceDataModule, TaskDataModule
+from comlrl_lightning.datamodules.round_files import RoundFilesDataModule
+
+__all__ = ["IterativePreferenceDataModule", "PreferenceDataModule", "RoundFilesDataModule", "TaskDataModule"]

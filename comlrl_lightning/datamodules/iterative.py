@@ -1,0 +1,314 @@
+"""IterativePreferenceDataModule: rounds of collect -> round file -> replay -> train."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Literal, Optional, Tuple
+
+from jsonargparse.typing import PositiveInt
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch.utils.data import DataLoader
+
+from comlrl_lightning.comparators import (
+    CentralizedComparator,
+    Comparator,
+    ComparatorContext,
+    CurrentComparator,
+)
+from comlrl_lightning.data.collection import (
+    ITERATIVE_PAIR_SELECTIONS,
+    CollectionResult,
+    build_pairs_against,
+    merge_results,
+    pair_from_record,
+    sample_candidates,
+)
+from comlrl_lightning.data.contract import TeamSide, team_side
+from comlrl_lightning.data.oracle import ScoringProgress
+from comlrl_lightning.data.pairs import PreferencePair
+from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
+from comlrl_lightning.data.snapshots import PolicySnapshots
+from comlrl_lightning.datamodules.preference import PreferenceDataModule
+from comlrl_lightning.options import OptionError, at_least
+from comlrl_lightning.runtime.distributed import (
+    barrier,
+    gather_objects,
+    gather_results,
+    rank_and_world,
+    shard,
+)
+from comlrl_lightning.runtime.folder_lock import FolderLock
+from comlrl_lightning.runtime.progress import Progress
+from comlrl_lightning.runtime.rng import RandomStream, derived_seed
+
+
+class IterativePreferenceDataModule(PreferenceDataModule):
+    """Iterative (online) preference data: ``num_iterations`` rounds of ``num_train_epochs`` epochs.
+
+    At the first epoch of every round the current team samples ``preference_num_candidates``
+    completions per agent and item, the ``comparator`` samples its ``num_candidates`` (default the
+    same K), and candidate ``j`` of each side is compared with candidate ``j`` of the other (either
+    side may win, ties are dropped). The round's pairs go to
+    ``<preference_replay_dir>/iteration_NNNN.json`` (atomically, also when empty), and the
+    ``replay`` rule picks the round's training pairs. The round is derived from
+    ``trainer.current_epoch``; the round's pairs, the replay index, the snapshot index and the
+    comparator's state are in each checkpoint, and every random stream (the comparator's too) is
+    derived from ``(seed, round, rank)``, so a resumed run continues exactly; raising
+    ``num_iterations`` and resuming extends a finished run. Observers read each round through
+    :meth:`round_collection` and :meth:`round_pairs`; a callback with a
+    ``check_data_module(datamodule)`` method is asked in ``setup``, before the team is loaded
+    (:class:`~comlrl_lightning.callbacks.RewardDistributions` checks the reward range).
+
+    Args:
+        num_iterations: rounds; the CLI sets ``trainer.max_epochs = num_iterations * num_train_epochs``.
+        comparator: the other side of every comparison (default :class:`CurrentComparator`); see
+            :mod:`comlrl_lightning.comparators` for the classes and their options.
+        replay: which rounds a round trains on (default :class:`CurrentReplay`); see
+            :mod:`comlrl_lightning.data.replay`.
+        preference_replay_dir: folder of the round files (default ``<default_root_dir>/preference_replay``).
+            Files already there are never imported; only a checkpoint restores replay history.
+        policy_checkpoint_dir: keep every round-start policy snapshot here (never pruned). Without
+            it, a comparator that needs snapshots (:class:`HistoryComparator`) keeps them in
+            ``<default_root_dir>/policy_snapshots`` and deletes those no later round (or a resume
+            from the previous round) can use.
+        **kwargs: the options of :class:`PreferenceDataModule`; here ``pair_selection`` may also be
+            ``comparator_reward`` (the default: highest comparator score first).
+    """
+
+    state_kind = "iterative"
+
+    def __init__(
+        self,
+        num_iterations: PositiveInt = 6,
+        comparator: Optional[Comparator] = None,
+        replay: Optional[ReplayRule] = None,
+        preference_replay_dir: Optional[str] = None,
+        policy_checkpoint_dir: Optional[str] = None,
+        num_train_epochs: PositiveInt = 1,
+        preference_num_candidates: int = 20,
+        preference_pairs_per_sample: Optional[PositiveInt] = 4,
+        pair_selection: Literal["comparator_reward", "reward_gap", "all", "random"] = "comparator_reward",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            num_train_epochs=num_train_epochs,
+            preference_num_candidates=preference_num_candidates,
+            preference_pairs_per_sample=preference_pairs_per_sample,
+            pair_selection=pair_selection,
+            **kwargs,
+        )
+        at_least("num_iterations", num_iterations, 1)
+        self.num_iterations = num_iterations
+        self.comparator = comparator if comparator is not None else CurrentComparator()
+        if self.num_agents is not None:  # the CLI links it from the model: per-agent options fail at parse time
+            self.comparator.check_team(self.num_agents)
+        self.replay_rule = replay if replay is not None else CurrentReplay()
+        self.preference_replay_dir, self.policy_checkpoint_dir = preference_replay_dir, policy_checkpoint_dir
+        # one stream shared by the comparator's parts, re-seeded from (seed, round, rank) every round
+        self.comparator_stream = RandomStream(self.seed)
+        self.built_round: Optional[int] = None
+        self.replay: Optional[ReplayBuffer] = None
+        self.snapshots: Optional[PolicySnapshots] = None
+        self.folder_locks: List[FolderLock] = []
+
+    @classmethod
+    def allowed_pair_selections(cls):
+        return ITERATIVE_PAIR_SELECTIONS
+
+    @property
+    def total_epochs(self) -> int:
+        return self.num_iterations * self.num_train_epochs
+
+    # ------------------------------------------------------------------------------------------
+    # Lightning hooks
+
+    def setup(self, stage: str) -> None:
+        already = self.task is not None
+        super().setup(stage)
+        if already:
+            return
+        # Callbacks that observe the rounds check this run now, before the comparator binding below
+        # loads the team: a callback that cannot work here fails before any model is loaded.
+        for callback in self.trainer.callbacks:
+            if callable(getattr(callback, "check_data_module", None)):
+                callback.check_data_module(self)
+        # train_dataloader() must run every epoch: it decides whether a new round starts.
+        self.trainer.reload_dataloaders_every_n_epochs = 1
+        root = Path(self.trainer.default_root_dir)
+        replay_dir = Path(self.preference_replay_dir) if self.preference_replay_dir else root / "preference_replay"
+        self.replay = ReplayBuffer(replay_dir.absolute(), self.replay_rule)
+        folders = [self.replay.directory]
+        if self.comparator.snapshot_round(0) is not None or self.policy_checkpoint_dir:
+            directory = Path(self.policy_checkpoint_dir) if self.policy_checkpoint_dir else root / "policy_snapshots"
+            self.snapshots = PolicySnapshots(directory.absolute(), keep_all=self.policy_checkpoint_dir is not None)
+            folders.append(self.snapshots.directory)
+        if self.trainer.is_global_zero:  # one run per folder; the other ranks are this run
+            self.folder_locks = [FolderLock(folder).acquire() for folder in folders]
+        module = team_side(self.trainer)
+        if self.task.centralized and isinstance(self.comparator, CentralizedComparator):
+            raise OptionError(
+                "comparator: a centralized team already writes every role in one completion, and so "
+                "does every comparator of its joint prompt; give CentralizedComparator's source directly."
+            )
+        self.comparator.bind(
+            ComparatorContext(
+                actors=lambda: module.team,
+                generator=module.generator,
+                stream=self.comparator_stream,
+                agent_devices=[str(module.team.device_of(i)) for i in range(module.num_agents)],
+                snapshots=self.snapshots,
+            )
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        module = team_side(self.trainer)
+        self.check_context(module)
+        round_index = self.trainer.current_epoch // self.num_train_epochs
+        if round_index != self.built_round:
+            self.build_round(round_index, module)
+        if not self.pairs:
+            rank_zero_warn(f"no replay preference pairs for iteration {round_index + 1}; the round trains nothing.")
+        return self.round_loader(module)
+
+    def release_folders(self) -> None:
+        for lock in self.folder_locks:
+            lock.release()
+        self.folder_locks = []
+
+    def teardown(self, stage: str) -> None:
+        # The reference also snapshots the policy after the last round when asked to keep snapshots.
+        finished = self.trainer is not None and self.trainer.current_epoch >= self.total_epochs
+        if stage == "fit" and finished and self.policy_checkpoint_dir:
+            self.snapshots.save(self.num_iterations, team_side(self.trainer).team, write=self.trainer.is_global_zero)
+
+    # ------------------------------------------------------------------------------------------
+    # One round
+
+    def build_round(self, round_index: int, module: TeamSide) -> None:
+        """Collect the round's pairs, write its round file and draw its training pairs.
+
+        Each process collects its shard of the items (streams derived from ``(seed, round, rank)``);
+        the pairs are gathered in item order on every rank; rank 0 alone writes the round file and
+        the snapshots; every rank then draws the same replay sample from ``(seed, round)``.
+        """
+        started = time.perf_counter()
+        team = module.team
+        rank, world = rank_and_world(self.trainer)
+        items = shard(self.train_items, rank, world)
+        stream = RandomStream.derive(self.seed, "collect", round_index, rank)
+        self.comparator_stream.reseed(derived_seed(self.seed, "comparator", round_index, rank))
+        if self.snapshots is not None:
+            self.snapshots.save(round_index, team, write=self.trainer.is_global_zero)
+            barrier(self.trainer)
+        num_comparator = self.comparator.num_candidates or self.preference_num_candidates
+        self.comparator.start_round(round_index)
+        label = f"round {round_index + 1}/{self.num_iterations}"
+        per_side = len(items) * team.num_agents  # agent prompts sampled by the team, and by the comparator
+
+        def collect_shard():
+            with Progress.for_trainer(self.trainer, f"{label} sampling", 2 * per_side, "prompt") as sampling:
+                with module.generation_context():
+                    current = sample_candidates(
+                        team,
+                        self.task,
+                        items,
+                        self.preference_num_candidates,
+                        module.generation_settings,
+                        stream,
+                        sampling,
+                        module.generator,
+                    )
+                    with sampling.part(per_side):
+                        comparator = self.comparator.sample(
+                            items, current.prompts, num_comparator, module.generation_settings
+                        )
+            self.comparator.end_round()
+            with Progress.for_trainer(self.trainer, f"{label} scoring", len(items), "item") as scoring:
+                return build_pairs_against(
+                    current,
+                    comparator,
+                    ScoringProgress(module.collection_oracle(self.task), scoring, calls_per_item=2),
+                    items,
+                    self.pair_selection,
+                    self.preference_pairs_per_sample,
+                    stream,
+                )
+
+        result = merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
+        records = [pair.to_record() for pair in result.pairs]
+        path = self.replay.write_round(round_index + 1, records, publish=self.trainer.is_global_zero)
+        barrier(self.trainer)  # the round file is in place before any rank reads it
+        if not self.replay_rule.uses_history:
+            training = result.pairs
+        else:
+            replay_rng = RandomStream.derive(self.seed, "replay", round_index).python
+            training = [pair_from_record(r, team) for r in self.replay.sample(len(result.pairs), replay_rng)]
+        needed = self.comparator.snapshot_round(round_index + 1)
+        if self.snapshots is not None and needed is not None and self.trainer.is_global_zero:
+            # keep what the next round needs, plus one round more so a resume from the previous round works
+            self.snapshots.prune(needed - 1)
+        self.last_collection, self.pairs, self.built_round = result, training, round_index
+        comparator_metrics: Dict[str, float] = {}
+        for part in gather_objects(self.comparator.metrics(), world):
+            for key, value in part.items():
+                comparator_metrics[key] = comparator_metrics.get(key, 0.0) + value
+        module.log_metrics_now(
+            {
+                "iter/current_iteration": float(round_index + 1),
+                "iter/current_preference_pairs": float(len(result.pairs)),
+                "iter/total_preference_pairs": float(self.replay.total_pairs),
+                "iter/train_preference_pairs": float(len(training)),
+                "collect/candidate_reward_mean": result.reward_mean,
+                **self.parse_metrics(result),
+                **comparator_metrics,
+            }
+        )
+        rank_zero_info(
+            f"round {round_index + 1}/{self.num_iterations}: {len(result.pairs)} pairs ({path.name}), "
+            f"{len(training)} for training, candidate reward mean {result.reward_mean:.4f}, "
+            f"{time.perf_counter() - started:.1f}s"
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpointed state
+
+    def round_pairs(self) -> Tuple[Optional[int], Optional[List[PreferencePair]]]:
+        """The round built last and the pairs it trains on."""
+        return self.built_round, self.pairs
+
+    def round_collection(self) -> Tuple[Optional[int], Optional[CollectionResult]]:
+        """The round (0-based) this process collected last and its collection (every item, gathered
+        from every rank, with each candidate's raw reward per side).
+
+        ``(None, None)`` before the first collection and after a checkpoint restore: a checkpoint
+        keeps a round's training pairs but not its candidates, so whoever observes rounds sees each
+        one once, in the process that collected it, and never again after a resume inside it.
+        """
+        return (None, None) if self.last_collection is None else (self.built_round, self.last_collection)
+
+    def data_state_dict(self) -> Dict[str, Any]:
+        state = super().data_state_dict()
+        state.update(
+            built_round=self.built_round,
+            replay=self.replay.state_dict() if self.replay is not None else None,
+            snapshots=self.snapshots.state_dict() if self.snapshots is not None else None,
+            comparator=self.comparator.state_dict(),
+        )
+        return state
+
+    def load_data_state_dict(self, state: Dict[str, Any]) -> None:
+        super().load_data_state_dict(state)
+        self.built_round = state["built_round"]
+        self.last_collection = None  # the restored round was collected by another process
+        if state.get("replay") is not None:
+            self.replay.load_state_dict(state["replay"])
+        self.comparator.load_state_dict(state.get("comparator") or {})
+        if state.get("snapshots") is not None and self.snapshots is not None:
+            self.snapshots.load_state_dict(state["snapshots"])
+            needed = self.comparator.snapshot_round(self.built_round + 1) if self.built_round is not None else None
+            if needed is not None:
+                self.snapshots.require(needed)
+
+
+__all__ = ["IterativePreferenceDataModule"]

@@ -1,0 +1,411 @@
+"""PreferenceDataModule: collects preference pairs with the team being trained and serves them."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+
+from lightning.pytorch import Callback, LightningDataModule
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch.utils.data import DataLoader
+
+from comlrl_lightning.data.collection import (
+    CollectionResult,
+    build_pairs_within,
+    merge_results,
+    sample_candidates,
+)
+from comlrl_lightning.data.contract import TeamSide, team_side
+from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoader
+from comlrl_lightning.data.oracle import CallableSpec, ScoringProgress
+from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PreferencePair
+from comlrl_lightning.data.task import (
+    ItemSource,
+    Task,
+    check_items,
+    embedded_formatters,
+    load_items,
+)
+from comlrl_lightning.defaults import EMBEDDED
+from comlrl_lightning.options import at_least, choice, require
+from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
+from comlrl_lightning.runtime.progress import Progress
+from comlrl_lightning.runtime.rng import RandomStream
+
+
+class DataStateCallback(Callback):
+    """Checkpoints a data module's state under one fixed key, whatever the data module's class is called.
+
+    Lightning files a data module's ``state_dict()`` under its class name and silently skips it
+    when the name differs, so a renamed or subclassed data module would quietly recollect pairs
+    and restart its replay history. A callback's state is filed under its ``state_key`` instead:
+    the data module registers this one in ``setup`` (before Lightning restores a checkpoint) and
+    it carries :meth:`TaskDataModule.data_state_dict` in and out. Nothing else reads or rewrites it.
+    """
+
+    state_key = "comlrl_lightning.data"
+
+    def __init__(self, datamodule: "TaskDataModule") -> None:
+        self.datamodule = datamodule
+
+    def state_dict(self) -> Dict[str, Any]:
+        return self.datamodule.data_state_dict()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self.datamodule.load_data_state_dict(state_dict)
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        self.datamodule.release_folders()
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.datamodule.release_folders()
+
+
+class TaskDataModule(LightningDataModule):
+    """Task items, prompts, the oracle and evaluation: what every training flow needs.
+
+    On its own it serves shuffled batches of task items (``train_batch_size`` items per step) to
+    modules that sample their own rollouts (``MAGRPOModule`` on the task reward); the preference
+    data modules below add collection.
+
+    Args:
+        train_dataset: task items: a list of dicts, a ``.json``/``.jsonl`` path, a Hugging Face dataset
+            name or folder (also one written by ``save_to_disk``), an
+            :class:`~comlrl_lightning.data.HFDataset` (``{path: gsm8k, name: main}``,
+            ``data_files``, ``split``), a ``datasets.Dataset`` (Python), or ``"embedded"`` (the toy task).
+            Datasets are indexed where they are, never copied into a list.
+        eval_dataset: evaluation items, same forms (``None``: no evaluation).
+        dataset_split: split for a Hugging Face ``train_dataset`` (unless it names its own).
+        eval_split: split for a Hugging Face ``eval_dataset`` (unless it names its own).
+        formatters: per-agent prompt builders: callables, import paths, or templates like
+            ``"Q: {question}"``; ``None`` uses ``item["prompt"]`` (else ``item["messages"]``) for
+            every agent. A prompt is a text or a list of ``{"role", "content"}`` chat messages;
+            messages are rendered with each agent's own tokenizer's chat template.
+        chat_template: render text prompts with each agent's chat template too, as one user message
+            (for instruct models); off: text prompts are given to the model as they are.
+        reward_func: task reward (callable or import path), called per joint response.
+        reward_processor: optional map from raw reward to the pair score (callable or import path).
+        num_agents: team size (linked to the model's ``num_agents`` by the CLI; ``None``: the team's).
+        train_batch_size: pairs (preference modules) or task items (policy-gradient modules) per step.
+        num_train_epochs: epochs (the CLI sets ``trainer.max_epochs`` from it).
+        eval_num_samples: evaluation items per evaluation (0: no evaluation).
+        eval_batch_size: evaluation items per validation step.
+        num_turns: must be 1 (single-turn, as in the seed).
+        joint_mode: must be ``aligned`` (joint response = same candidate index across agents).
+        seed: seed of the data stream (sampling, random selection, shuffles).
+    """
+
+    def __init__(
+        self,
+        train_dataset: ItemSource = EMBEDDED,
+        eval_dataset: ItemSource = None,
+        dataset_split: str = "train",
+        eval_split: str = "test",
+        formatters: Union[str, List[str], Callable, List[Callable], None] = None,
+        reward_func: CallableSpec = None,
+        reward_processor: CallableSpec = None,
+        num_agents: Optional[int] = None,
+        train_batch_size: int = 2,
+        num_train_epochs: int = 20,
+        eval_num_samples: int = 4,
+        eval_batch_size: int = 1,
+        num_turns: Literal[1] = 1,
+        joint_mode: Literal["aligned"] = "aligned",
+        seed: int = 0,
+        chat_template: bool = False,
+    ) -> None:
+        super().__init__()
+        require(num_turns == 1, "MADPO currently supports num_turns=1 only.")
+        require(
+            joint_mode == "aligned",
+            "joint_mode must be aligned (joint responses pair the same candidate index across agents).",
+        )
+        at_least("num_train_epochs", num_train_epochs, 1)
+        at_least("train_batch_size", train_batch_size, 1)
+        at_least("eval_num_samples", eval_num_samples, 0)
+        at_least("eval_batch_size", eval_batch_size, 1)
+        if num_agents is not None:
+            at_least("num_agents", num_agents, 1)
+        self.train_source, self.eval_source = train_dataset, eval_dataset
+        self.dataset_split, self.eval_split = dataset_split, eval_split
+        self.formatter_specs, self.reward_func, self.reward_processor = formatters, reward_func, reward_processor
+        if formatters is None and train_dataset == EMBEDDED:
+            self.formatter_specs = embedded_formatters()
+        if reward_func is None and train_dataset == EMBEDDED:
+            self.reward_func = "comlrl_lightning.defaults.vowel_length_reward"
+        self.num_agents = num_agents
+        self.train_batch_size, self.num_train_epochs = train_batch_size, num_train_epochs
+        self.eval_num_samples, self.eval_batch_size = eval_num_samples, eval_batch_size
+        self.seed, self.chat_template = seed, chat_template
+        self.task: Optional[Task] = None
+        self.train_items: Sequence[Dict[str, Any]] = []
+        self.eval_items: Sequence[Dict[str, Any]] = []
+        self.state_callback = DataStateCallback(self)
+        self._context_checked = False
+
+    # ------------------------------------------------------------------------------------------
+    # Lightning hooks
+
+    def setup(self, stage: str) -> None:
+        if self.trainer is not None and not any(c is self.state_callback for c in self.trainer.callbacks):
+            self.trainer.callbacks.append(self.state_callback)
+        if self.task is not None:
+            return
+        num_agents = self.num_agents
+        module = team_side(self.trainer) if self.trainer is not None else None
+        if module is not None:
+            require(
+                num_agents is None or num_agents == module.num_roles,
+                f"data num_agents ({num_agents}) must match the team's {module.num_roles} roles.",
+            )
+            num_agents = module.num_roles
+        task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents or 2, self.chat_template)
+        # the task as the team sees it: prompts rendered with each agent's chat template where one
+        # applies; a centralized team answers one joint prompt per item
+        self.task = module.team_task(task) if module is not None else task
+        self.train_items = load_items(self.train_source, self.dataset_split, "train")
+        self.eval_items = load_items(self.eval_source, self.eval_split, "eval")
+        require(bool(self.train_items), "train_dataset: training requires at least one task item.")
+        check_items(self.task, self.train_items, "train")
+        check_items(self.task, self.eval_items[: self.eval_num_samples], "eval")
+
+    def train_dataloader(self) -> DataLoader:
+        self.check_context(team_side(self.trainer))
+        return self.item_loader(self.train_items)
+
+    def check_context(self, module: TeamSide) -> None:
+        """Once, before any sampling: every prompt plus ``max_new_tokens`` fits each agent's context.
+
+        A model whose config names its context (``max_position_embeddings`` or ``n_positions``)
+        would otherwise fail deep inside sampling; the error names the item, the agent and the excess.
+        """
+        if self._context_checked:
+            return
+        budget = module.generation_settings.max_new_tokens
+        for agent in range(module.team.num_agents):
+            config = module.team.agents[agent].config
+            config = config.get_text_config() if hasattr(config, "get_text_config") else config
+            context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+            if not context:
+                continue
+            for role, items in (("train", self.train_items), ("eval", self.evaluation_items())):
+                for index, item in enumerate(items):
+                    length = len(module.team.encode_prompts(agent, [self.task.prompts(item)[agent]])[0])
+                    require(
+                        length + budget <= context,
+                        f"{role}_dataset: item {index}: agent {agent}'s prompt has {length} tokens; with "
+                        f"max_new_tokens={budget} that is {length + budget - context} more than the model's "
+                        f"context of {context}. Shorten the prompt or lower max_new_tokens.",
+                    )
+        self._context_checked = True
+
+    def val_dataloader(self) -> Union[DataLoader, List]:
+        items = self.evaluation_items()
+        if not items:
+            return []
+        rank, world = rank_and_world(self.trainer)
+        # every rank evaluates its own items; no duplicates pad the last batch (sharded agents: the
+        # ranks' shares are padded with None to one length, so every rank samples as often)
+        mine = shard(items, rank, world)
+        if team_side(self.trainer).team.synced:
+            mine += [None] * (-(-len(items) // world) - len(mine))
+        return DataLoader(mine, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
+
+    def _loader(self, data: list, collate_fn: Callable) -> DataLoader:
+        def batches_done() -> int:
+            return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+        rank, world = rank_and_world(self.trainer)
+        sampler = EpochShuffleSampler(len(data), self.seed, num_replicas=world, rank=rank)
+        return ResumablePairLoader(data, self.train_batch_size, sampler, collate_fn, batches_done)
+
+    def item_loader(self, items: List[Dict[str, Any]]) -> DataLoader:
+        """Shuffled, resumable batches of task items (lists of dicts)."""
+        return self._loader(items, list)
+
+    def pair_loader(self, pairs: List[PreferencePair], module: TeamSide) -> DataLoader:
+        """Shuffled, resumable batches of pairs collated by ``module.collate_pairs``."""
+        return self._loader(pairs, module.collate_pairs)
+
+    def counting_unparsed(self, collect: Callable[[], CollectionResult]) -> Callable[[], CollectionResult]:
+        """``collect`` that also records how many joint completions of this rank did not parse."""
+
+        def counted() -> CollectionResult:
+            before = self.task.unparsed_completions
+            result = collect()
+            result.unparsed = self.task.unparsed_completions - before
+            return result
+
+        return counted
+
+    def parse_metrics(self, result: CollectionResult) -> Dict[str, float]:
+        """``collect/unparsed_completions`` for a centralized team (nothing otherwise)."""
+        return {"collect/unparsed_completions": float(result.unparsed)} if self.task.centralized else {}
+
+    # ------------------------------------------------------------------------------------------
+    # What the team module may ask (comlrl_lightning.data.contract.DataSide)
+
+    def evaluation_items(self) -> List[Dict[str, Any]]:
+        """The items every evaluation uses (the first ``eval_num_samples`` evaluation items, as a list)."""
+        return list(self.eval_items[: self.eval_num_samples])
+
+    def round_pairs(self) -> Tuple[Optional[int], Optional[List[PreferencePair]]]:
+        """The round built last and its training pairs: none here (this data module serves items only)."""
+        return None, None
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpointed state (carried by DataStateCallback)
+
+    def release_folders(self) -> None:
+        """Release the locks on this run's folders (at the end of a run, also a failed one)."""
+
+    state_kind = "task"
+    """What kind of data state a checkpoint holds; another kind cannot resume this data module."""
+
+    def data_state_dict(self) -> Dict[str, Any]:
+        """Everything a resumed run needs to continue exactly (every random stream is derived
+        from ``(seed, round, rank)``, so here: the format and the kind of data module)."""
+        return {"version": 1, "kind": self.state_kind}
+
+    def load_data_state_dict(self, state: Dict[str, Any]) -> None:
+        kind = state.get("kind")
+        if kind != self.state_kind:
+            raise ValueError(
+                f"The checkpoint holds the data state of a {kind or 'different'} data module; "
+                f"{type(self).__name__} ({self.state_kind}) cannot resume it. Resume with the kind of data module "
+                "that wrote the checkpoint, or start a new run."
+            )
+
+
+class PreferenceDataModule(TaskDataModule):
+    """Collects preference pairs once with the current team, then serves them.
+
+    The base (non-iterative) MADPO/MARLHF data flow of the seed: in the first
+    ``train_dataloader()`` call every agent samples ``preference_num_candidates`` completions per
+    task item, the oracle scores the joint responses (same candidate index across agents), and every
+    non-tied pair is ranked by ``pair_selection``. A module that trains on pairs (MADPO) then gets
+    them for the trainer's ``max_epochs`` (= ``num_train_epochs`` from the CLI) in batches of
+    ``train_batch_size``, reshuffled every epoch; a module that trains on task items (MARLHF, which
+    first fits its reward model on the pairs) gets the items. The pairs and all random state are
+    part of the checkpoint.
+
+    Args:
+        preference_num_candidates: K, candidates per agent per item (>= 2).
+        preference_pairs_per_sample: pairs kept per item (``None``: all).
+        pair_selection: ``reward_gap`` (largest gap first), ``random`` (seeded), or ``all``.
+        **kwargs: the options of :class:`TaskDataModule`.
+    """
+
+    state_kind = "preference"
+
+    def __init__(
+        self,
+        preference_num_candidates: int = 80,
+        preference_pairs_per_sample: Optional[int] = 16,
+        pair_selection: Literal["reward_gap", "random", "all"] = "reward_gap",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        at_least("preference_num_candidates", preference_num_candidates, 2)
+        if preference_pairs_per_sample is not None:
+            at_least("preference_pairs_per_sample", preference_pairs_per_sample, 1, allow_none=True)
+        self.pair_selection = choice("pair_selection", pair_selection or "reward_gap", self.allowed_pair_selections())
+        require(
+            not (self.pair_selection == "all" and preference_pairs_per_sample is not None),
+            "preference_pairs_per_sample must be null when pair_selection='all'.",
+        )
+        self.preference_num_candidates = preference_num_candidates
+        self.preference_pairs_per_sample = preference_pairs_per_sample
+        self.pairs: Optional[List[PreferencePair]] = None
+        self.last_collection: Optional[CollectionResult] = None
+
+    @classmethod
+    def allowed_pair_selections(cls) -> Sequence[str]:
+        return PAIR_SELECTIONS
+
+    def train_dataloader(self) -> DataLoader:
+        module = team_side(self.trainer)
+        self.check_context(module)
+        if self.pairs is None:
+            self.last_collection = self.collect(module)
+            self.pairs = self.last_collection.pairs
+            module.log_metrics_now(
+                {
+                    "collect/preference_pairs": float(len(self.pairs)),
+                    "collect/candidate_reward_mean": self.last_collection.reward_mean,
+                    **self.parse_metrics(self.last_collection),
+                }
+            )
+        if not self.pairs:
+            rank_zero_warn("no non-tied preference pairs were generated; training ends without an update.")
+            self.trainer.should_stop = True
+        return self.round_loader(module)
+
+    def round_pairs(self) -> Tuple[Optional[int], Optional[List[PreferencePair]]]:
+        """Round 0 and its pairs once collected."""
+        return (None, None) if self.pairs is None else (0, self.pairs)
+
+    def round_loader(self, module: TeamSide) -> DataLoader:
+        """Pairs for a module that trains on pairs; task items (none without pairs) for one that trains on items."""
+        if module.trains_on == "items":
+            return self.item_loader(self.train_items if self.pairs else [])
+        return self.pair_loader(self.pairs or [], module)
+
+    # ------------------------------------------------------------------------------------------
+    # Collection
+
+    def collect(self, module: TeamSide) -> CollectionResult:
+        """Sample, score and pair candidates for every training item with ``module.team``.
+
+        Each process collects its shard of the items with a stream derived from
+        ``(seed, rank)``; the results are gathered so every rank holds all pairs in item order.
+        """
+        started = time.perf_counter()
+        rank, world = rank_and_world(self.trainer)
+        items = shard(self.train_items, rank, world)
+        stream = RandomStream.derive(self.seed, "collect", 0, rank)
+        prompts = len(items) * module.team.num_agents
+
+        def collect_shard() -> CollectionResult:
+            with Progress.for_trainer(self.trainer, "collection sampling", prompts, "prompt") as sampling:
+                with module.generation_context():
+                    candidates = sample_candidates(
+                        module.team,
+                        self.task,
+                        items,
+                        self.preference_num_candidates,
+                        module.generation_settings,
+                        stream,
+                        sampling,
+                        module.generator,
+                    )
+            with Progress.for_trainer(self.trainer, "collection scoring", len(items), "item") as scoring:
+                return build_pairs_within(
+                    candidates,
+                    ScoringProgress(module.collection_oracle(self.task), scoring),
+                    items,
+                    self.pair_selection,
+                    self.preference_pairs_per_sample,
+                    stream,
+                )
+
+        result = merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
+        rank_zero_info(
+            f"collected {len(result.pairs)} preference pairs from {len(self.train_items)} items "
+            f"(candidate reward mean {result.reward_mean:.4f}) in {time.perf_counter() - started:.1f}s"
+        )
+        return result
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpointed state
+
+    def data_state_dict(self) -> Dict[str, Any]:
+        state = super().data_state_dict()
+        state["pairs"] = None if self.pairs is None else [dataclasses.asdict(pair) for pair in self.pairs]
+        return state
+
+    def load_data_state_dict(self, state: Dict[str, Any]) -> None:
+        super().load_data_state_dict(state)
+        pairs = state.get("pairs")
+        self.pairs = None if pairs is None else [PreferencePair(**pair) for pair in pairs]

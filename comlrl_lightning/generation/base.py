@@ -1,0 +1,100 @@
+"""What every generation backend shares: the sampling settings, the completion record, the base class.
+
+A :class:`Generator` is chosen on the team module (``model.init_args.generator``) the way
+Lightning users choose callbacks: ``class_path`` plus its own ``init_args``. What to sample
+(``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``) stays a module option, because every
+backend and the API comparator honour it; how to sample (batching, engines, memory) belongs to
+the backend. Collection, comparators, evaluation and rollouts all sample through the module's
+generator; :func:`sample_team` is the one loop that has every agent sample its own prompts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, ContextManager, List, Optional, Sequence
+
+from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.team.team import Team
+
+
+@dataclass
+class GenerationSettings:
+    """Sampling settings shared by collection and evaluation (seed names)."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.6
+    top_k: Optional[int] = 50
+
+
+@dataclass
+class Completion:
+    """One sampled completion: its token ids (up to and including the first EOS) and its text."""
+
+    ids: List[int]
+    text: str
+
+
+def completion_from_ids(tokenizer, ids: List[int]) -> Completion:
+    """A sampled completion as every generator returns it: ids cut after the first EOS (kept), text
+    decoded without special tokens."""
+    if tokenizer.eos_token_id in ids:
+        ids = ids[: ids.index(tokenizer.eos_token_id) + 1]
+    return Completion(ids=ids, text=tokenizer.decode(ids, skip_special_tokens=True))
+
+
+class Generator:
+    """Samples completions for one agent of a team. Subclass it to add a backend.
+
+    The contract: :meth:`generate` returns ``result[prompt][sample]`` with ``num_samples``
+    completions per prompt, each cut after its first EOS (ids include it, text does not), drawn
+    from ``stream`` when one is given, so that runs repeat and resume exactly.
+    """
+
+    def generate(
+        self,
+        team: Team,
+        agent_index: int,
+        prompts: Sequence[str],
+        num_samples: int,
+        settings: GenerationSettings,
+        stream: Optional[RandomStream] = None,
+    ) -> List[List[Completion]]:
+        raise NotImplementedError
+
+    def weights_updated(self) -> None:
+        """The team's weights may have changed: the team module calls this after every training
+        batch and when it loads a checkpoint. A backend that keeps its own copy of the weights
+        refreshes it before its next sample; one that samples with the agents themselves ignores it.
+        Call it yourself after changing an agent's weights outside training."""
+
+
+def sample_team(
+    generator: Generator,
+    team: Team,
+    prompts: Sequence[Sequence[str]],
+    num_samples: int,
+    settings: GenerationSettings,
+    stream: Optional[RandomStream] = None,
+    on_agent: Optional[Callable[[int], ContextManager[object]]] = None,
+) -> List[List[List[Completion]]]:
+    """Every agent of ``team`` samples ``num_samples`` completions of its own prompt for every item.
+
+    ``prompts[item][agent]`` is agent ``agent``'s prompt for an item. Agents sample one after the
+    other from the same ``stream``, each with one batched ``generator.generate`` call over all items;
+    ``on_agent(agent)`` (optional) is a context entered around each agent's call (a progress part).
+    Returns ``completions[agent][item][sample]``.
+    """
+    completions = []
+    for agent in range(team.num_agents):
+        with on_agent(agent) if on_agent is not None else contextlib.nullcontext():
+            completions.append(
+                generator.generate(
+                    team, agent, [per_item[agent] for per_item in prompts], num_samples, settings, stream
+                )
+            )
+    return completions
+
+
+__all__ = ["Completion", "GenerationSettings", "Generator", "completion_from_ids", "sample_team"]

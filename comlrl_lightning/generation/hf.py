@@ -1,0 +1,169 @@
+"""Hugging Face ``generate()`` on the agents' own models: the default generation backend.
+
+Prompts of many items share one left-padded call (as many sequences as a share of the device's
+memory holds), and each prompt is prefilled once for all its samples
+(:func:`~comlrl_lightning.generation.shared_prompt.sample_with_shared_prompts`); the tokens are
+those of plain ``generate()``. A team sharded across processes (FSDP2) samples in lockstep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import List, Optional, Sequence
+
+import torch
+from torch import nn
+
+from comlrl_lightning.generation.base import (
+    Completion,
+    GenerationSettings,
+    Generator,
+    completion_from_ids,
+)
+from comlrl_lightning.generation.shared_prompt import sample_with_shared_prompts
+from comlrl_lightning.options import at_least
+from comlrl_lightning.runtime.progress import report_generated
+from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.runtime.sharding import max_over_ranks
+from comlrl_lightning.team.team import Team, left_pad
+
+KV_CACHE_MEMORY_SHARE = 0.25
+"""Automatic generation batches: one call's KV caches and logits may use this share of the device's memory."""
+FALLBACK_GENERATION_BATCH_SIZE = 64
+"""Sequences per call when the memory of the device or the size of the model's cache is unknown."""
+
+
+def auto_generation_batch_size(model: nn.Module, device: torch.device, sequence_length: int) -> int:
+    """How many sequences of ``sequence_length`` tokens one ``generate()`` call may sample at once.
+
+    Estimated from the model's config: per sequence, its key/value cache (counted twice, as a
+    growing cache is reallocated while the old one is alive) plus a few float32 logit rows,
+    against :data:`KV_CACHE_MEMORY_SHARE` of the device's *total* memory. Total, not free, memory
+    keeps the choice (and with it the sampled tokens) the same when a run resumes on the same
+    kind of machine; set ``HFGenerator(batch_size=...)`` to pin it across machines.
+    """
+    config = getattr(model, "config", None)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers, heads, hidden = (
+        getattr(config, name, None) for name in ("num_hidden_layers", "num_attention_heads", "hidden_size")
+    )
+    memory = device_memory(device)
+    if not (layers and heads and hidden and memory):
+        return FALLBACK_GENERATION_BATCH_SIZE
+    key_value_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    element = next(model.parameters()).element_size()
+    per_sequence = 2 * (2 * layers * key_value_heads * head_dim * element) * sequence_length
+    per_sequence += 3 * 4 * (getattr(config, "vocab_size", None) or 0)
+    return max(1, int(memory * KV_CACHE_MEMORY_SHARE // max(per_sequence, 1)))
+
+
+def device_memory(device: torch.device) -> Optional[int]:
+    """Total bytes of ``device`` (host RAM for the CPU), or ``None`` when unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return None
+    return None
+
+
+def sampling_options(settings: GenerationSettings, tokenizer) -> dict:
+    """The keyword arguments of ``generate()`` for ``settings`` and an agent's ``tokenizer``."""
+    return dict(
+        do_sample=True,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        # top_k None means "off" (documented); left out, generate() would apply the generation config's
+        # top_k (50 by default) and pay for a top-k filter on every step. 0 disables it.
+        top_k=settings.top_k if settings.top_k is not None else 0,
+    )
+
+
+class HFGenerator(Generator):
+    """Hugging Face ``generate()`` on the agent's own model (the default backend).
+
+    Prompts of many items share one left-padded call and each prompt is prefilled once for all
+    its samples; the tokens are those of plain ``generate()``.
+
+    Args:
+        batch_size: sequences (prompts x samples) per ``generate()`` call. ``None``: as many as a
+            quarter of the device's *total* memory holds (KV cache estimated from the model's
+            config), the same on the same kind of machine, so runs resume exactly; set a number to
+            pin it across machines or to cap collection's memory.
+    """
+
+    def __init__(self, batch_size: Optional[int] = None) -> None:
+        at_least("batch_size", batch_size, 1, allow_none=True)
+        self.batch_size = batch_size
+
+    @torch.no_grad()
+    def generate(
+        self,
+        team: Team,
+        agent_index: int,
+        prompts: Sequence[str],
+        num_samples: int,
+        settings: GenerationSettings,
+        stream: Optional[RandomStream] = None,
+    ) -> List[List[Completion]]:
+        """Sample ``num_samples`` completions for every prompt with agent ``agent_index`` of ``team``.
+
+        Prompts of many items share one left-padded ``generate()`` call of at most ``batch_size``
+        sequences (``None``: :func:`auto_generation_batch_size`), and each prompt is prefilled once
+        for all its samples (:func:`sample_with_shared_prompts`). Sampling draws from ``stream`` when given.
+        Returns ``result[prompt][sample]``.
+        """
+        model, tokenizer = team.agents[agent_index], team.tokenizers[agent_index]
+        device = team.device_of(agent_index)
+        encoded = team.encode_prompts(agent_index, prompts)
+        batch_size = self.batch_size or auto_generation_batch_size(
+            model, device, max(map(len, encoded), default=0) + settings.max_new_tokens
+        )
+        prompts_per_call = max(1, batch_size // num_samples)
+        sampling = sampling_options(settings, tokenizer)
+        calls = -(-len(encoded) // prompts_per_call)
+        if team.synced:  # a sharded forward is a collective: every rank makes as many calls, as many steps
+            calls = max_over_ranks(calls, device)
+        results: List[List[Completion]] = []
+        was_training = model.training
+        model.eval()
+        try:
+            with stream.active(device) if stream is not None else contextlib.nullcontext():
+                for start in range(0, calls * prompts_per_call, prompts_per_call):
+                    chunk = encoded[start : start + prompts_per_call]
+                    input_ids, attention_mask = left_pad(chunk or [[tokenizer.eos_token_id]], tokenizer.pad_token_id)
+                    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+                    if team.synced:  # plain generate(): the same forwards on every rank, until every rank is done
+                        output = model.generate(
+                            input_ids=input_ids,
+                            attention_mask=attention_mask,
+                            num_return_sequences=num_samples,
+                            synced_gpus=True,
+                            **sampling,
+                        )
+                    else:
+                        output = sample_with_shared_prompts(model, input_ids, attention_mask, num_samples, sampling)
+                    if not chunk:  # this rank's share is done; it only kept the others company
+                        continue
+                    generated = output[:, input_ids.shape[1] :].tolist()
+                    for offset in range(0, len(generated), num_samples):
+                        results.append(
+                            [completion_from_ids(tokenizer, row) for row in generated[offset : offset + num_samples]]
+                        )
+                    report_generated(len(chunk))  # a collection's progress bar, when one is shown
+        finally:
+            model.train(was_training)
+        return results
+
+    def __repr__(self) -> str:
+        return f"HFGenerator(batch_size={self.batch_size})"
+
+
+__all__ = ["HFGenerator", "auto_generation_batch_size", "device_memory"]

@@ -1,0 +1,201 @@
+"""The joint Bradley–Terry reward model of MARLHF: one scalar for a whole joint response."""
+
+from __future__ import annotations
+
+import copy
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from comlrl_lightning.losses import bradley_terry_loss
+from comlrl_lightning.team.loading import ModelSource, load_model, load_tokenizer
+
+JOINT_HEADER = "Joint multi-agent response"
+SEPARATOR = "\n\n"
+
+
+Span = Tuple[int, int]
+"""A character range ``[start, end)`` of a text."""
+
+
+def joint_segments(prompts: Sequence[str], completions: Sequence[str]) -> Tuple[str, List[Tuple[str, Span]]]:
+    """:func:`joint_text` with the ``(kind, (start, end))`` character span of every prompt and response
+    body in it (``kind`` is ``"prompt"`` or ``"response"``; labels and separators are in no span)."""
+    text, segments = JOINT_HEADER, []
+    for index in range(max(len(prompts), len(completions))):
+        for kind, texts in (("prompt", prompts), ("response", completions)):
+            body = texts[index] if index < len(texts) else ""
+            text += f"{SEPARATOR}Agent {index + 1} {kind}:\n"
+            segments.append((kind, (len(text), len(text) + len(body))))
+            text += body
+    return text, segments
+
+
+def joint_text(prompts: Sequence[str], completions: Sequence[str]) -> str:
+    """The reward model's input (as the reference's): header, then each agent's prompt and response (1-based)."""
+    return joint_segments(prompts, completions)[0]
+
+
+def tokens_inside(offsets: Sequence[Span], spans: Sequence[Span]) -> List[List[int]]:
+    """Per span, the indices of the tokens lying wholly inside it: ``start <= token_start < token_end <= end``.
+
+    Tokens without characters (special tokens) and tokens that straddle a span's edge belong to no span.
+    """
+    members: List[List[int]] = [[] for _ in spans]
+    for token, (token_start, token_end) in enumerate(offsets):
+        for index, (start, end) in enumerate(spans):
+            if start <= token_start < token_end <= end:
+                members[index].append(token)
+                break
+    return members
+
+
+def tokens_to_cut(lengths: Sequence[int], kinds: Sequence[str], excess: int) -> List[int]:
+    """How many tokens each segment loses so that ``excess`` tokens go, prompts before responses.
+
+    One token at a time from the segment of the current kind with the most tokens left (the first
+    such on ties): first among prompts, and only when every prompt is empty, among responses.
+    Returns fewer than ``excess`` in total when every segment is emptied.
+    """
+    left = list(lengths)
+    for kind in ("prompt", "response"):
+        while excess > 0:
+            candidates = [i for i, k in enumerate(kinds) if k == kind and left[i] > 0]
+            if not candidates:
+                break
+            left[max(candidates, key=lambda i: left[i])] -= 1
+            excess -= 1
+    return [before - after for before, after in zip(lengths, left)]
+
+
+def encode_joint(tokenizer, prompts: Sequence[str], completions: Sequence[str], max_length: Optional[int]) -> List[int]:
+    """Token ids of :func:`joint_text`, tokenized whole (as the reference), cut to ``max_length``.
+
+    Without a cut the ids are exactly ``tokenizer(joint_text(...))["input_ids"]``. Over budget,
+    tokens of the whole-text tokenization are removed by the character segment they fall in:
+    prompts lose tokens from their start (the end of a prompt sits next to its response), the
+    longest first; only when every prompt is empty do responses lose tokens from their end; as a
+    last resort the ids are cut at ``max_length``. Header, labels, separators, special tokens and
+    tokens straddling a body's edge are never removed before that. (The reference instead cuts the
+    end of the joint text, i.e. the last agents' responses first.) Cutting needs a fast tokenizer
+    (character offsets).
+    """
+    text, segments = joint_segments(prompts, completions)
+    if max_length is None:
+        return tokenizer(text)["input_ids"]
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
+    encoded = tokenizer(text, return_offsets_mapping=True)
+    ids = list(encoded["input_ids"])
+    if len(ids) <= max_length:
+        return ids
+    members = tokens_inside(encoded["offset_mapping"], [span for _, span in segments])
+    cuts = tokens_to_cut([len(m) for m in members], [kind for kind, _ in segments], len(ids) - max_length)
+    dropped = set()
+    for (kind, _), indices, count in zip(segments, members, cuts):
+        dropped.update(indices[:count] if kind == "prompt" else indices[len(indices) - count :])
+    return [token for index, token in enumerate(ids) if index not in dropped][:max_length]
+
+
+def hidden_size_of(config) -> int:
+    for name in ("hidden_size", "n_embd", "d_model"):
+        if getattr(config, name, None):
+            return int(getattr(config, name))
+    raise ValueError("Could not infer reward model hidden size.")
+
+
+def last_token_states(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[B, H]``: the hidden state at each row's last position whose mask is 1 (any padding side)."""
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    last = (attention_mask.long() * positions).argmax(dim=-1)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
+class JointRewardModel(nn.Module):
+    """A causal-LM backbone without its LM head plus a scalar head on the last non-padding token.
+
+    Args:
+        source: backbone (hub id, local path, ``"embedded"``, or a causal-LM object, copied).
+        freeze_backbone: train only the head.
+    """
+
+    def __init__(self, source: ModelSource, freeze_backbone: bool = False) -> None:
+        super().__init__()
+        causal = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source)
+        self.backbone = causal.base_model  # the transformer without the LM head: no vocabulary logits
+        self.head = nn.Linear(hidden_size_of(causal.config), 1)
+        self.head.to(dtype=next(self.backbone.parameters()).dtype)
+        self.backbone.requires_grad_(not freeze_backbone)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``[B]`` scores; works with left or right padding (pools the last position whose mask is 1)."""
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        return self.head(last_token_states(hidden, attention_mask)).squeeze(-1).float()
+
+
+class RewardScorer:
+    """A :class:`JointRewardModel` with its tokenizer: texts in, scores out."""
+
+    def __init__(self, model: JointRewardModel, tokenizer, max_length: Optional[int] = None) -> None:
+        if max_length is not None and not getattr(tokenizer, "is_fast", False):
+            # fail at setup rather than at the first joint text over budget
+            raise ValueError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
+        self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
+
+    @classmethod
+    def from_source(
+        cls, source: ModelSource, tokenizer=None, max_length: Optional[int] = None, freeze_backbone: bool = False
+    ) -> "RewardScorer":
+        if tokenizer is None:
+            if not isinstance(source, str):
+                raise ValueError("reward_model_name must be provided when agent models are objects.")
+            tokenizer = load_tokenizer(source)
+        return cls(JointRewardModel(source, freeze_backbone), tokenizer, max_length)
+
+    def batch(self, prompts: Sequence[Sequence[str]], completions: Sequence[Sequence[str]]) -> Dict[str, torch.Tensor]:
+        """Right-padded ids and mask of the joint texts of ``len(prompts)`` joint responses."""
+        encoded = [encode_joint(self.tokenizer, p, c, self.max_length) for p, c in zip(prompts, completions)]
+        width = max(len(ids) for ids in encoded)
+        input_ids = torch.full((len(encoded), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, ids in enumerate(encoded):
+            input_ids[row, : len(ids)] = torch.as_tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+        device = next(self.model.parameters()).device
+        return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+
+    def score(self, prompts: Sequence[Sequence[str]], completions: Sequence[Sequence[str]]) -> torch.Tensor:
+        return self.model(**self.batch(prompts, completions))
+
+    def pair_loss(self, pairs: Sequence) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Bradley–Terry loss of a batch of pairs, with the chosen and rejected scores."""
+        prompts = [pair.prompts for pair in pairs] * 2
+        completions = [pair.winner_completions for pair in pairs] + [pair.loser_completions for pair in pairs]
+        scores = self.score(prompts, completions)
+        chosen, rejected = scores[: len(pairs)], scores[len(pairs) :]
+        return bradley_terry_loss(chosen, rejected), chosen, rejected
+
+
+class RewardModelOracle:
+    """Scores joint responses with a fitted reward model (raw = processed = the model's score).
+
+    Used for collection by iterative MARLHF with ``preference_scoring_reward="reward_model"``.
+    """
+
+    def __init__(self, scorer: RewardScorer) -> None:
+        self.scorer = scorer
+
+    @torch.no_grad()
+    def score(
+        self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item
+    ) -> Tuple[List[float], List[float]]:
+        count = min(len(texts) for texts in candidates)
+        if count == 0:
+            return [], []
+        joint = [[texts[j] for texts in candidates] for j in range(count)]
+        values = self.scorer.score([list(prompts)] * count, joint).tolist()
+        return values, list(values)

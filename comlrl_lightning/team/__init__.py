@@ -1,0 +1,22 @@
+"""The team: N causal-LM agents, their tokenizers, and batched sequence scoring.
+
+:class:`Team` holds the models and tokenizers and scores completions; where they come from is
+:mod:`.loading`. The internals that make scoring fast and memory-light live beside it: LoRA teams
+on one shared base (:mod:`.lora`), packed scoring without padding (:mod:`.packed_scoring`), the
+fused, chunked LM head (:mod:`.fused_head`) and activation checkpointing
+(:mod:`.activation_checkpointing`). Sampling is not here: a generator
+(:mod:`comlrl_lightning.generation`) samples with a team's agents.
+
+Imports: :mod:`comlrl_lightning.runtime` and the foundation modules (``options``, ``losses``,
+``defaults``); nothing above.
+"""
+
+from comlrl_lightning.team.loading import (
+    ModelSource,
+    encode_prompt,
+    load_model,
+    load_tokenizer,
+)
+from comlrl_lightning.team.team import Team, left_pad, pack_sequences
+
+__all__ = ["ModelSource", "Team", "encode_prompt", "left_pad", "load_model", "load_tokenizer", "pack_sequences"]

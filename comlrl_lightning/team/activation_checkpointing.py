@@ -1,0 +1,85 @@
+"""Activation checkpointing of the agents, and the state its recomputation must see again.
+
+A checkpointed layer (transformers' ``GradientCheckpointingLayer``) runs its forward a second time
+during backward, long after the call that ran it returned. Whatever that call switched on for the
+forward, the packed attention (:mod:`~comlrl_lightning.team.packed_scoring`) or a LoRA team's active
+adapter, is off again by then: the recomputation would attend another way (caught by the
+non-reentrant checkpoint as a mismatch) or through another agent's adapter (not caught: wrong
+gradients). :func:`recomputed_inside` re-enters that state around the recomputation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Callable, ContextManager, Iterator
+
+from torch import nn
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    """The transformers model under ``model``'s adapters (``model`` itself without any)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def is_checkpointing(model: nn.Module) -> bool:
+    """Whether ``model`` (or the transformers model under its adapters) recomputes activations in backward."""
+    base = base_model(model)
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new name first (no warning)
+        if hasattr(type(base), name) or name in vars(base):
+            return bool(getattr(base, name))
+    return False
+
+
+def enable_activation_checkpointing(model: nn.Module, every_n_layers: int = 1) -> None:
+    """transformers' activation checkpointing (non-reentrant) on ``model`` or the model under its
+    adapters, of every ``every_n_layers``-th decoder layer (the others keep their activations)."""
+    base = base_model(model)
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(f"gradient_checkpointing: {type(base).__name__} does not support activation checkpointing.")
+    options = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers 5; the old name warns there
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=options, every_n_layers=every_n_layers)
+    elif every_n_layers == 1:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
+    else:
+        raise ValueError("checkpoint_every_n_layers > 1 needs transformers >= 5 (activation_checkpointing_enable).")
+
+
+@contextlib.contextmanager
+def recomputed_inside(model: nn.Module, state: Callable[[], ContextManager]) -> Iterator[None]:
+    """Within this block, ``model``'s checkpointed layers recompute their forward inside ``state()``.
+
+    The layers' checkpoint functions are wrapped for the block only; the recomputation captured
+    the wrapped one, so it still enters ``state()`` when backward runs after the block.
+    """
+    layers = (
+        [
+            m
+            for m in model.modules()
+            if getattr(m, "gradient_checkpointing", False) and hasattr(m, "_gradient_checkpointing_func")
+        ]
+        if is_checkpointing(model)
+        else []
+    )
+    originals = [layer.__dict__.get("_gradient_checkpointing_func") for layer in layers]
+    for layer in layers:
+        layer._gradient_checkpointing_func = functools.partial(
+            _checkpoint_inside, layer._gradient_checkpointing_func, state
+        )
+    try:
+        yield
+    finally:
+        for layer, original in zip(layers, originals):
+            if original is None:
+                del layer._gradient_checkpointing_func
+            else:
+                layer._gradient_checkpointing_func = original
+
+
+def _checkpoint_inside(checkpoint: Callable, state: Callable[[], ContextManager], function: Callable, *args, **kwargs):
+    def inside(*inputs, **options):
+        with state():
+            return function(*inputs, **options)
+
+    return checkpoint(inside, *args, **kwargs)

@@ -1,0 +1,71 @@
+"""Where a team's models and tokenizers come from: a hub id, a local path, ``"embedded"``, or objects.
+
+Also the one prompt encoding every sampler and every re-tokenized round-file record uses.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, Optional, Union
+
+import torch
+from torch import nn
+
+from comlrl_lightning.defaults import EMBEDDED, embedded_model_path
+from comlrl_lightning.runtime.quiet import transformers_bars_off
+
+ModelSource = Union[str, nn.Module]
+"""A model given by hub id, local path or ``"embedded"``, or a model object (used as it is)."""
+
+
+def resolve_source(source: str) -> str:
+    """Map the embedded default's id to its local folder; other ids and paths pass through.
+
+    A source written as a path (absolute, ``./``, ``../``, ``~``, or more than one ``/``, which no
+    hub id has) must exist: a missing one is an error saying so, not a hub lookup's complaint.
+    """
+    if source == EMBEDDED:
+        return str(embedded_model_path())
+    text = str(source)
+    if text.startswith(("/", "./", "../", "~")) or text.count("/") > 1:
+        path = os.path.expanduser(text)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"model path {text} does not exist.")
+        return path
+    return source
+
+
+def load_model(source: ModelSource, dtype: Optional[str] = None) -> nn.Module:
+    """A causal LM from a hub id, a local path, ``"embedded"``, or a model object (used as is)."""
+    if isinstance(source, nn.Module):
+        return source
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
+    with transformers_bars_off():  # no per-file bar for every agent, snapshot and critic loaded
+        return AutoModelForCausalLM.from_pretrained(resolve_source(source), **kwargs)
+
+
+def load_tokenizer(source: str):
+    """A tokenizer with ``pad := eos`` when it has no pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_source(source))
+    return prepare_tokenizer(tokenizer)
+
+
+def encode_prompt(tokenizer, prompt: str) -> List[int]:
+    """A prompt's token ids: with the tokenizer's special tokens, unless the text already starts with
+    its BOS token (a rendered chat template usually does, and a second BOS would change the model's
+    input). Sampling and re-tokenized round-file records both use it, so they get the same ids."""
+    bos = getattr(tokenizer, "bos_token", None)
+    starts_with_bos = isinstance(bos, str) and bool(bos) and prompt.startswith(bos)
+    return tokenizer(prompt, add_special_tokens=not starts_with_bos)["input_ids"]
+
+
+def prepare_tokenizer(tokenizer):
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError("Tokenizer must expose pad_token_id (it has neither a pad nor an eos token).")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

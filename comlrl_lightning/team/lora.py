@@ -1,0 +1,157 @@
+"""LoRA teams: one base model with one LoRA adapter per agent (memory close to one model).
+
+Each agent is a :class:`LoraAgent`, a thin view of the shared ``PeftModel`` that activates its own
+adapter before every forward and ``generate()``. peft's ``set_adapter()`` marks every *other* adapter
+``requires_grad=False``; since MADPO runs all agents' forwards before one backward, that would
+silently train only the last agent (and, under DDP, let the replicas drift apart with no error).
+The view therefore re-enables every adapter's parameters after switching, and activates its
+adapter again for the recomputation of checkpointed layers in backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Sequence
+
+import torch
+from torch import nn
+
+from comlrl_lightning.team.activation_checkpointing import recomputed_inside
+from comlrl_lightning.team.loading import ModelSource, load_model
+
+
+def adapter_name(agent_index: int) -> str:
+    return f"agent_{agent_index}"
+
+
+class _SharedModelView:
+    """What every view of the shared peft model reports as its own: the config and the device."""
+
+    shared: nn.Module
+
+    @property
+    def config(self):
+        return self.shared.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.shared.parameters()).device
+
+    def get_base_model(self) -> nn.Module:
+        """The transformers model under the adapters (its forward signature, generation config, LM head)."""
+        return self.shared.get_base_model()
+
+
+class LoraAgent(_SharedModelView, nn.Module):
+    """Agent ``adapter``'s view of a shared peft model."""
+
+    def __init__(self, shared: nn.Module, adapter: str) -> None:
+        super().__init__()
+        self.shared = shared  # registered in every view; parameters() and state saving de-duplicate it
+        self.adapter = adapter
+
+    def activate(self) -> None:
+        if self.shared.active_adapter != self.adapter:
+            self.shared.set_adapter(self.adapter)
+            train_every_adapter(self.shared)
+
+    @contextlib.contextmanager
+    def _active(self) -> Iterator[None]:
+        self.activate()
+        yield
+
+    def forward(self, *args: Any, **kwargs: Any):
+        # checkpointed layers recompute in backward, when another agent's adapter may be active
+        with recomputed_inside(self.shared, self._active), self._active():
+            return self.shared(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any):
+        self.activate()
+        return self.shared.generate(*args, **kwargs)
+
+    def trainable_parameters(self) -> List[nn.Parameter]:
+        """This agent's LoRA parameters (its optimizer param group)."""
+        return [p for name, p in self.shared.named_parameters() if f".{self.adapter}." in name]
+
+    def base_model_view(self) -> "BaseModelView":
+        """The shared base with every adapter disabled (the initial policy, for reference KL)."""
+        return BaseModelView(self.shared)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """The base with this agent's adapter merged in, as a plain model folder (loadable anywhere)."""
+        self.activate()
+        merged = _merged_copy(self.shared, self.adapter)
+        merged.save_pretrained(directory)
+
+
+class BaseModelView(_SharedModelView):
+    """Calls the shared model with its adapters disabled."""
+
+    def __init__(self, shared: nn.Module) -> None:
+        self.shared = shared
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        try:
+            with self.shared.disable_adapter():
+                return self.shared(*args, **kwargs)
+        finally:
+            # leaving disable_adapter() freezes every adapter but the active one
+            train_every_adapter(self.shared)
+
+
+def train_every_adapter(shared: nn.Module) -> None:
+    """``requires_grad=True`` on every agent's LoRA parameters (peft freezes the inactive ones)."""
+    for name, parameter in shared.named_parameters():
+        if "lora_" in name:
+            parameter.requires_grad_(True)
+
+
+def _merged_copy(shared: nn.Module, adapter: str) -> nn.Module:
+    import copy
+
+    clone = copy.deepcopy(shared)
+    clone.set_adapter(adapter)
+    for other in list(clone.peft_config):
+        if other != adapter:
+            clone.delete_adapter(other)
+    return clone.merge_and_unload()
+
+
+def build_lora_agents(
+    source: ModelSource,
+    num_agents: int,
+    r: int = 8,
+    alpha: int = 16,
+    dropout: float = 0.0,
+    target_modules: Optional[Sequence[str]] = None,
+    dtype: Optional[str] = None,
+) -> List[LoraAgent]:
+    """One base model (loaded once, frozen) with ``num_agents`` LoRA adapters ``agent_0 ... agent_{N-1}``."""
+    from peft import LoraConfig, get_peft_model
+
+    base = load_model(source, dtype)
+    config = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        task_type="CAUSAL_LM",
+        target_modules=list(target_modules) if target_modules else None,
+    )
+    shared = get_peft_model(base, config, adapter_name=adapter_name(0))
+    for index in range(1, num_agents):
+        shared.add_adapter(adapter_name(index), config)
+    for name, parameter in shared.named_parameters():
+        parameter.requires_grad_("lora_" in name)
+    return [LoraAgent(shared, adapter_name(index)) for index in range(num_agents)]
+
+
+def is_lora_team(agents: Sequence[nn.Module]) -> bool:
+    return bool(agents) and all(isinstance(agent, LoraAgent) for agent in agents)
+
+
+def agent_parameters(agent: nn.Module) -> List[torch.nn.Parameter]:
+    """The parameters an agent's optimizer group trains."""
+    if isinstance(agent, LoraAgent):
+        return agent.trainable_parameters()
+    return [p for p in agent.parameters() if p.requires_grad]

@@ -1,0 +1,331 @@
+"""Packed scoring: every distinct prompt and every completion token runs exactly once, unpadded.
+
+:meth:`Team.sequence_logprobs` needs, per row, the summed log-probabilities of scored completion
+tokens. One padded forward of ``[winners; losers]`` computes each prompt twice (winner and loser
+share it) and pads every completion to the longest. Here the tokens are laid out as ONE sequence:
+the distinct prompts, then each row's completion up to the last token it scores. Everything in a
+transformer but attention works token by token, so only attention needs the structure back: a
+registered attention function gathers, for every prompt and every completion, its queries and the
+keys it may see (its prompt's, then its own, causally) into a small padded batch, runs SDPA on it
+and scatters the result back. The model's own code does the rest (embeddings, rotary positions
+from ``position_ids``, norms, MLPs, LoRA layers), and the LM head only runs on the positions that
+predict a scored token (``logits_to_keep`` as indices).
+
+It is exact up to float rounding (tested against the padded forward). Models whose attention
+needs more than a mask (soft-capping, attention sinks, a sliding window shorter than the rows)
+are refused at their first call and scored the padded way from then on. Activation checkpointing
+works: the recomputation of a checkpointed layer in backward switches the packed attention on
+again (:func:`~comlrl_lightning.team.activation_checkpointing.recomputed_inside`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from dataclasses import dataclass
+from typing import Iterator, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from comlrl_lightning.losses import gathered_logprobs
+from comlrl_lightning.team.activation_checkpointing import recomputed_inside
+from comlrl_lightning.team.fused_head import captured_head, linear_logprobs
+
+ATTENTION_NAME = "comlrl_packed"
+COMPLETION_GROUPS = 3
+"""Completions are attended in at most this many SDPA calls, grouped by length (less padding per call)."""
+_UNSUPPORTED: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+
+
+class PackingUnsupported(RuntimeError):
+    """The model's attention needs something the packed attention does not do."""
+
+
+@dataclass
+class AttentionGroup:
+    """Attention rows of alike size, gathered into one padded SDPA call."""
+
+    query_index: torch.Tensor  # [R, Q] packed position of each row's queries
+    key_index: torch.Tensor  # [R, K] packed position of the keys each row sees
+    mask: torch.Tensor  # [R, 1, Q, K] bool, True where a query may attend to a key
+    slots: torch.Tensor  # the flat (row, query) slot of each real query
+    positions: torch.Tensor  # the packed position of each real query (same order)
+
+
+@dataclass
+class PackedLayout:
+    """Where every token of the packed sequence goes: built once per batch, shared by every layer."""
+
+    input_ids: torch.Tensor  # [1, T] distinct prompts, then each row's fed completion tokens
+    position_ids: torch.Tensor  # [1, T] each token's position in its own (prompt + completion)
+    groups: List[AttentionGroup]  # the distinct prompts; the rows' completions by length (after their prompt)
+    slots: torch.Tensor  # [T] every packed token's slot in the groups' concatenated outputs
+    query_gather: torch.Tensor  # every group's query_index, flattened and concatenated
+    query_sizes: List[int]
+    key_gather: torch.Tensor  # every group's key_index, flattened and concatenated
+    key_sizes: List[int]
+    keep: torch.Tensor  # [S] packed positions whose logits predict a target (a completion token up to the last scored)
+    targets: torch.Tensor  # [S] the token each kept position predicts
+    owner: torch.Tensor  # [S] the batch row of that target
+    column: torch.Tensor  # [S] its completion column
+
+
+def build_layout(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor
+) -> Optional[PackedLayout]:
+    """The packed layout of a :func:`~comlrl_lightning.team.pack_sequences` batch, or ``None`` if nothing is scored.
+
+    Rows feed their completion only up to the token before their last scored one; a row whose
+    first completion token is its last scored one only needs its prompt's last logit.
+    """
+    device = input_ids.device
+    rows_count, width = score_mask.shape
+    prompt_width = input_ids.shape[1] - width
+    scored = score_mask != 0
+    if prompt_width < 1 or not bool(scored.any()):
+        return None
+    columns = torch.arange(width, device=device)
+    needed = torch.where(scored, columns + 1, 0).amax(dim=1)  # targets per row (0: none)
+    span = (needed - 1).clamp(min=0)  # completion tokens fed per row
+    prompt_keys = input_ids[:, :prompt_width].masked_fill(attention_mask[:, :prompt_width] == 0, -1)
+    distinct, prompt_of = torch.unique(prompt_keys, dim=0, return_inverse=True)
+    prompt_present = distinct >= 0
+    prompt_length = prompt_present.sum(dim=1)
+    if bool((prompt_length == 0).any()):
+        return None
+    # the packed sequence: prompts (row-major keeps each prompt's tokens in order), then completions
+    fed = columns < span.unsqueeze(1)
+    completion_ids = input_ids[:, prompt_width:]
+    packed = torch.cat([distinct[prompt_present], completion_ids[fed]])
+    prompt_positions = prompt_present.long().cumsum(dim=1) - 1
+    completion_positions = prompt_length[prompt_of].unsqueeze(1) + columns
+    position_ids = torch.cat([prompt_positions[prompt_present], completion_positions[fed]])
+    prompt_start = prompt_length.cumsum(0) - prompt_length
+    completion_start = int(prompt_length.sum()) + span.cumsum(0) - span
+
+    # attention: the distinct prompts in one group; the rows' completions in groups of alike length
+    last = packed.shape[0] - 1
+    zeros = torch.zeros_like(prompt_length)
+    groups = [_attention_group(prompt_start, prompt_length, prompt_start, zeros, last)]
+    for rows in completion_groups(span.tolist()):
+        index = torch.tensor(rows, device=device, dtype=torch.long)
+        groups.append(
+            _attention_group(
+                completion_start[index],
+                span[index],
+                prompt_start[prompt_of[index]],
+                prompt_length[prompt_of[index]],
+                last,
+            )
+        )
+    slots, first_slot = torch.empty(packed.shape[0], dtype=torch.long, device=device), 0
+    for group in groups:
+        slots[group.positions] = group.slots + first_slot
+        first_slot += group.query_index.numel()
+
+    # logits: target c of row r is predicted by its prompt's last token (c = 0) or completion token c - 1
+    target_present = columns < needed.unsqueeze(1)
+    predictor = torch.where(
+        columns == 0,
+        (prompt_start + prompt_length - 1)[prompt_of].unsqueeze(1),
+        completion_start.unsqueeze(1) + columns - 1,
+    )
+    owner = torch.arange(rows_count, device=device).unsqueeze(1).expand(rows_count, width)
+    return PackedLayout(
+        input_ids=packed.unsqueeze(0),
+        position_ids=position_ids.unsqueeze(0),
+        groups=groups,
+        slots=slots,
+        query_gather=torch.cat([g.query_index.flatten() for g in groups]),
+        query_sizes=[g.query_index.numel() for g in groups],
+        key_gather=torch.cat([g.key_index.flatten() for g in groups]),
+        key_sizes=[g.key_index.numel() for g in groups],
+        keep=predictor[target_present],
+        targets=completion_ids[target_present],
+        owner=owner[target_present],
+        column=columns.expand(rows_count, width)[target_present],
+    )
+
+
+def _attention_group(
+    query_start: torch.Tensor,
+    query_length: torch.Tensor,
+    prefix_start: torch.Tensor,
+    prefix_length: torch.Tensor,
+    last: int,
+) -> AttentionGroup:
+    """Rows whose queries are ``query_length`` packed tokens from ``query_start``, each seeing its
+    ``prefix_length`` prefix tokens from ``prefix_start`` and, causally, its own queries."""
+    device = query_start.device
+    queries = max(int(query_length.max()), 1)
+    keys = int((prefix_length + query_length).max())
+    q = torch.arange(queries, device=device)
+    k = torch.arange(keys, device=device)
+    query_index = (query_start.unsqueeze(1) + q).clamp(max=last)
+    prefix = k < prefix_length.unsqueeze(1)
+    key_index = torch.where(
+        prefix, prefix_start.unsqueeze(1) + k, query_start.unsqueeze(1) + k - prefix_length.unsqueeze(1)
+    ).clamp(min=0, max=last)
+    mask = (k.view(1, 1, keys) <= (prefix_length.view(-1, 1, 1) + q.view(1, queries, 1))).unsqueeze(1)
+    real = q < query_length.unsqueeze(1)
+    slots = (torch.arange(query_length.shape[0], device=device).unsqueeze(1) * queries + q)[real]
+    return AttentionGroup(
+        query_index=query_index, key_index=key_index, mask=mask, slots=slots, positions=query_index[real]
+    )
+
+
+def completion_groups(spans: List[int], groups: int = COMPLETION_GROUPS) -> List[List[int]]:
+    """Rows with completion tokens to feed, split by length into at most ``groups`` groups of
+    consecutive lengths that minimise the padded query positions.
+
+    Dynamic programming over the distinct lengths (at most the longest completion, usually far
+    fewer than the rows): ``cost[g][e]`` is the least padding of the rows of the ``e`` shortest
+    lengths in ``g`` groups, a group padding its rows to its longest length.
+    """
+    rows = sorted((r for r, n in enumerate(spans) if n > 0), key=lambda r: spans[r])
+    if not rows:
+        return []
+    widths = sorted({spans[r] for r in rows})
+    upto = [0] * (len(widths) + 1)  # upto[e]: rows whose length is among the e shortest widths
+    for e, width in enumerate(widths, start=1):
+        upto[e] = upto[e - 1] + sum(1 for r in rows if spans[r] == width)
+    count = len(widths)
+    cost = [[0.0] + [float("inf")] * count] + [[float("inf")] * (count + 1) for _ in range(groups)]
+    cut = [[0] * (count + 1) for _ in range(groups + 1)]
+    for g in range(1, groups + 1):
+        for end in range(1, count + 1):
+            for begin in range(end):
+                value = cost[g - 1][begin] + (upto[end] - upto[begin]) * widths[end - 1]
+                if value < cost[g][end]:
+                    cost[g][end], cut[g][end] = value, begin
+    best = min(range(1, groups + 1), key=lambda g: cost[g][count])
+    bounds, end = [], count
+    for g in range(best, 0, -1):
+        bounds.append((cut[g][end], end))
+        end = cut[g][end]
+    return [rows[upto[begin] : upto[end]] for begin, end in reversed(bounds) if end > begin]
+
+
+def packed_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    dropout: float = 0.0,
+    scaling: Optional[float] = None,
+    packed_layout: Optional[PackedLayout] = None,
+    **kwargs,
+) -> tuple:
+    """Attention of a packed sequence (registered with transformers' ``AttentionInterface``).
+
+    ``query`` is ``[1, heads, T, d]``, ``key``/``value`` ``[1, kv_heads, T, d]``; returns ``[1, T, heads, d]``.
+    """
+    layout = packed_layout
+    if layout is None:
+        raise PackingUnsupported("the model does not pass attention keyword arguments through")
+    window = kwargs.get("sliding_window")
+    widest = max(group.mask.shape[-1] for group in layout.groups)
+    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None or (window and window < widest):
+        raise PackingUnsupported("the attention needs soft-capping, sinks or a sliding window")
+    query, key, value = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, heads, d]
+    queries = _gather(query, layout.query_gather).split(layout.query_sizes)  # one gather for all groups
+    keys = _gather(key, layout.key_gather).split(layout.key_sizes)
+    values = _gather(value, layout.key_gather).split(layout.key_sizes)
+    outputs = []
+    for group, q, k, v in zip(layout.groups, queries, keys, values):
+        q = q.view(*group.query_index.shape, *q.shape[1:]).transpose(1, 2)  # [R, heads, Q, d]
+        k = k.view(*group.key_index.shape, *k.shape[1:]).transpose(1, 2)
+        v = v.view(*group.key_index.shape, *v.shape[1:]).transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=group.mask, dropout_p=dropout, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
+        )
+        outputs.append(out.transpose(1, 2).flatten(0, 1))  # [R * Q, heads, d]
+    return _gather(torch.cat(outputs), layout.slots).unsqueeze(0), None
+
+
+def _gather(tokens: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``tokens[index]`` with ``index_select``: its backward adds repeated rows in a fixed order,
+    where advanced indexing's backward (an accumulating ``index_put``) adds them in thread order
+    on the CPU, and runs would not repeat bit for bit."""
+    return tokens.index_select(0, index)
+
+
+def _register() -> bool:
+    import transformers
+
+    # transformers 5 passes attention keyword arguments through every model and takes logit indices
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return False
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, packed_attention)
+    return True
+
+
+_REGISTERED = _register()
+
+
+@contextlib.contextmanager
+def _switched(config) -> Iterator[None]:
+    previous = config._attn_implementation
+    config._attn_implementation = ATTENTION_NAME
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+@contextlib.contextmanager
+def _packed_attention(model: nn.Module, config) -> Iterator[None]:
+    """The packed attention for this call, and for the recomputation of its checkpointed layers."""
+    with recomputed_inside(model, functools.partial(_switched, config)), _switched(config):
+        yield
+
+
+def packed_token_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    score_mask: torch.Tensor,
+    head: Optional[nn.Linear] = None,
+) -> Optional[torch.Tensor]:
+    """``[M, C]`` float32 log-probabilities of each row's completion tokens up to its last scored
+    one (0 after it), computed packed; ``None`` when the model cannot be scored that way.
+
+    With ``head`` (the model's LM head) the log-probs come from the fused, chunked head
+    (:func:`~comlrl_lightning.team.fused_head.linear_logprobs`) instead of materialised logits.
+    """
+    config = getattr(model, "config", None)
+    if not _REGISTERED or model in _UNSUPPORTED or not hasattr(config, "_attn_implementation"):
+        return None
+    if getattr(config, "is_encoder_decoder", False):
+        return None
+    layout = build_layout(input_ids, attention_mask, score_mask)
+    if layout is None:
+        return None
+    # the model indexes its hidden states with logits_to_keep: distinct positions keep that deterministic
+    positions, position_of = torch.unique(layout.keep, return_inverse=True)
+    try:
+        with (
+            _packed_attention(model, config),
+            captured_head(head) if head is not None else contextlib.nullcontext() as captured,
+        ):
+            output = model(
+                input_ids=layout.input_ids,
+                position_ids=layout.position_ids,
+                use_cache=False,
+                logits_to_keep=positions,
+                packed_layout=layout,
+            )
+    except (PackingUnsupported, TypeError):  # TypeError: a forward that takes no extra keyword arguments
+        _UNSUPPORTED.add(model)
+        return None
+    if head is None:
+        logprobs = gathered_logprobs(output.logits[0].index_select(0, position_of), layout.targets)
+    else:
+        logprobs = linear_logprobs(captured[-1][0].index_select(0, position_of), head.weight, head.bias, layout.targets)
+    return logprobs.new_zeros(score_mask.shape).index_put((layout.owner, layout.column), logprobs)

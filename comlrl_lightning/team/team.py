@@ -1,0 +1,227 @@
+"""A team of N causal-LM agents: their models, their tokenizers and batched sequence scoring.
+
+Sampling lives in :mod:`comlrl_lightning.generation` (a generator samples with a team's agents);
+where models and tokenizers come from lives in :mod:`comlrl_lightning.team.loading`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import List, Optional, Sequence
+
+import torch
+from torch import nn
+
+from comlrl_lightning.losses import gathered_logprobs
+from comlrl_lightning.team.fused_head import (
+    captured_head,
+    fusable_head,
+    linear_logprobs,
+    output_head,
+)
+from comlrl_lightning.team.loading import (
+    ModelSource,
+    encode_prompt,
+    load_model,
+    load_tokenizer,
+    prepare_tokenizer,
+)
+from comlrl_lightning.team.packed_scoring import packed_token_logprobs
+
+
+class Team(nn.Module):
+    """N agents, each a causal LM with its own tokenizer.
+
+    Args:
+        agents: one model source per agent: a hub id, a local path, ``"embedded"``, or a model object.
+        tokenizers: one tokenizer per agent, or one shared by all; required for model objects,
+            loaded from the model source otherwise.
+        dtype: torch dtype name for models loaded from a source (``"bfloat16"``...), default: as saved.
+    """
+
+    def __init__(self, agents: Sequence[ModelSource], tokenizers=None, dtype: Optional[str] = None) -> None:
+        super().__init__()
+        if not agents:
+            raise ValueError("A team needs at least one agent.")
+        self.agents = nn.ModuleList([load_model(source, dtype) for source in agents])
+        self.tokenizers = self.resolve_tokenizers(agents, tokenizers)
+
+    @staticmethod
+    def resolve_tokenizers(agents: Sequence[ModelSource], tokenizers) -> list:
+        """One prepared tokenizer per agent: ``tokenizers`` (one for all, or one per agent), else
+        each loaded from the agent's source (one load per distinct source)."""
+        if tokenizers is None:
+            if not all(isinstance(source, str) for source in agents):
+                raise ValueError("Tokenizer(s) must be provided when agents are model objects.")
+            cache = {}
+            for source in agents:
+                cache.setdefault(source, load_tokenizer(source))
+            return [cache[source] for source in agents]
+        if not isinstance(tokenizers, (list, tuple)):
+            tokenizers = [tokenizers] * len(agents)
+        if len(tokenizers) != len(agents):
+            raise ValueError("tokenizers length must match agents.")
+        return [prepare_tokenizer(tokenizer) for tokenizer in tokenizers]
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    def device_of(self, agent_index: int) -> torch.device:
+        return next(self.agents[agent_index].parameters()).device
+
+    def encode_prompts(self, agent_index: int, prompts: Sequence[str]) -> List[List[int]]:
+        return [encode_prompt(self.tokenizers[agent_index], prompt) for prompt in prompts]
+
+    # ------------------------------------------------------------------------------------------
+    # Scoring
+
+    def scored_length(self, agent_index: int, completion: Sequence[int], score_last_token: bool) -> int:
+        """How many leading completion tokens are scored. ``False`` (the reference's MADPO): cut at
+        the first pad id (the EOS when pad == eos), then leave out the last token. ``True``: the
+        reference's full-completion rule (:meth:`joint_scored_length`): up to the first pad id, that
+        pad kept only when it is the EOS; pads and what follows one are never scored."""
+        if score_last_token:
+            return self.joint_scored_length(agent_index, completion)
+        pad = self.tokenizers[agent_index].pad_token_id
+        length = list(completion).index(pad) if pad is not None and pad in completion else len(completion)
+        return max(length - 1, 0)
+
+    def joint_scored_length(self, agent_index: int, completion: Sequence[int]) -> int:
+        """Tokens of a centralized joint completion that are scored: up to the first pad id, that
+        token included when it is the EOS (pad == eos), else excluded; every token without a pad."""
+        tokenizer = self.tokenizers[agent_index]
+        pad = tokenizer.pad_token_id
+        if pad is None or pad not in completion:
+            return len(completion)
+        cut = list(completion).index(pad)
+        return cut + 1 if pad == tokenizer.eos_token_id else cut
+
+    def sequence_logprobs(
+        self,
+        agent_index: int,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        score_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Summed log-probabilities of the scored completion tokens, one value per row.
+
+        Computed packed (:func:`~comlrl_lightning.team.packed_scoring.packed_token_logprobs`: each
+        distinct prompt once, no padding) when the model allows it, else with one padded forward: the batch
+        layout (see :func:`pack_sequences`) puts every completion at the same columns, prompts
+        left-padded to width ``P``, completions right-padded to width ``C``, so only the last
+        ``C + 1`` positions need the LM head. Log-softmax runs in float32 whatever the dtype.
+
+        Args:
+            input_ids, attention_mask: ``[M, P + C]``.
+            score_mask: ``[M, C]``, 1 where a completion token is scored.
+        """
+        token_logprobs = self.token_logprobs(
+            agent_index, input_ids, attention_mask, score_mask.shape[1], score_mask=score_mask
+        )
+        return (token_logprobs * score_mask.to(token_logprobs.device)).sum(dim=-1)
+
+    def token_logprobs(
+        self,
+        agent_index: int,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        width: int,
+        model=None,
+        score_mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """``[M, width]`` float32 log-probabilities of the last ``width`` tokens of each row.
+
+        ``model`` scores with another model of the same vocabulary (a frozen reference policy).
+        With ``score_mask`` (``[M, width]``) the batch is scored packed when the model allows it
+        (:func:`~comlrl_lightning.team.packed_scoring.packed_token_logprobs`: each distinct prompt
+        once, no padding, nothing after a row's last scored token, which then reads 0).
+        """
+        home = input_ids.device
+        model = model if model is not None else self.agents[agent_index]
+        # an agent may live on its own device (agent_devices); results come back to the batch's
+        device = getattr(model, "device", None) or self.device_of(agent_index)
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        head = self.fused_head_of(model)
+        if score_mask is not None:
+            packed = packed_token_logprobs(model, input_ids, attention_mask, score_mask.to(device), head)
+            if packed is not None:
+                return packed.to(home)
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        with captured_head(head) if head is not None else contextlib.nullcontext() as captured:
+            output = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+                logits_to_keep=width + 1,
+            )
+        targets = input_ids[:, -width:]
+        if head is None:
+            return gathered_logprobs(output.logits[:, -(width + 1) : -1], targets).to(home)
+        hidden = captured[-1][:, -(width + 1) : -1]
+        logprobs = linear_logprobs(hidden.reshape(-1, hidden.shape[-1]), head.weight, head.bias, targets.reshape(-1))
+        return logprobs.view(targets.shape).to(home)
+
+    synced: bool = False
+    """The agents are sharded across processes (FSDP2): sampling keeps every rank in lockstep."""
+
+    fused_head: Optional[bool] = None
+    """Score with the fused, chunked LM head: ``None`` where the head allows it, ``True`` always
+    (an error where it does not), ``False`` never (materialised logits)."""
+
+    def fused_head_of(self, model: nn.Module) -> Optional[nn.Linear]:
+        """The LM head to fuse for ``model`` under :attr:`fused_head`, or ``None`` (materialised logits)."""
+        if self.fused_head is False or self.synced:  # a sharded head's weight exists only inside its forward
+            return None
+        head = fusable_head(model)
+        if head is None and self.fused_head:
+            raise ValueError(
+                "fused_lm_head: true needs a plain linear LM head without logit soft-capping or scaling; "
+                f"{type(output_head(model)).__name__} is not one (set fused_lm_head: null or false)."
+            )
+        return head
+
+
+def _as_list(tokens) -> List[int]:
+    return tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into ``(input_ids, attention_mask)``."""
+    sequences = [_as_list(s) for s in sequences]
+    width = max(len(s) for s in sequences)
+    input_ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in sequences], dtype=torch.long)
+    attention_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
+    return input_ids.view(len(sequences), width), attention_mask.view(len(sequences), width)
+
+
+def pack_sequences(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    scored_lengths: Sequence[int],
+    pad_id: int,
+) -> dict:
+    """Lay out prompt/completion pairs for :meth:`Team.sequence_logprobs`.
+
+    Returns ``input_ids`` and ``attention_mask`` of shape ``[M, P + C]`` (prompt left-padded to
+    ``P``, completion right-padded to ``C >= 1``) and ``score_mask`` ``[M, C]``.
+    """
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("Scoring a completion requires a non-empty tokenized prompt.")
+    prompt_ids, prompt_mask = left_pad(prompts, pad_id)
+    completions = [_as_list(c) for c in completions]
+    width = max(1, max(len(c) for c in completions))
+    rows = len(completions)
+    completion_ids = torch.tensor([c + [pad_id] * (width - len(c)) for c in completions], dtype=torch.long)
+    completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completions], dtype=torch.long)
+    scored = [min(max(int(n), 0), width) for n in scored_lengths]
+    score_mask = torch.tensor([[1.0] * n + [0.0] * (width - n) for n in scored], dtype=torch.float32)
+    completion_ids, completion_mask, score_mask = (
+        t.view(rows, width) for t in (completion_ids, completion_mask, score_mask)
+    )
+    return {
+        "input_ids": torch.cat([prompt_ids, completion_ids], dim=1),
+        "attention_mask": torch.cat([prompt_mask, completion_mask], dim=1),
+        "score_mask": score_mask,
+    }

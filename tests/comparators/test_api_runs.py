@@ -1,0 +1,173 @@
+"""Iterative runs with the API comparator: faults lose no round data, and the key leaks nowhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from lightning.pytorch import Callback
+
+from comlrl_lightning.comparators import ApiComparator, ComparatorApiError
+from tests.helpers.fake_providers import FakeProvider, Fault
+from tests.helpers.iterative_run import make_run
+
+KEY_ENV = "COMLRL_TEST_API_KEY"
+KEY = "sk-live-5e8d2c0f7a1b3e9d4c6a"
+
+
+def api_comparator(provider, **options):
+    """The comparator section of a config: switching a run to the API needs nothing else."""
+    return {
+        "class_path": "comlrl_lightning.comparators.ApiComparator",
+        "init_args": {
+            "url": provider.url,
+            "format": "openai",
+            "model": "gpt-test",
+            "key_env": KEY_ENV,
+            "num_candidates": 4,
+            **options,
+        },
+    }
+
+
+def api_data(provider, **options):
+    """Data options of the tiny run with a fresh API comparator (``options``: its init_args)."""
+    comparator = ApiComparator(**api_comparator(provider, **options)["init_args"])
+    return dict(comparator=comparator, num_iterations=2, num_train_epochs=1)
+
+
+def round_files(root):
+    return {p.name: p.read_bytes() for p in sorted((Path(root) / "preference_replay").glob("iteration_*.json"))}
+
+
+def weights(module):
+    return {k: v.detach().clone() for k, v in module.team.state_dict().items()}
+
+
+class AfterRound1(Callback):
+    """Changes the provider's behaviour once the first round has trained."""
+
+    def __init__(self, provider, fault):
+        self.provider, self.fault = provider, fault
+        self.requests_in_round_1 = None
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if self.requests_in_round_1 is None:
+            self.requests_in_round_1 = len(self.provider.requests)
+        self.provider.always = self.fault
+
+
+def test_retried_faults_change_nothing_and_a_failed_round_is_redone_on_resume(tmp_path, monkeypatch):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with FakeProvider("openai") as provider:
+        module, datamodule, trainer = make_run(tmp_path / "clean", data=api_data(provider), max_epochs=2)
+        trainer.fit(module, datamodule)
+        clean_files, clean_weights = round_files(tmp_path / "clean"), weights(module)
+        assert sorted(clean_files) == ["iteration_0001.json", "iteration_0002.json"]
+
+    root = tmp_path / "faulty"
+    with FakeProvider("openai") as provider:
+        # round 1: a 500, a 429 and a hung connection, all retried; round 2: the account runs dry
+        provider.fail_next(Fault(500), Fault(429, headers={"Retry-After": "0"}), Fault(hang=True))
+        checkpoint = ModelCheckpoint(
+            dirpath=root / "ckpt", save_top_k=-1, every_n_epochs=1, save_on_train_epoch_end=True
+        )
+        switch = AfterRound1(provider, Fault(402))
+        module, datamodule, trainer = make_run(
+            root, data=api_data(provider, timeout=0.5), max_epochs=2, callbacks=[checkpoint, switch]
+        )
+        datamodule.comparator.backoff_base = 0.01  # before the client is made (in the first round)
+        assert datamodule.comparator.client.backoff_base == 0.01
+        with pytest.raises(ComparatorApiError, match="HTTP 402 \\(insufficient balance"):
+            trainer.fit(module, datamodule)
+        assert switch.requests_in_round_1 == 2 * 16 + 3  # one request per agent and item, plus 3 retries
+        assert round_files(root) == {"iteration_0001.json": clean_files["iteration_0001.json"]}
+        assert not list((root / "preference_replay").glob("*.tmp"))
+
+        provider.always = None  # balance topped up: resume from the end of round 1
+        module, datamodule, trainer = make_run(root, data=api_data(provider), max_epochs=2)
+        trainer.fit(module, datamodule, ckpt_path=str(root / "ckpt" / "epoch=0-step=3.ckpt"))
+    assert round_files(root) == clean_files
+    for key, value in clean_weights.items():
+        torch.testing.assert_close(weights(module)[key], value, rtol=0, atol=0)
+
+
+def test_no_file_of_a_cli_run_contains_the_key(tmp_path, monkeypatch, capfd):
+    """config.yaml, hparams.yaml, metrics, checkpoints, round files and wandb offline files."""
+    from comlrl_lightning.cli import main
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    root = tmp_path / "run"
+    with FakeProvider("openai") as provider:
+        config = {
+            "seed_everything": 0,
+            "trainer": {
+                "accelerator": "cpu",
+                "devices": 1,
+                "default_root_dir": str(root),
+                "enable_progress_bar": False,
+                "num_sanity_val_steps": 0,
+                "check_val_every_n_epoch": None,
+                "val_check_interval": 2,
+                "logger": [
+                    {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(root)}},
+                    {
+                        "class_path": "lightning.pytorch.loggers.WandbLogger",
+                        "init_args": {"offline": True, "save_dir": str(root), "project": "secret-scan"},
+                    },
+                ],
+                "callbacks": [
+                    {
+                        "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                        "init_args": {"dirpath": str(root / "ckpt"), "save_last": True},
+                    }
+                ],
+            },
+            "model": {
+                "class_path": "comlrl_lightning.MADPOModule",
+                "init_args": {"agent_model": "embedded", "num_agents": 2, "max_new_tokens": 6},
+            },
+            "data": {
+                "class_path": "comlrl_lightning.IterativePreferenceDataModule",
+                "init_args": {
+                    "comparator": api_comparator(provider),
+                    "num_iterations": 2,
+                    "num_train_epochs": 1,
+                    "train_dataset": "embedded",
+                    "eval_dataset": "embedded",
+                    "preference_num_candidates": 4,
+                    "train_batch_size": 8,
+                    "eval_num_samples": 4,
+                    "eval_batch_size": 4,
+                },
+            },
+        }
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        try:
+            main(["fit", "--config", str(path)])
+        finally:
+            import wandb
+
+            wandb.finish()  # the next WandbLogger in this process must not reuse this run
+        assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in provider.requests)  # the key was used
+
+    files = [p for p in root.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"config.yaml", "hparams.yaml", "metrics.csv", "last.ckpt", "iteration_0002.json"} <= names
+    assert any(p.suffix == ".wandb" for p in files), sorted(names)  # the offline wandb run
+    saved_config = yaml.safe_load(next(p for p in files if p.name == "config.yaml").read_text())
+    saved_comparator = saved_config["data"]["init_args"]["comparator"]
+    assert saved_comparator["class_path"] == "comlrl_lightning.comparators.ApiComparator"
+    assert saved_comparator["init_args"]["key_env"] == KEY_ENV  # the name is saved, not the value
+    leaks = [str(p) for p in files if KEY.encode() in p.read_bytes()]
+    assert leaks == []
+    out, err = capfd.readouterr()
+    assert KEY not in out and KEY not in err
+    assert "comparator/api_requests" in next(p for p in files if p.name == "metrics.csv").read_text()

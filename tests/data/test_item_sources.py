@@ -1,0 +1,194 @@
+"""Hugging Face datasets as task items: configuration names, data files, saved folders, Dataset objects."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+datasets = pytest.importorskip("datasets")
+
+from comlrl_lightning import HFDataset, MADPOModule, PreferenceDataModule  # noqa: E402
+from comlrl_lightning.data.item_sources import DatasetItems  # noqa: E402
+from comlrl_lightning.data.task import load_items  # noqa: E402
+from comlrl_lightning.runtime.distributed import shard  # noqa: E402
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer  # noqa: E402
+from tests.helpers.chat_helpers import TEMPLATE_A, TEMPLATE_B, tokenizer_with  # noqa: E402
+from tests.helpers.cli_helpers import TINY_CLI  # noqa: E402
+
+ROWS = [{"prompt": f"topic{i}", "id": i} for i in range(10)]
+
+
+def write_jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The item view
+
+
+def test_a_dataset_is_served_as_a_view_that_indexes_slices_and_iterates_without_copying():
+    items = load_items(datasets.Dataset.from_list(ROWS))
+    assert isinstance(items, DatasetItems) and len(items) == 10
+    assert items[3] == ROWS[3] and items[-1] == ROWS[-1]
+    assert list(items) == ROWS
+    odd = items[1::2]
+    assert isinstance(odd, DatasetItems) and odd.dataset is items.dataset  # the same table, other rows
+    assert list(odd) == ROWS[1::2] and odd[1] == ROWS[3] and list(odd[1:3]) == ROWS[3:7:2]
+    items.chunk_size = 3  # iteration reads chunks; every row comes once, in order
+    assert list(items[2:]) == ROWS[2:]
+
+
+def test_shards_of_a_dataset_stay_views_and_of_a_list_stay_lists():
+    items = load_items(datasets.Dataset.from_list(ROWS))
+    shares = [shard(items, rank, 3) for rank in range(3)]
+    assert all(isinstance(share, DatasetItems) for share in shares)
+    assert [list(share) for share in shares] == [ROWS[rank::3] for rank in range(3)]
+    assert shard(ROWS, 1, 3) == ROWS[1::3] and isinstance(shard(ROWS, 1, 3), list)
+
+
+def test_a_dataset_in_another_format_gives_plain_python_items():
+    items = load_items(datasets.Dataset.from_list(ROWS).with_format("numpy"))
+    assert items[2] == ROWS[2] and type(items[2]["id"]) is int
+
+
+def test_a_dataset_dict_gives_the_split_and_names_the_splits_it_has():
+    both = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(ROWS[:6]), "test": datasets.Dataset.from_list(ROWS[6:])}
+    )
+    assert list(load_items(both, split="test", role="eval")) == ROWS[6:]
+    with pytest.raises(
+        ValueError, match=r"eval_dataset: the dataset has no split 'validation' \(it has: train, test\)"
+    ):
+        load_items(both, split="validation", role="eval")
+
+
+def test_a_streaming_dataset_is_a_clear_error():
+    streaming = datasets.Dataset.from_list(ROWS).to_iterable_dataset()
+    with pytest.raises(ValueError, match="train_dataset: a streaming"):
+        load_items(streaming)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources
+
+
+def test_a_folder_written_by_save_to_disk_is_loaded_from_disk(tmp_path):
+    datasets.Dataset.from_list(ROWS).save_to_disk(str(tmp_path / "saved"))
+    assert list(load_items(str(tmp_path / "saved"))) == ROWS
+    assert list(load_items(tmp_path / "saved")) == ROWS  # a path object too
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(ROWS[:4]), "test": datasets.Dataset.from_list(ROWS[4:])}
+    ).save_to_disk(str(tmp_path / "both"))
+    assert list(load_items(str(tmp_path / "both"), split="test", role="eval")) == ROWS[4:]
+    assert list(load_items(HFDataset(str(tmp_path / "both"), split="train"), split="test", role="eval")) == ROWS[:4]
+    with pytest.raises(ValueError, match="was written by save_to_disk; it has no configurations"):
+        load_items(HFDataset(str(tmp_path / "saved"), name="main"))
+
+
+def test_data_files_of_a_packaged_builder(tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", ROWS[:7])
+    test = write_jsonl(tmp_path / "test.jsonl", ROWS[7:])
+    # one file (or a list) is the split "train" whatever the data module's default split is
+    assert list(load_items(HFDataset("json", data_files=train), split="test", role="eval")) == ROWS[:7]
+    assert list(load_items(HFDataset("json", data_files=[train, test]))) == ROWS
+    mapping = HFDataset("json", data_files={"train": train, "test": [test]})
+    assert list(load_items(mapping, split="test", role="eval")) == ROWS[7:]
+    csv = tmp_path / "items.csv"
+    csv.write_text("prompt,id\n" + "".join(f"{r['prompt']},{r['id']}\n" for r in ROWS), encoding="utf-8")
+    assert list(load_items(HFDataset("csv", data_files=str(csv)))) == ROWS
+
+
+def test_a_local_dataset_folder_with_configuration_names(tmp_path):
+    folder = tmp_path / "mathy"
+    write_jsonl(folder / "main" / "train.jsonl", ROWS[:3])
+    write_jsonl(folder / "main" / "test.jsonl", ROWS[3:5])
+    write_jsonl(folder / "socratic" / "train.jsonl", ROWS[5:])
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n"
+        "- config_name: main\n  data_files:\n  - split: train\n    path: main/train.jsonl\n"
+        "  - split: test\n    path: main/test.jsonl\n"
+        "- config_name: socratic\n  data_files:\n  - split: train\n    path: socratic/train.jsonl\n---\n",
+        encoding="utf-8",
+    )
+    assert list(load_items(HFDataset(str(folder), name="main"))) == ROWS[:3]
+    assert list(load_items(HFDataset(str(folder), name="main"), split="test", role="eval")) == ROWS[3:5]
+    assert list(load_items(HFDataset(str(folder), name="socratic"))) == ROWS[5:]
+    with pytest.raises(ValueError, match=r"(?s)train_dataset: .*mathy: Config name is missing.*Name the configuration"):
+        load_items(str(folder))
+    with pytest.raises(ValueError, match=r"eval_dataset: .*mathy \(main\): Unknown split \"validation\""):
+        load_items(HFDataset(str(folder), name="main"), split="validation", role="eval")
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+
+
+def test_a_chat_dataset_trains_from_its_table_without_a_list_copy(tmp_path):
+    """A ``datasets.Dataset`` of chat ``messages`` (TRL's conversational form) trains a team whose
+    two agents have different templates; the data module keeps the dataset, and sharding keeps views."""
+    topics = ["sea", "moon", "tea", "rain", "sun", "ice", "oak", "elm"]
+    table = datasets.Dataset.from_list([{"messages": [{"role": "user", "content": f"topic: {t}"}]} for t in topics])
+    module = MADPOModule(**TINY_MODEL, tokenizers=[tokenizer_with(TEMPLATE_A), tokenizer_with(TEMPLATE_B)])
+    data = PreferenceDataModule(
+        **{
+            **TINY_DATA,
+            "num_train_epochs": 1,
+            "train_dataset": table,
+            "eval_dataset": table,
+            "reward_func": "comlrl_lightning.defaults.vowel_length_reward",
+        }
+    )
+    tiny_trainer(tmp_path, max_epochs=1).fit(module, data)
+    assert (
+        isinstance(data.train_items, DatasetItems) and data.train_items.dataset.data.table is table.data.table
+    )  # the same Arrow table
+    assert module.global_step > 0 and data.pairs
+    assert {tuple(pair.prompts) for pair in data.pairs} <= {
+        (f"user: topic: {t}\nassistant:", f"-- user says; topic: {t}\n-- reply;") for t in topics
+    }
+
+
+def test_the_seed_api_passes_a_dataset_through():
+    from comlrl_lightning.trainers.preference import _items
+
+    table = datasets.Dataset.from_list(ROWS)
+    assert _items(table) is table
+    spec = HFDataset("json", data_files="x.jsonl")
+    assert _items(spec) is spec
+    assert _items(iter(ROWS)) == ROWS
+
+
+def test_the_command_line_takes_a_dataset_with_data_files(tmp_path):
+    from comlrl_lightning.cli import run_cli
+
+    train = write_jsonl(tmp_path / "items" / "train.jsonl", ROWS[:8])
+    source = json.dumps({"path": "json", "data_files": train})
+    cli = run_cli(
+        [
+            "fit",
+            "--model",
+            "comlrl_lightning.MADPOModule",
+            "--data",
+            "comlrl_lightning.PreferenceDataModule",
+            *TINY_CLI,
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.accelerator",
+            "cpu",
+            "--data.init_args.train_dataset",
+            source,
+            "--data.init_args.eval_dataset",
+            "null",
+            "--data.init_args.num_train_epochs",
+            "1",
+            "--data.init_args.reward_func",
+            "comlrl_lightning.defaults.vowel_length_reward",
+            "--trainer.logger",
+            "false",
+        ]
+    )
+    assert cli.datamodule.train_source == HFDataset("json", data_files=train)
+    assert list(cli.datamodule.train_items) == ROWS[:8] and cli.trainer.global_step > 0

@@ -1,0 +1,191 @@
+"""Task items and per-agent prompt formatters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from comlrl_lightning.data.task import (
+    Task,
+    TemplateFormatter,
+    default_formatter,
+    load_items,
+    resolve_formatter,
+)
+from comlrl_lightning.defaults import vowel_length_reward
+
+ITEMS = [{"prompt": "alpha", "id": 1}, {"prompt": "béta", "id": 2}, {"prompt": "gamma", "id": 3}]
+
+EMBEDDED_TRAIN_ITEMS = 16
+EMBEDDED_EVAL_ITEMS = 32  # was 8; raised to 32 together with configs/madpo.yaml eval_num_samples
+
+
+def reward(writer, matcher):
+    return [0.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# load_items
+
+
+def test_load_items_from_a_list():
+    items = load_items(ITEMS)
+    assert items == ITEMS
+    assert items is not ITEMS  # a new list: the caller's list is not aliased
+    assert load_items(tuple(ITEMS)) == ITEMS
+    assert load_items([]) == []
+    assert load_items(None) == []
+
+
+def test_load_items_from_a_json_list(tmp_path):
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps(ITEMS, ensure_ascii=False), encoding="utf-8")
+    assert load_items(str(path)) == ITEMS
+
+
+def test_load_items_from_a_json_items_object(tmp_path):
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps({"name": "toy", "items": ITEMS}), encoding="utf-8")
+    assert load_items(str(path)) == ITEMS
+
+
+def test_load_items_from_jsonl(tmp_path):
+    path = tmp_path / "items.jsonl"
+    lines = [json.dumps(item, ensure_ascii=False) for item in ITEMS]
+    path.write_text(lines[0] + "\n\n" + lines[1] + "\n   \n" + lines[2] + "\n", encoding="utf-8")  # blank lines skipped
+    assert load_items(str(path)) == ITEMS
+
+
+def test_load_items_accepts_path_objects(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(json.dumps(item) for item in ITEMS), encoding="utf-8")
+    assert load_items(path) == ITEMS
+
+
+def test_load_items_embedded_train_and_eval():
+    train = load_items("embedded")
+    assert load_items("embedded", role="train") == train
+    evaluation = load_items("embedded", role="eval")
+    assert len(train) == EMBEDDED_TRAIN_ITEMS
+    assert len(evaluation) == EMBEDDED_EVAL_ITEMS
+    for item in train + evaluation:
+        assert isinstance(item, dict)
+        assert isinstance(item["prompt"], str) and 3 <= len(item["prompt"]) <= 6
+        assert item["prompt"].isalpha() and item["prompt"].islower()
+    # deterministic, and the eval items are a different draw
+    assert load_items("embedded") == train
+    assert load_items("embedded", role="eval") == evaluation
+    assert [item["prompt"] for item in train] != [item["prompt"] for item in evaluation[: len(train)]]
+
+
+def test_load_items_rejects_non_dict_items():
+    with pytest.raises(ValueError, match=r"^train_dataset: item 1 is a str, expected an object \(dict\)\.$"):
+        load_items([{"prompt": "a"}, "b"])
+    with pytest.raises(ValueError, match=r"^eval_dataset: item 0 is a list, expected an object \(dict\)\.$"):
+        load_items([["a"]], role="eval")
+
+
+def test_load_items_rejects_non_dict_items_in_files(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"prompt": "a"}\n42\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"item 1 is a int"):
+        load_items(str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatters
+
+
+def test_no_formatter_gives_every_agent_the_item_prompt():
+    task = Task(None, reward, num_agents=3)
+    assert task.num_agents == 3
+    assert task.prompts({"prompt": "topic", "other": 1}) == ["topic", "topic", "topic"]
+    with pytest.raises(KeyError, match="field 'prompt' is missing"):
+        task.prompts({"question": "no prompt field"})
+
+
+def test_default_formatter():
+    assert default_formatter({"prompt": "x"}) == "x"
+    for bad in (None, ["a", "b"], 3):  # never silently turned into text
+        with pytest.raises(TypeError, match=f"field 'prompt' is a {type(bad).__name__}, expected a string"):
+            default_formatter({"prompt": bad})
+    assert resolve_formatter(None) is default_formatter
+
+
+def test_template_string_formatter():
+    task = Task("Q: {question}\nA ({lang}):", reward, num_agents=2)
+    assert task.prompts({"question": "2+2?", "lang": "en"}) == ["Q: 2+2?\nA (en):", "Q: 2+2?\nA (en):"]
+    formatter = resolve_formatter("topic: {prompt}")
+    assert isinstance(formatter, TemplateFormatter)
+    assert formatter({"prompt": "é", "unused": 1}) == "topic: é"
+
+
+def test_import_path_formatter():
+    task = Task("comlrl_lightning.data.task.default_formatter", reward, num_agents=2)
+    assert task.formatters == [default_formatter, default_formatter]
+    assert task.prompts({"prompt": "p"}) == ["p", "p"]
+
+
+def test_one_callable_is_replicated():
+    task = Task(lambda item: item["prompt"].upper(), reward, num_agents=2)
+    assert task.prompts({"prompt": "ab"}) == ["AB", "AB"]
+
+
+def test_one_formatter_per_agent_of_mixed_kinds():
+    task = Task(
+        [None, "writer: {prompt}", "comlrl_lightning.data.task.default_formatter", lambda item: item["prompt"][::-1]],
+        reward,
+        num_agents=4,
+    )
+    assert task.prompts({"prompt": "abc"}) == ["abc", "writer: abc", "abc", "cba"]
+
+
+@pytest.mark.parametrize("formatters", [["{prompt}"], ["{prompt}", None, None], [], ("{prompt}",)])
+def test_formatter_list_length_must_match_num_agents(formatters):
+    with pytest.raises(ValueError) as info:
+        Task(formatters, reward, num_agents=2)
+    assert str(info.value) == "Number of formatters must match num_agents when providing a sequence."
+
+
+def test_template_missing_field_error():
+    task = Task(["topic: {prompt}", "Q: {question}"], reward, num_agents=2)
+    with pytest.raises(KeyError) as info:
+        task.prompts({"prompt": "p"})
+    message = str(info.value)
+    assert "Q: {question}" in message
+    assert "question" in message.replace("Q: {question}", "")
+    assert "'prompt': 'p'" in message
+
+
+def test_bad_formatter_import_path():
+    with pytest.raises(ValueError, match=r"^formatters: cannot import"):
+        Task("comlrl_lightning.task.no_such_formatter", reward, num_agents=2)
+
+
+def test_formatter_must_return_a_string():
+    task = Task([None, lambda item: 42], reward, num_agents=2)
+    with pytest.raises(TypeError, match="formatter 1 returned int, expected str."):
+        task.prompts({"prompt": "p"})
+
+
+def test_task_builds_the_oracle():
+    task = Task(None, "comlrl_lightning.defaults.vowel_length_reward", num_agents=2)
+    assert task.oracle.reward_func is vowel_length_reward
+    raw, processed = task.oracle.score([["aa"], ["bb"]], task.prompts({"prompt": "p"}), {"prompt": "p"})
+    assert raw == processed == [1.0]
+    with pytest.raises(ValueError, match="reward_func must be a callable."):
+        Task(None, None, num_agents=2)
+
+
+def test_json_object_without_an_items_list_is_a_clear_error(tmp_path):
+    import json
+
+    import pytest
+
+    from comlrl_lightning.data.task import load_items
+
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps({"data": [{"prompt": "a"}]}))
+    with pytest.raises(ValueError, match='holds an object; expected a list of items or {"items": \\[...\\]}'):
+        load_items(str(path))

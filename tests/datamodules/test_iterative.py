@@ -1,0 +1,219 @@
+"""Iterative MADPO: rounds as epochs, round files, replay, history comparator, exact resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from comlrl_lightning import (
+    CurrentComparator,
+    CurrentReplay,
+    IterativePreferenceDataModule,
+    OptionError,
+)
+from tests.helpers.iterative_run import make_run
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _weights(module):
+    return {k: v.detach().clone() for k, v in module.team.state_dict().items()}
+
+
+def _round_files(root):
+    return {p.name: p.read_bytes() for p in sorted((Path(root) / "preference_replay").glob("iteration_*.json"))}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("uninterrupted")
+    module, datamodule, trainer = make_run(root)
+    trainer.fit(module, datamodule)
+    return dict(
+        root=root,
+        weights=_weights(module),
+        files=_round_files(root),
+        step=trainer.global_step,
+        last_sample=[p.to_record() for p in datamodule.pairs],
+        datamodule=datamodule,
+    )
+
+
+def test_every_round_writes_its_file_and_trains_on_its_replay_sample(uninterrupted):
+    files = uninterrupted["files"]
+    assert sorted(files) == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
+    for index, name in enumerate(sorted(files), start=1):
+        payload = json.loads(files[name])
+        assert list(payload) == ["iteration", "num_pairs", "pairs"]
+        assert payload["iteration"] == index and payload["num_pairs"] == len(payload["pairs"]) > 0
+        record = payload["pairs"][0]
+        assert len(record["raw_rewards"]) == 2 and record["target_raw_reward"] is not None
+        assert record["comparator_raw_reward"] is not None
+    assert len(uninterrupted["last_sample"]) == 24  # preference_replay_sample_size
+    assert uninterrupted["step"] == 3 * 2 * 3  # rounds x epochs x batches of 8 out of 24
+    assert not list((uninterrupted["root"] / "preference_replay").glob("*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "checkpoint_options, stop, pick",
+    [
+        (dict(every_n_epochs=1, save_on_train_epoch_end=True), dict(max_epochs=2), "epoch=1-step=6.ckpt"),
+        (dict(every_n_train_steps=1), dict(max_steps=8), "epoch=2-step=8.ckpt"),  # inside round 2
+    ],
+    ids=["after-a-round", "mid-round"],
+)
+def test_resumed_run_equals_uninterrupted_run(uninterrupted, tmp_path, checkpoint_options, stop, pick):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1, **checkpoint_options)
+    module, datamodule, trainer = make_run(tmp_path, callbacks=[checkpoint], **stop)
+    trainer.fit(module, datamodule)
+    path = tmp_path / "ckpt" / pick
+    assert path.exists(), sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+
+    module, datamodule, trainer = make_run(tmp_path)
+    trainer.fit(module, datamodule, ckpt_path=str(path))
+    assert _round_files(tmp_path) == uninterrupted["files"]
+    assert [p.to_record() for p in datamodule.pairs] == uninterrupted["last_sample"]
+    assert trainer.global_step == uninterrupted["step"]
+    weights = _weights(module)
+    for key, value in uninterrupted["weights"].items():
+        torch.testing.assert_close(weights[key], value, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kill_where", ["collection", "write"])
+def test_sigkill_in_a_round_leaves_no_trusted_file_and_the_resume_redoes_the_round(uninterrupted, tmp_path, kill_where):
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.iterative_run", str(tmp_path), kill_where],
+        cwd=REPO,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == -9, result.stderr[-2000:]
+    replay = tmp_path / "preference_replay"
+    assert not (replay / "iteration_0002.json").exists()  # never under its final name half-written
+    if kill_where == "write":
+        assert (replay / "iteration_0002.json.tmp").exists()
+    module, datamodule, trainer = make_run(tmp_path)
+    trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "epoch=1-step=6.ckpt"))
+    assert _round_files(tmp_path) == uninterrupted["files"]
+    weights = _weights(module)
+    for key, value in uninterrupted["weights"].items():
+        torch.testing.assert_close(weights[key], value, rtol=0, atol=0)
+
+
+def test_resume_fails_at_once_naming_a_missing_or_corrupt_round_file(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    checkpoint = ModelCheckpoint(
+        dirpath=tmp_path / "ckpt", save_top_k=-1, every_n_epochs=1, save_on_train_epoch_end=True
+    )
+    module, datamodule, trainer = make_run(tmp_path, callbacks=[checkpoint], max_epochs=2)
+    trainer.fit(module, datamodule)
+    round_file = tmp_path / "preference_replay" / "iteration_0001.json"
+    round_file.write_bytes(round_file.read_bytes()[:50])
+    module, datamodule, trainer = make_run(tmp_path)
+    with pytest.raises(Exception, match="iteration_0001.json"):
+        trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "epoch=1-step=6.ckpt"))
+    round_file.unlink()
+    module, datamodule, trainer = make_run(tmp_path)
+    with pytest.raises(Exception, match="iteration_0001.json"):
+        trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "epoch=1-step=6.ckpt"))
+
+
+def test_raising_num_iterations_extends_a_finished_run(uninterrupted, tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    module, datamodule, trainer = make_run(tmp_path, callbacks=[checkpoint])
+    trainer.fit(module, datamodule)
+    module, datamodule, trainer = make_run(tmp_path, data=dict(num_iterations=4), max_epochs=8)
+    trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    files = _round_files(tmp_path)
+    assert sorted(files) == [f"iteration_{i:04d}.json" for i in range(1, 5)]
+    assert {k: files[k] for k in uninterrupted["files"]} == uninterrupted["files"]
+    assert trainer.global_step == uninterrupted["step"] + 2 * 3
+
+
+def test_old_files_in_the_replay_folder_are_never_imported(tmp_path):
+    replay = tmp_path / "preference_replay"
+    replay.mkdir()
+    (replay / "iteration_0007.json").write_text('{"iteration": 7, "num_pairs": 1, "pairs": [{"prompts": ["x"]}]}')
+    module, datamodule, trainer = make_run(tmp_path, data=dict(num_iterations=1), max_epochs=2)
+    trainer.fit(module, datamodule)
+    assert [shard.iteration for shard in datamodule.replay.shards] == [1]
+    assert datamodule.replay.total_pairs == json.loads((replay / "iteration_0001.json").read_text())["num_pairs"]
+
+
+def test_history_comparator_with_k1_uses_the_previous_rounds_policy(tmp_path):
+    module, datamodule, trainer = make_run(tmp_path, data=dict(num_iterations=3))
+    seen = {}
+    original = datamodule.build_round
+
+    def spy(round_index, module_):
+        original(round_index, module_)
+        comparator = datamodule.comparator.source()
+        seen[round_index] = (
+            datamodule.comparator.snapshot_round(round_index),
+            {k: v.clone() for k, v in comparator.agents[0].state_dict().items()},
+            {k: v.detach().clone() for k, v in module_.team.agents[0].state_dict().items()},
+        )
+
+    datamodule.build_round = spy
+    trainer.fit(module, datamodule)
+    assert [seen[r][0] for r in range(3)] == [0, 0, 1]
+    # round 0 compares against the initial policy (= current weights); later rounds against older weights
+    assert all(torch.equal(seen[0][1][k], seen[0][2][k]) for k in seen[0][1])
+    for r in (1, 2):
+        assert any(not torch.equal(seen[r][1][k], seen[r][2][k]) for k in seen[r][1])
+    # round 2's comparator is the policy at the start of round 1
+    assert all(torch.equal(seen[2][1][k], seen[1][2][k]) for k in seen[2][1])
+    # unreachable snapshots are pruned (the default folder is ours), keeping one extra round for resumes
+    assert sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir()) == [
+        ".lock",
+        "iteration_0000",
+        "iteration_0001",
+    ]
+
+
+ITER_RULES = [
+    (dict(num_iterations=0), "num_iterations must be >= 1."),
+    (dict(pair_selection="best"), "pair_selection must be one of: reward_gap, all, random, comparator_reward."),
+    (dict(preference_num_candidates=1), "preference_num_candidates must be >= 2."),
+]
+
+
+@pytest.mark.parametrize("options, message", ITER_RULES)
+def test_iterative_option_rules(options, message):
+    with pytest.raises(OptionError) as error:
+        IterativePreferenceDataModule(**options)
+    assert message in str(error.value)
+
+
+def test_iterative_defaults():
+    data = IterativePreferenceDataModule()
+    assert isinstance(data.comparator, CurrentComparator) and data.comparator.num_candidates is None
+    assert isinstance(data.replay_rule, CurrentReplay)
+    assert (
+        data.num_iterations,
+        data.num_train_epochs,
+        data.preference_num_candidates,
+        data.preference_pairs_per_sample,
+        data.pair_selection,
+    ) == (6, 1, 20, 4, "comparator_reward")
+    # every data module gets its own default parts (a comparator is bound to one data module)
+    assert IterativePreferenceDataModule().comparator is not data.comparator
+
+
+def test_the_constructor_stays_small():
+    import inspect
+
+    assert len(inspect.signature(IterativePreferenceDataModule.__init__).parameters) - 1 <= 15

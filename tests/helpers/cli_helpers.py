@@ -1,0 +1,16 @@
+"""Command-line sizes that keep CLI tests fast."""
+
+TINY_CLI = [
+    "--model.init_args.max_new_tokens",
+    "6",
+    "--data.init_args.preference_num_candidates",
+    "4",
+    "--data.init_args.preference_pairs_per_sample",
+    "4",
+    "--data.init_args.eval_num_samples",
+    "4",
+    "--trainer.val_check_interval",
+    "3",
+    "--trainer.enable_progress_bar",
+    "false",
+]

@@ -1,0 +1,140 @@
+"""A tiny two-process run, sharded (FSDP2) or data parallel, for tests/runtime/test_sharding.py.
+
+``python tests/helpers/sharded_run.py KIND ALGORITHM ROOT EPOCHS [RESUME]``: KIND is ``fsdp``
+(``ModelParallelStrategy``) or ``ddp``; ALGORITHM ``madpo`` (iterative, history comparator, 15
+training items so the ranks' shares differ), ``magrpo`` (MAGRPO with the reference KL on the task
+reward), ``marlhf_maac`` (a reward model, then MAAC with a shared critic) or ``lora`` (a MADPO LoRA team). Rank 0 writes ``ROOT/weights.pt`` (every agent's whole
+state dict) and ``ROOT/moved.json`` (which trainable tensors changed). Lightning starts the
+second process by running this script again, so it cannot run inside pytest's process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from lightning.pytorch import Callback, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import ModelParallelStrategy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from comlrl_lightning import (
+    CurrentComparator,
+    HistoryComparator,
+    IterativePreferenceDataModule,
+    LambdaDecayReplay,
+    MADPOModule,
+    MAGRPOModule,
+    MARLHFModule,
+    PreferenceDataModule,
+    SharedCritic,
+    TaskDataModule,
+)
+from comlrl_lightning.data.task import embedded_formatters, load_items  # noqa: E402
+from comlrl_lightning.defaults import vowel_length_reward  # noqa: E402
+from comlrl_lightning.runtime.sharding import full_state_dict  # noqa: E402
+
+TASK = dict(
+    train_dataset=load_items("embedded")[:15],
+    eval_dataset="embedded",
+    formatters=embedded_formatters(),
+    reward_func=vowel_length_reward,
+    eval_num_samples=5,
+    eval_batch_size=2,
+)
+SAMPLING = dict(
+    agent_model="embedded", max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None, agent_learning_rate=3e-3
+)
+
+
+class RecordWeights(Callback):
+    """Every agent's whole weights at the start and end (gathered when sharded); rank 0 writes them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.start = root, None
+
+    def _weights(self, module) -> list:
+        team = module.team
+        return [
+            {k: v.float().clone() for k, v in (full_state_dict(a) if team.synced else a.state_dict()).items()}
+            for a in team.agents
+        ]
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.start = self._weights(pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        end = self._weights(pl_module)
+        if trainer.global_rank == 0:
+            torch.save(end, self.root / "weights.pt")
+            moved = {
+                f"{i}:{k}": not torch.equal(self.start[i][k], v)
+                for i, state in enumerate(end)
+                for k, v in state.items()
+                if "lora_" in k
+            }
+            (self.root / "moved.json").write_text(json.dumps(moved))
+
+
+def parts(algorithm: str):
+    if algorithm == "marlhf_maac":  # a reward model fitted on every rank, then MAAC with a sharded critic
+        module = MARLHFModule(
+            **SAMPLING,
+            rl_algorithm="maac",
+            num_generations=2,
+            reward_learning_rate=1e-3,
+            reward_train_batch_size=8,
+            critic=SharedCritic(critic_type="q"),
+        )
+        return module, PreferenceDataModule(
+            **TASK, preference_num_candidates=4, preference_pairs_per_sample=4, train_batch_size=2, num_train_epochs=1
+        )
+    if algorithm == "magrpo":
+        module = MAGRPOModule(**SAMPLING, num_generations=3, reference_kl_enabled=True, reference_kl_coef=0.05)
+        return module, TaskDataModule(**TASK, train_batch_size=2, num_train_epochs=1)
+    lora = dict(lora_r=4, lora_target_modules=["c_attn"]) if algorithm == "lora" else {}
+    module = MADPOModule(**SAMPLING, **lora)
+    # a LoRA team's snapshots cannot be gathered yet under sharding: it plays against its live self
+    comparator = CurrentComparator() if algorithm == "lora" else HistoryComparator(k=1)
+    data = IterativePreferenceDataModule(
+        **TASK,
+        num_iterations=3,
+        num_train_epochs=1,
+        preference_num_candidates=4,
+        preference_pairs_per_sample=4,
+        train_batch_size=4,
+        comparator=comparator,
+        replay=LambdaDecayReplay(lam=0.5, sample_size=16),
+    )
+    return module, data
+
+
+def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None = None) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1) if kind == "fsdp" else "ddp"
+    module, data = parts(algorithm)
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy=strategy,
+        max_epochs=epochs,
+        default_root_dir=str(root),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=None,
+        val_check_interval=3,
+        logger=False,
+        callbacks=[
+            RecordWeights(root),
+            ModelCheckpoint(dirpath=root / "ckpt", save_last=True, save_on_train_epoch_end=True),
+        ],
+    )
+    trainer.fit(module, data, ckpt_path=resume)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None)

@@ -1,0 +1,87 @@
+"""MADPOModule's step: non-finite losses are reported and skipped, never replaced by a constant."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comlrl_lightning import MADPOModule
+
+
+class NaNOnFirstBatch(MADPOModule):
+    def margins(self, batch):
+        margins = super().margins(batch)
+        return margins * float("nan") if self.global_step == 0 else margins
+
+
+def test_a_non_finite_loss_skips_the_update_and_is_reported(tiny_run, recwarn):
+    _, datamodule, trainer = tiny_run(trainer=dict(max_epochs=1, limit_train_batches=1))
+    from tests.conftest import TINY_MODEL
+
+    module = NaNOnFirstBatch(**TINY_MODEL)
+    before = {k: v.clone() for k, v in module.team.state_dict().items()}
+    trainer.fit(module, datamodule)
+    after = module.team.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # no update from a NaN loss
+    assert any("non-finite loss" in str(w.message) for w in recwarn)
+    assert trainer.callback_metrics["train/skipped_nonfinite_steps"].item() == 1.0
+
+
+def test_finite_losses_update_every_agent(tiny_run):
+    module, datamodule, trainer = tiny_run(trainer=dict(max_epochs=1, limit_train_batches=1))
+    before = {k: v.clone() for k, v in module.team.state_dict().items()}
+    trainer.fit(module, datamodule)
+    after = module.team.state_dict()
+    for agent in ("agents.0.", "agents.1."):
+        assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith(agent))
+
+
+def test_policy_gradient_steps_skip_non_finite_losses_too(tmp_path, recwarn):
+    from lightning.pytorch import Trainer
+
+    from comlrl_lightning import MAGRPOModule, TaskDataModule
+    from tests.conftest import TINY_MODEL
+
+    class NaNReturns(MAGRPOModule):
+        def joint_returns(self, items, prompts, texts):
+            return super().joint_returns(items, prompts, texts) * float("nan")
+
+    module = NaNReturns(**TINY_MODEL, num_generations=2)
+    before = {k: v.clone() for k, v in module.team.state_dict().items()}
+    Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        limit_train_batches=2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        limit_val_batches=0,
+        default_root_dir=str(tmp_path),
+    ).fit(module, TaskDataModule(train_dataset="embedded", train_batch_size=4, num_train_epochs=1))
+    assert module.skipped_steps == 2
+    assert all(torch.equal(before[k], v) for k, v in module.team.state_dict().items())
+
+
+@pytest.mark.parametrize("lora, every", [(False, 1), (True, 1), (False, 2)])
+def test_gradient_checkpointing_recomputes_packed_and_trains_the_same_weights(tiny_run, monkeypatch, lora, every):
+    from comlrl_lightning.team import activation_checkpointing as checkpointing
+    from comlrl_lightning.team.activation_checkpointing import is_checkpointing
+
+    recomputed = []
+    original = checkpointing._checkpoint_inside
+    monkeypatch.setattr(checkpointing, "_checkpoint_inside", lambda *args: recomputed.append(1) or original(*args))
+    weights = []
+    for enabled in (False, True):
+        torch.manual_seed(0)  # the same initial LoRA adapters
+        options = dict(
+            gradient_checkpointing=enabled, checkpoint_every_n_layers=every, **({"lora_r": 4} if lora else {})
+        )
+        module, datamodule, trainer = tiny_run(model=options, trainer=dict(max_epochs=1, limit_train_batches=2))
+        trainer.fit(module, datamodule)
+        assert all(is_checkpointing(agent) == enabled for agent in module.team.agents)
+        weights.append(module.team.state_dict())
+    layers = module.team.agents[0].config.num_hidden_layers
+    # 2 steps x 2 agents x every (every-th) layer, recomputed with the packed attention (and the agent's adapter)
+    assert len(recomputed) == 2 * 2 * (layers // every) * (2 if lora else 1)
+    for name, value in weights[0].items():
+        torch.testing.assert_close(weights[1][name], value, rtol=1e-5, atol=1e-6, msg=name)

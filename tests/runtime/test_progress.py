@@ -1,0 +1,99 @@
+"""Collection progress: time estimates, lines without a bar, generation reports, and when bars show."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from comlrl_lightning.runtime.progress import (
+    Progress,
+    progress_line,
+    renders_live,
+    report_generated,
+    seconds_left,
+    show_bars,
+)
+
+
+def test_seconds_left_is_the_average_rate_so_far():
+    assert seconds_left(0, 10, 5.0) is None  # no rate yet
+    assert seconds_left(2, 10, 4.0) == pytest.approx(16.0)  # 2 s per unit, 8 units left
+    assert seconds_left(10, 10, 7.0) == 0.0
+    assert progress_line("round 1/3 sampling", 2, 10, "prompt", 4.0) == (
+        "round 1/3 sampling: 2/10 prompts (4s elapsed, about 16s left)"
+    )
+
+
+def test_without_a_bar_lines_come_at_most_every_interval():
+    lines, now = [], [0.0]
+    progress = Progress("collection sampling", 8, "prompt", report=lines.append, interval=30.0, clock=lambda: now[0])
+    for seconds in (10.0, 29.0, 31.0, 40.0, 62.0):
+        now[0] = seconds
+        progress.advance(1)
+    assert lines == [
+        "collection sampling: 3/8 prompts (31s elapsed, about 52s left)",
+        "collection sampling: 5/8 prompts (62s elapsed, about 37s left)",
+    ]
+    assert progress.done == 5
+
+
+def test_a_part_counts_generation_reports_and_adds_what_was_not_reported():
+    progress = Progress("sampling", 20, "prompt", report=lambda line: None)
+    report_generated(3)  # outside a part: nobody listens
+    assert progress.done == 0
+    with progress.part(8):
+        report_generated(3)
+        assert progress.done == 3  # batch by batch
+        report_generated(100)  # a backend over-reporting cannot push past its part
+        assert progress.done == 8
+    assert progress.done == 8
+    with progress.part(5):
+        pass  # a backend that reports nothing still advances once its call returns
+    assert progress.done == 13
+    with progress.part(7):
+        with progress.part(4):  # nested: the inner part counts toward the outer one
+            report_generated(1)
+        assert progress.done == 17
+    assert progress.done == 20
+    with pytest.raises(RuntimeError):
+        with progress.part(5):
+            raise RuntimeError("a failed call adds nothing")
+    assert progress.done == 20
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _trainer(global_zero: bool = True, progress_bar: bool = True):
+    return SimpleNamespace(is_global_zero=global_zero, progress_bar_callback=object() if progress_bar else None)
+
+
+def test_bars_show_on_rank_zero_with_lightnings_bar_on_a_terminal(monkeypatch):
+    assert renders_live(_Terminal()) and not renders_live(io.StringIO())
+    monkeypatch.setattr(sys, "stdout", _Terminal())
+    assert show_bars(_trainer())
+    assert not show_bars(_trainer(global_zero=False))
+    assert not show_bars(_trainer(progress_bar=False))  # enable_progress_bar: false
+    assert not show_bars(None)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # a pipe or a log file
+    assert not show_bars(_trainer())
+
+
+def test_a_bar_has_a_time_estimate_and_is_removed_when_done(monkeypatch):
+    screen = _Terminal()
+    monkeypatch.setattr(sys, "stdout", screen)
+    lines = []
+    with Progress.for_trainer(_trainer(), "round 1/2 sampling", 4, "prompt") as progress:
+        progress.report = lines.append
+        progress.advance(2)
+        progress.bar.refresh()  # tqdm redraws at most every 0.1 s on its own
+    shown = screen.getvalue()
+    assert "round 1/2 sampling" in shown
+    assert re.search(r"2/4 \[\d\d:\d\d<\d\d:\d\d", shown)  # [elapsed<remaining]
+    assert shown.endswith("\r") and lines == []  # erased at the end (leave=False); no lines beside a bar

@@ -1,0 +1,237 @@
+"""FSDP2 sharding with real 2-process CPU runs (gloo): equal to DDP, exact resume, LoRA, uneven shares, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from comlrl_lightning.options import OptionError
+from comlrl_lightning.runtime.sharding import check_strategy, decoder_layers
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None = None) -> Path:
+    """One two-process run of tests/helpers/sharded_run.py; a hang fails the test after the timeout."""
+    command = [
+        sys.executable,
+        str(REPO / "tests" / "helpers" / "sharded_run.py"),
+        kind,
+        algorithm,
+        str(root),
+        str(epochs),
+    ]
+    if resume is not None:
+        command.append(str(resume))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return root
+
+
+def weights(root: Path) -> list:
+    return torch.load(root / "weights.pt")
+
+
+def round_files(root: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted((root / "preference_replay").glob("iteration_*.json"))}
+
+
+def assert_close(sharded: list, replicated: list, initial_gap: float) -> None:
+    """Equal within float tolerance: the difference is a small fraction of how far training moved them."""
+    for a, b in zip(sharded, replicated):
+        assert a.keys() == b.keys()
+        difference = max((a[k] - b[k]).abs().max().item() for k in a)
+        assert difference < 0.02 * initial_gap, (difference, initial_gap)
+
+
+def moved(before: list, after: list) -> float:
+    return max((after[i][k] - before[i][k]).abs().max().item() for i in range(len(after)) for k in after[i])
+
+
+@pytest.fixture(scope="module")
+def madpo_runs(tmp_path_factory):
+    """Iterative MADPO, 3 rounds, 15 training items and 5 evaluation items (the ranks' shares differ):
+    sharded, data parallel, and sharded stopped after round 2 then resumed."""
+    root = tmp_path_factory.mktemp("madpo")
+    runs = {"fsdp": run("fsdp", "madpo", root / "fsdp", 3), "ddp": run("ddp", "madpo", root / "ddp", 3)}
+    partial = run("fsdp", "madpo", root / "resumed", 2)
+    runs["resumed"] = run("fsdp", "madpo", partial, 3, resume=partial / "ckpt" / "last.ckpt")
+    return runs
+
+
+def test_sharded_madpo_equals_data_parallel_with_uneven_shares(madpo_runs):
+    from transformers import AutoModelForCausalLM
+
+    from comlrl_lightning.defaults import embedded_model_path
+
+    initial = [
+        {k: v.float() for k, v in AutoModelForCausalLM.from_pretrained(embedded_model_path()).state_dict().items()}
+    ] * 2
+    sharded, replicated = weights(madpo_runs["fsdp"]), weights(madpo_runs["ddp"])
+    assert_close(sharded, replicated, moved(initial, replicated))
+    files = round_files(madpo_runs["fsdp"])
+    assert len(files) == 3 and files == round_files(madpo_runs["ddp"])
+
+
+def test_a_sharded_run_resumes_exactly(madpo_runs):
+    # the checkpoint is a sharded folder, written whole (no .tmp / .old left beside it)
+    folder = madpo_runs["resumed"] / "ckpt" / "last.ckpt"
+    assert folder.is_dir() and (folder / "meta.pt").is_file()
+    assert not list((madpo_runs["resumed"] / "ckpt").glob("*.tmp")) and not list(
+        (madpo_runs["resumed"] / "ckpt").glob("*.old")
+    )
+    resumed, whole = weights(madpo_runs["resumed"]), weights(madpo_runs["fsdp"])
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(resumed, whole) for k in a)
+    assert round_files(madpo_runs["resumed"]) == round_files(madpo_runs["fsdp"])
+    # the history comparator's snapshots are whole Hugging Face folders gathered from the shards
+    from transformers import AutoModelForCausalLM
+
+    from comlrl_lightning.defaults import embedded_model_path
+
+    snapshot = AutoModelForCausalLM.from_pretrained(
+        madpo_runs["fsdp"] / "policy_snapshots" / "iteration_0001" / "agent_1"
+    )
+    initial = AutoModelForCausalLM.from_pretrained(embedded_model_path())
+    assert snapshot.state_dict().keys() == initial.state_dict().keys()
+    assert all(a.shape == b.shape for a, b in zip(snapshot.state_dict().values(), initial.state_dict().values()))
+    assert not all(torch.equal(a, b) for a, b in zip(snapshot.state_dict().values(), initial.state_dict().values()))
+
+
+@pytest.mark.parametrize("algorithm", ["magrpo", "marlhf_maac"])
+def test_sharded_policy_gradient_equals_data_parallel(tmp_path, algorithm):
+    """MAGRPO with the reference KL on the task reward; MARLHF's reward model, then MAAC with a sharded critic."""
+    sharded = weights(run("fsdp", algorithm, tmp_path / "fsdp", 2))
+    replicated = weights(run("ddp", algorithm, tmp_path / "ddp", 2))
+    from transformers import AutoModelForCausalLM
+
+    from comlrl_lightning.defaults import embedded_model_path
+
+    initial = [
+        {k: v.float() for k, v in AutoModelForCausalLM.from_pretrained(embedded_model_path()).state_dict().items()}
+    ] * 2
+    assert_close(sharded, replicated, moved(initial, replicated))
+
+
+def test_every_adapter_of_a_sharded_lora_team_moves(tmp_path):
+    root = run("fsdp", "lora", tmp_path / "lora", 2)
+    changed = json.loads((root / "moved.json").read_text())
+    for agent in (0, 1):  # each agent's own adapter, in every layer, A and B
+        own = {k: v for k, v in changed.items() if k.startswith(f"{agent}:") and f".agent_{agent}." in k}
+        assert len(own) == 4 and all(own.values()), own
+
+
+def test_strategies_the_modules_cannot_run_under_are_refused_by_name():
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    with pytest.raises(
+        OptionError,
+        match=r"trainer.strategy: FSDPStrategy is not supported by the team modules.*use lightning\.pytorch\.strategies\.ModelParallelStrategy \(FSDP2\)",
+    ):
+        check_strategy(FSDPStrategy())
+
+
+def test_decoder_layers_are_the_repeated_blocks():
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=3, n_embd=16, n_head=2, vocab_size=32, n_positions=16))
+    assert decoder_layers(gpt2) == list(gpt2.transformer.h)
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=16,
+            intermediate_size=32,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            vocab_size=32,
+        )
+    )
+    assert decoder_layers(llama) == list(llama.model.layers)
+
+
+def test_a_sharded_checkpoint_folder_is_replaced_whole(tmp_path):
+    """A save that dies half-way leaves the previous checkpoint folder in place, complete."""
+    from comlrl_lightning.runtime.checkpoint_io import _write_folders_atomically
+
+    class OneProcessStrategy:
+        global_rank = 0
+
+        def broadcast(self, value):
+            return value
+
+        def barrier(self):
+            pass
+
+        def save_checkpoint(self, checkpoint, path, storage_options=None):
+            path.mkdir(parents=True)
+            (path / "__0_0.distcp").write_text(checkpoint["weights"])
+            if checkpoint.get("die"):
+                raise OSError("no space left on device")
+            (path / "meta.pt").write_text("meta")
+
+    strategy = OneProcessStrategy()
+    _write_folders_atomically(strategy)
+    target = tmp_path / "last.ckpt"
+    strategy.save_checkpoint({"weights": "old"}, target)
+    with pytest.raises(OSError):
+        strategy.save_checkpoint({"weights": "new", "die": True}, target)
+    assert (target / "__0_0.distcp").read_text() == "old" and (target / "meta.pt").is_file()
+    strategy.save_checkpoint({"weights": "new"}, target)
+    assert (target / "__0_0.distcp").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # the failed save's staging is gone
+
+
+def test_a_copy_of_sharded_agents_on_other_devices_is_refused():
+    from comlrl_lightning.comparators import ComparatorContext, CurrentCopyComparator
+    from comlrl_lightning.defaults import embedded_model_path
+    from comlrl_lightning.generation.hf import HFGenerator
+    from comlrl_lightning.runtime.rng import RandomStream
+    from comlrl_lightning.team.team import Team
+
+    team = Team([str(embedded_model_path())])
+    team.synced = True  # as after ModelParallelStrategy sharded it
+    comparator = CurrentCopyComparator(devices="meta")
+    comparator.bind(
+        ComparatorContext(
+            actors=lambda: team, generator=HFGenerator(), stream=RandomStream(0), agent_devices=["cpu"], snapshots=None
+        )
+    )
+    with pytest.raises(OptionError, match="copies of sharded agents"):
+        comparator.start_round(0)
+
+
+def test_lightning_precision_becomes_the_fsdp2_mixed_precision_policy():
+    from comlrl_lightning.runtime.sharding import mixed_precision_policy
+
+    bf16 = mixed_precision_policy("bf16-mixed")
+    assert (bf16.param_dtype, bf16.reduce_dtype) == (torch.bfloat16, torch.float32)
+    assert mixed_precision_policy("16-mixed").param_dtype == torch.float16
+    assert mixed_precision_policy("32-true") is None and mixed_precision_policy("bf16-true") is None
+
+
+def test_tensor_parallelism_is_refused_with_the_sizes_to_set():
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    class Mesh:  # the shape of the mesh ModelParallelStrategy builds: 1 data-parallel x 2 tensor-parallel ranks
+        sizes = {"data_parallel": 1, "tensor_parallel": 2}
+
+        def __getitem__(self, name):
+            return type("Dimension", (), {"size": lambda _, n=self.sizes[name]: n})()
+
+        def size(self):
+            return 2
+
+    strategy = ModelParallelStrategy()  # the CLI's defaults ("auto") become exactly this mesh on 2 processes
+    strategy._device_mesh = Mesh()
+    with pytest.raises(
+        OptionError,
+        match=r"data_parallel_size=1 and tensor_parallel_size=2: .* set data_parallel_size "
+        r"to the number of processes \(2\) and tensor_parallel_size to 1",
+    ):
+        check_strategy(strategy)
