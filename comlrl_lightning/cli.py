@@ -8,17 +8,21 @@ command runs every algorithm. ``trainer.max_epochs`` is ``num_train_epochs x num
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
-import torch
 from lightning.pytorch import LightningDataModule, LightningModule
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 
-from comlrl_lightning.options import OptionError
-from comlrl_lightning.runtime.checkpoint_io import is_remote
+from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
+from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
+from comlrl_lightning.runtime.files import refuse_non_regular
+from comlrl_lightning.runtime.paths import require_local
 
 
 def total_epochs(data_options) -> int:
@@ -47,23 +51,17 @@ class PreferenceCLI(LightningCLI):
         LightningCLI would overwrite them silently with the hyperparameters saved in the checkpoint
         (``--model.init_args.dpo_beta 7`` would train on with 0.1). Here the given options win and
         every model option that differs from the checkpoint's is printed with both values. A remote
-        checkpoint (a URL) is refused: Lightning would load it with ``weights_only=False``, i.e. run
-        code from the network.
+        checkpoint (a URL, an fsspec chain) is refused: Lightning would load it with
+        ``weights_only=False``, i.e. run code from the network.
         """
         if not self.config.get("subcommand"):
             return
         ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
         if not ckpt_path:
             return
-        if is_remote(str(ckpt_path)):
-            print(
-                f"error: ckpt_path {ckpt_path!r} is remote; download it and pass a local file "
-                "(a checkpoint is loaded with weights_only=False, which runs code from it).",
-                file=sys.stderr,
-            )
-            raise SystemExit(2)
+        require_local(ckpt_path, "ckpt_path", "a local checkpoint file")
         if Path(ckpt_path).is_file():
-            saved = torch.load(ckpt_path, weights_only=True, map_location="cpu").get("hyper_parameters", {})
+            saved = read_checkpoint(ckpt_path).get("hyper_parameters", {})
             given = self.config[self.config.subcommand].get("model", {}).get("init_args", {})
             for name, value in sorted(saved.items()):
                 if name in given and given[name] != value and not name.startswith("_"):
@@ -72,17 +70,47 @@ class PreferenceCLI(LightningCLI):
                         f"trained with {value!r}); the given options win."
                     )
 
-    def instantiate_classes(self) -> None:
-        try:
-            super().instantiate_classes()
-        except Exception as error:  # surface our option errors as one clear line, like a parse error
-            cause: Optional[BaseException] = error
-            while cause is not None and not isinstance(cause, OptionError):
-                cause = cause.__cause__ or cause.__context__
-            if cause is None:
-                raise
-            print(f"error: {cause}", file=sys.stderr)
-            raise SystemExit(2) from None
+
+class SaveConfigInPlace(SaveConfigCallback):
+    """LightningCLI's ``config.yaml``, written only over a regular file: a link or a folder under that
+    name is refused, never followed (the file is rewritten in place at every run in the folder)."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if not self.already_saved and self.save_to_log_dir:
+            log_dir = trainer.log_dir  # a broadcast: every rank asks
+            if log_dir is not None and trainer.is_global_zero:
+                refuse_non_regular(Path(log_dir) / self.config_filename, "the run's config")
+        super().setup(trainer, pl_module, stage)
+
+
+def library_error(error: BaseException) -> Optional[ComlrlError]:
+    """The :class:`~comlrl_lightning.errors.ComlrlError` that ``error`` is or was raised from (jsonargparse
+    and Lightning re-raise our errors inside their own), else ``None``."""
+    seen = set()
+    cause: Optional[BaseException] = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ComlrlError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Any :class:`~comlrl_lightning.errors.ComlrlError` (while the config is parsed, the objects are built,
+    or the run sets up and trains) becomes one ``error: ...`` line on stderr and exit status 2 for a
+    configuration error, 1 for the others; ``COMLRL_TRACEBACK=1`` shows the traceback as well."""
+    try:
+        yield
+    except Exception as error:
+        found = library_error(error)
+        if found is None:
+            raise
+        if os.environ.get(TRACEBACK_VARIABLE, "").strip() not in ("", "0"):
+            traceback.print_exception(error, file=sys.stderr)
+        print(f"error: {found}", file=sys.stderr)
+        raise SystemExit(2 if isinstance(found, ConfigurationError) else 1) from None
 
 
 def main(args: Optional[List[str]] = None) -> None:
@@ -94,16 +122,21 @@ def main(args: Optional[List[str]] = None) -> None:
 
 
 def run_cli(args: Optional[List[str]] = None) -> PreferenceCLI:
-    """Run the command line and return the CLI object (its ``model``, ``datamodule`` and ``trainer``)."""
-    return PreferenceCLI(
-        LightningModule,
-        LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        auto_configure_optimizers=False,  # the modules take optimizer / lr_scheduler classes themselves
-        save_config_kwargs={"overwrite": True},
-        args=args,
-    )
+    """Run the command line and return the CLI object (its ``model``, ``datamodule`` and ``trainer``).
+
+    A :class:`~comlrl_lightning.errors.ComlrlError` ends it with one ``error:`` line (``SystemExit``).
+    """
+    with one_line_errors():
+        return PreferenceCLI(
+            LightningModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            auto_configure_optimizers=False,  # the modules take optimizer / lr_scheduler classes themselves
+            save_config_callback=SaveConfigInPlace,
+            save_config_kwargs={"overwrite": True},
+            args=args,
+        )
 
 
 if __name__ == "__main__":

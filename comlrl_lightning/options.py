@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
+from comlrl_lightning.errors import ConfigurationError
 
-class OptionError(ValueError):
-    """A configuration option has a value that is not allowed."""
+
+class OptionError(ConfigurationError):
+    """A configuration option has a value that is not allowed (a ``ValueError``, and a
+    :class:`~comlrl_lightning.errors.ComlrlError`)."""
 
 
 def require(condition: bool, message: str) -> None:

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
+from comlrl_lightning.errors import DataError, MissingPathError
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -32,7 +34,7 @@ def metrics_file(source: PathLike) -> Path:
     if path.is_dir():
         path = path / METRICS_FILE
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingPathError(
             f"no CSV metrics at {path} (a CSVLogger writes <save_dir>/<name>/version_<n>/{METRICS_FILE})"
         )
     return path
@@ -105,7 +107,7 @@ def plot_curves(
     missing = [key for key in keys if not metric_series(rows, key, x)[0]]
     if not keys or missing:
         logged = sorted({key for row in rows for key in row})
-        raise ValueError(f"no values of {missing or 'any key'} against {x!r}; logged keys: {', '.join(logged)}")
+        raise DataError(f"no values of {missing or 'any key'} against {x!r}; logged keys: {', '.join(logged)}")
     figure = Figure(figsize=(6.4, 2.4 * len(keys) + 0.4), layout="constrained")
     axes = figure.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
     for axis, key in zip(axes, keys):

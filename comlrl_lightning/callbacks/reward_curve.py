@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+
+from comlrl_lightning.runtime.files import write_atomically
 
 EVAL_KEY = "eval/turn_1/reward_mean"
 
@@ -64,7 +67,8 @@ class RewardCurvePlot(Callback):
         axis.grid(alpha=0.3)
         figure.tight_layout()
         path = directory / self.filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, dpi=120)
+        image = io.BytesIO()
+        figure.savefig(image, format="png", dpi=120)
+        write_atomically(path, image.getbuffer())  # replaced, never written through a link planted there
         rank_zero_info(f"reward curve: {path}")
         return path

@@ -25,6 +25,7 @@ import httpx
 
 from comlrl_lightning.comparators.api_formats import ANTHROPIC_VERSION, snippet
 from comlrl_lightning.comparators.redaction import redact, remember
+from comlrl_lightning.errors import ComlrlError
 
 RETRY_STATUSES = frozenset({408, 429})
 """Retried besides every 5xx: request timeout and rate limit."""
@@ -44,7 +45,7 @@ def shown_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
 
-class ComparatorApiError(RuntimeError):
+class ComparatorApiError(ComlrlError, RuntimeError):
     """A comparator API request failed (after its retries, when the failure is retryable)."""
 
     def __init__(self, message: str, status: Optional[int] = None) -> None:

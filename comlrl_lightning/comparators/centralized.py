@@ -33,6 +33,7 @@ from comlrl_lightning.data.chat import (
     prompt_text,
     render_conversation,
 )
+from comlrl_lightning.errors import DataError
 from comlrl_lightning.generation.base import Completion, GenerationSettings
 from comlrl_lightning.options import OptionError, at_least
 
@@ -160,7 +161,7 @@ class CentralizedComparator(Comparator):
                     self.truncated += cut
         self.unparseable += dropped
         if total == 0:
-            raise ValueError("Centralized comparator produced no candidates.")
+            raise DataError("Centralized comparator produced no candidates.")
         if dropped == total:
             example = " ".join(texts[next(k for k, t in enumerate(texts) if t)][0].split())[:200]
             raise CentralizedComparatorParseError(

@@ -17,12 +17,13 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 
 from comlrl_lightning.data.chat import PromptRenderer, is_conversation, prompt_text
 from comlrl_lightning.data.task import Task
+from comlrl_lightning.errors import DataError
 from comlrl_lightning.options import OptionError, require
 
 ADAPTER_OPTION = "adapter"
 
 
-class CentralizedComparatorParseError(ValueError):
+class CentralizedComparatorParseError(DataError):
     """A centralized completion cannot be split into the agents' outputs."""
 
 
@@ -109,7 +110,7 @@ def joint_prompt(adapter: Any, item: Dict[str, Any], prompts: Sequence[str]) -> 
     """``adapter.build_prompt(item, prompts)``, checked to be a non-empty string."""
     prompt = adapter.build_prompt(item, list(prompts))
     if not isinstance(prompt, str) or not prompt:
-        raise TypeError(f"{ADAPTER_OPTION}.build_prompt must return a non-empty str (got {type(prompt).__name__}).")
+        raise AdapterError(f"{ADAPTER_OPTION}.build_prompt must return a non-empty str (got {type(prompt).__name__}).")
     return prompt
 
 
@@ -124,16 +125,16 @@ def parse_roles(adapter: Any, text: str, item: Dict[str, Any], num_roles: int) -
     except CentralizedComparatorParseError:
         return None
     if isinstance(roles, (str, bytes)) or not isinstance(roles, Sequence):
-        raise TypeError(
+        raise AdapterError(
             f"{ADAPTER_OPTION}.parse_completion must return a sequence of strings, not {type(roles).__name__}."
         )
     roles = list(roles)
     if len(roles) != num_roles:
-        raise ValueError(
+        raise AdapterError(
             f"{ADAPTER_OPTION}.parse_completion must return exactly {num_roles} outputs; got {len(roles)}."
         )
     if not all(isinstance(role, str) for role in roles):
-        raise TypeError(f"{ADAPTER_OPTION}.parse_completion must return strings only.")
+        raise AdapterError(f"{ADAPTER_OPTION}.parse_completion must return strings only.")
     return roles
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from comlrl_lightning.errors import ConfigurationError
+
 Message = Dict[str, Any]
 Conversation = List[Message]
 AgentPrompt = Union[str, Conversation]
@@ -24,7 +26,7 @@ AgentPrompt = Union[str, Conversation]
 CHAT_TEMPLATE_OPTION = "chat_template"
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(ConfigurationError):
     """A prompt that needs a chat template its agent's tokenizer does not have (or cannot apply)."""
 
 

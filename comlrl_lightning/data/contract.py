@@ -22,6 +22,8 @@ from typing import (
     runtime_checkable,
 )
 
+from comlrl_lightning.errors import ConfigurationTypeError
+
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
 
@@ -85,7 +87,7 @@ class DataSide(Protocol):
     def round_pairs(self) -> "tuple[Optional[int], Optional[List[PreferencePair]]]": ...
 
 
-class ContractError(TypeError):
+class ContractError(ConfigurationTypeError):
     """A module or data module that does not keep the contract the other side relies on."""
 
 

@@ -11,10 +11,14 @@ by item into a Python list for every round.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union, overload
+
+from comlrl_lightning.errors import ConfigurationTypeError, DataError
+from comlrl_lightning.runtime.paths import require_local
 
 DataFiles = Union[str, List[str], Dict[str, Union[str, List[str]]]]
 
@@ -107,14 +111,14 @@ def load_dataset_items(source: Any, split: str, role: str) -> DatasetItems:
     if isinstance(source, HFDataset):
         source = _load(source, split, option)
     if isinstance(source, (datasets.IterableDataset, datasets.IterableDatasetDict)):
-        raise ValueError(
+        raise DataError(
             f"{option}: a streaming (iterable) dataset cannot be indexed; load it without "
             "streaming=True, or pass a datasets.Dataset."
         )
     if isinstance(source, datasets.DatasetDict):
         source = _split_of(source, split, option)
     if not isinstance(source, datasets.Dataset):
-        raise TypeError(
+        raise ConfigurationTypeError(
             f"{option}: expected a list of items, a file, a dataset name or folder, an HFDataset "
             f"or a datasets.Dataset; got {type(source).__name__}."
         )
@@ -125,31 +129,69 @@ def load_dataset_items(source: Any, split: str, role: str) -> DatasetItems:
 def _load(spec: HFDataset, default_split: str, option: str) -> Any:
     import datasets
 
+    require_local(spec.path, option, "a local folder or a hub dataset name")
+    for pattern in _patterns(spec.data_files):
+        require_local(pattern, f"{option}.data_files", "a local file or pattern")
     if any((Path(spec.path) / name).is_file() for name in SAVED_DATASET_FILES):
         if spec.name is not None or spec.data_files is not None:
-            raise ValueError(
+            raise DataError(
                 f"{option}: {spec.path} was written by save_to_disk; it has no configurations or "
                 "data files (leave name and data_files unset)."
             )
-        saved = datasets.load_from_disk(spec.path)
+        saved = _load_saved(Path(spec.path), option)
         return (
             _split_of(saved, spec.split or default_split, option) if isinstance(saved, datasets.DatasetDict) else saved
         )
     split = spec.split
     if split is None:
         split = default_split if spec.data_files is None or isinstance(spec.data_files, dict) else "train"
+    where = f"{option}: {spec.path}{f' ({spec.name})' if spec.name else ''}"
     try:
         return datasets.load_dataset(spec.path, spec.name, split=split, data_files=spec.data_files)
+    except StopIteration:  # what datasets raises for a data_files pattern that matches nothing
+        raise DataError(f"{where}: data_files {spec.data_files!r} matches no file.") from None
+    except FileNotFoundError as error:  # a data file or a dataset that is not there
+        raise DataError(f"{where}: {error}") from None
     except ValueError as error:  # unknown split, missing configuration name...: say which option
         hint = ""
         if spec.name is None and "config" in str(error).lower():
             hint = f"\nName the configuration: {option}: {{path: {spec.path}, name: <config>}} (HFDataset(name=...) in Python)."
-        raise ValueError(f"{option}: {spec.path}{f' ({spec.name})' if spec.name else ''}: {error}{hint}") from None
+        raise DataError(f"{where}: {error}{hint}") from None
+
+
+def _patterns(data_files: Optional[DataFiles]) -> List[str]:
+    if data_files is None:
+        return []
+    if isinstance(data_files, dict):
+        return [pattern for value in data_files.values() for pattern in _patterns(value)]
+    return [str(data_files)] if isinstance(data_files, (str, os.PathLike)) else [str(p) for p in data_files]
+
+
+def _load_saved(folder: Path, option: str) -> Any:
+    """``datasets.load_from_disk(folder)``; a corrupt metadata file or a missing Arrow file is named."""
+    import datasets
+
+    for metadata in sorted([*folder.rglob("state.json"), *folder.rglob("dataset_dict.json")]):
+        try:
+            json.loads(metadata.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            line = f" line {error.lineno}" if isinstance(error, json.JSONDecodeError) else ""
+            raise DataError(
+                f"{option}: {metadata}{line} is not valid JSON ({error}); the save_to_disk folder {folder} is "
+                "damaged: save the dataset again."
+            ) from None
+    try:
+        return datasets.load_from_disk(str(folder))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        detail = f"{error.filename} is missing" if isinstance(error, FileNotFoundError) and error.filename else error
+        raise DataError(
+            f"{option}: the save_to_disk folder {folder} cannot be read ({detail}); save the dataset again."
+        ) from None
 
 
 def _split_of(dataset_dict: Any, split: str, option: str) -> Any:
     if split not in dataset_dict:
-        raise ValueError(
+        raise DataError(
             f"{option}: the dataset has no split {split!r} (it has: {', '.join(dataset_dict)}); set the split option."
         )
     return dataset_dict[split]

@@ -29,7 +29,13 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError, DataError
+
 CallableSpec = Union[str, Callable, None]
+
+
+class RewardFunctionError(DataError, RuntimeError):
+    """The task's reward function raised (the message names it and what it raised)."""
 
 
 def resolve_callable(spec: CallableSpec, option: str) -> Optional[Callable]:
@@ -37,14 +43,14 @@ def resolve_callable(spec: CallableSpec, option: str) -> Optional[Callable]:
     if spec is None or callable(spec):
         return spec
     if not isinstance(spec, str):
-        raise ValueError(f"{option} must be a callable or an import path (got {spec!r}).")
+        raise ConfigurationTypeError(f"{option} must be a callable or an import path (got {type(spec).__name__}).")
     module_name, _, attribute = str(spec).rpartition(".")
     try:
         value = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError, ValueError) as error:
-        raise ValueError(f"{option}: cannot import {spec!r} ({error}).") from error
+        raise ConfigurationError(f"{option}: cannot import {spec!r} ({error}).") from error
     if not callable(value):
-        raise ValueError(f"{option}: {spec!r} is not callable.")
+        raise ConfigurationError(f"{option}: {spec!r} is not callable.")
     return value
 
 
@@ -91,15 +97,15 @@ def _first_value(func: Callable, value: Any) -> float:
         value = value.reshape(-1).tolist()
     if isinstance(value, (list, tuple)):
         if not value:
-            raise ValueError(f"reward function {name} returned no value (got {value!r}).")
+            raise DataError(f"reward function {name} returned no value (got {value!r}).")
         value = value[0]
         if isinstance(value, (torch.Tensor, np.ndarray)):
             value = value.item()
     if value is None or isinstance(value, bool) or not isinstance(value, Real):
-        raise ValueError(f"reward function {name} returned a non-numeric value {value!r} ({type(value).__name__}).")
+        raise DataError(f"reward function {name} returned a non-numeric value {value!r} ({type(value).__name__}).")
     value = float(value)
     if not math.isfinite(value):
-        raise ValueError(f"reward function {name} returned {value!r}; rewards must be finite numbers.")
+        raise DataError(f"reward function {name} returned {value!r}; rewards must be finite numbers.")
     return value
 
 
@@ -115,7 +121,9 @@ def call_reward_function(
     try:
         value = func(*args, **kwargs)  # once: a reward with side effects must not run twice
     except Exception as error:
-        raise RuntimeError(f"reward function {function_name(func)} raised {type(error).__name__}: {error}") from error
+        raise RewardFunctionError(
+            f"reward function {function_name(func)} raised {type(error).__name__}: {error}"
+        ) from error
     return _first_value(func, value)
 
 
@@ -131,7 +139,7 @@ def _callable_with(func: Callable, call: Tuple[tuple, dict], fallback: Tuple[tup
             return args, kwargs
         except TypeError as error:
             problem = error
-    raise ValueError(
+    raise ConfigurationError(
         f"reward function {function_name(func)} cannot take {len(fallback[0])} completion lists: {problem}"
     ) from problem
 
@@ -147,7 +155,7 @@ class Oracle:
     def __init__(self, reward_func: CallableSpec, reward_processor: CallableSpec = None) -> None:
         self.reward_func = resolve_callable(reward_func, "reward_func")
         if self.reward_func is None:
-            raise ValueError("reward_func must be a callable.")
+            raise ConfigurationError("reward_func must be a callable.")
         self.reward_processor = resolve_callable(reward_processor, "reward_processor")
 
     def score(
@@ -173,11 +181,11 @@ class Oracle:
         try:
             processed = float(processed)
         except (TypeError, ValueError) as error:
-            raise ValueError(
+            raise DataError(
                 f"reward_processor {function_name(self.reward_processor)} returned a non-numeric value {processed!r}."
             ) from error
         if not math.isfinite(processed):
-            raise ValueError(f"reward_processor {function_name(self.reward_processor)} returned {processed!r}.")
+            raise DataError(f"reward_processor {function_name(self.reward_processor)} returned {processed!r}.")
         return processed
 
 

@@ -7,6 +7,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from comlrl_lightning.options import OptionError
+
 PAIR_SELECTIONS = ("reward_gap", "all", "random")
 """Base-trainer ``pair_selection`` modes."""
 
@@ -113,7 +115,7 @@ def select_pairs(
         candidates.sort(key=lambda entry: (entry[1], entry[2]))
         pairs_per_sample = None
     else:
-        raise ValueError(f"pair_selection must be one of: {', '.join(PAIR_SELECTIONS)}.")
+        raise OptionError(f"pair_selection must be one of: {', '.join(PAIR_SELECTIONS)}.")
     if pairs_per_sample is not None:
         candidates = candidates[:pairs_per_sample]
     return [(winner, loser) for _, winner, loser in candidates]

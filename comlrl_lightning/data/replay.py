@@ -34,8 +34,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from jsonargparse.typing import ClosedUnitInterval, PositiveInt
 
 from comlrl_lightning.data.round_records import RecordIndex, encode_round
+from comlrl_lightning.errors import RunStateError
 from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.files import write_atomically
+from comlrl_lightning.runtime.paths import resolves_inside
 
 
 def lambda_decay_weights(num_rounds: int, lam: float) -> List[float]:
@@ -194,7 +196,7 @@ class Shard:
     sha256: str
 
 
-class ReplayIndexError(RuntimeError):
+class ReplayIndexError(RunStateError):
     """An indexed round file is missing, corrupt or does not match the replay index."""
 
 
@@ -309,6 +311,11 @@ class ReplayBuffer:
     def read_records(self, shard: Shard) -> List[Dict[str, Any]]:
         """The records of an indexed shard, after checking its bytes against the index."""
         path = os.path.abspath(self.directory / shard.filename)
+        if not resolves_inside(shard.filename, self.directory):
+            raise ReplayIndexError(
+                f"Replay round file {path} leads outside {self.directory} (a link); the replay index reads only "
+                "round files of its own folder."
+            )
         try:
             data = Path(path).read_bytes()
         except FileNotFoundError:

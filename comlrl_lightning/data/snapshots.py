@@ -15,10 +15,13 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from comlrl_lightning.errors import DataError, MissingRunFileError, RunStateError
 from comlrl_lightning.options import OptionError
+from comlrl_lightning.runtime.paths import resolves_inside
 from comlrl_lightning.runtime.quiet import transformers_bars_off
 from comlrl_lightning.runtime.sharding import full_state_dict
 from comlrl_lightning.team.lora import is_lora_team
@@ -77,6 +80,11 @@ class PolicySnapshots:
                     state = {"state_dict": states[index]} if states is not None else {}
                     agent.save_pretrained(staging / f"agent_{index}", **state)
                     tokenizer.save_pretrained(staging / f"agent_{index}")
+            if target.is_symlink() or target.exists() and not target.is_dir():
+                raise RunStateError(
+                    f"{target} is {'a symbolic link' if target.is_symlink() else 'not a folder'}; policy snapshots "
+                    "are folders the run writes itself, never through a link. Remove it."
+                )
             if target.exists():
                 shutil.rmtree(target)
             os.replace(staging, target)
@@ -96,7 +104,7 @@ class PolicySnapshots:
         sources = [str(path / f"agent_{i}") for i in indices]
         missing = [source for source in sources if not (Path(source) / "config.json").exists()]
         if missing:
-            raise FileNotFoundError(f"Missing comparator history snapshot agent directories: {missing}")
+            raise MissingRunFileError(f"Missing comparator history snapshot agent directories: {missing}")
         team = Team(sources, tokenizers=list(tokenizers))
         team.requires_grad_(False).eval()
         return team
@@ -115,22 +123,34 @@ class PolicySnapshots:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore the index. A checkpoint is data: every name must be a snapshot of this folder
-        (``initial`` or ``iteration_NNNN``), since :meth:`prune` deletes what the index names."""
+        (``initial`` or ``iteration_NNNN``), since :meth:`prune` deletes what the index names; a
+        snapshot that is a link leading out of the folder is dropped with a warning naming it."""
         for name in state["saved"]:
             if not _SNAPSHOT_NAME.fullmatch(str(name)):
-                raise ValueError(
+                raise DataError(
                     f"The checkpoint's snapshot index names {str(name)!r}, which is not a policy snapshot "
                     f"of {self.directory}; refusing to use (or prune) it."
                 )
+        for name in state["saved"]:
+            if (self.directory / name).exists() and not resolves_inside(name, self.directory):
+                warnings.warn(
+                    f"Policy snapshot {self.directory / name} leads outside {self.directory} (a link); dropped from "
+                    "the snapshot index, never loaded or pruned.",
+                    stacklevel=2,
+                )
         # Snapshots pruned after this checkpoint was written are simply gone; require() checks
         # the ones a resumed run actually needs.
-        self.saved = [name for name in state["saved"] if (self.directory / name).is_dir()]
+        self.saved = [
+            name
+            for name in state["saved"]
+            if (self.directory / name).is_dir() and resolves_inside(name, self.directory)
+        ]
 
     def require(self, round_start: int) -> None:
         """Fail now, naming the folder, if the snapshot of ``round_start`` is missing."""
         path = self.path(round_start)
-        if not path.is_dir():
-            raise FileNotFoundError(
+        if not path.is_dir() or not resolves_inside(path.name, self.directory):
+            raise MissingRunFileError(
                 f"Policy snapshot {path} is missing: the history comparator needs it to resume. "
                 "Set policy_checkpoint_dir to keep every snapshot."
             )

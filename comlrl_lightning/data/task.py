@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import copy
 import json
 import os
@@ -25,6 +26,8 @@ from comlrl_lightning.defaults import (
     WRITER_TEMPLATE,
     toy_items,
 )
+from comlrl_lightning.errors import ConfigurationError, DataError, MissingPathError
+from comlrl_lightning.runtime.paths import require_local
 
 ItemSource = Union[str, HFDataset, List[Dict[str, Any]], None]
 """Task items: a list, a file, a dataset name or folder, an :class:`HFDataset`, ``"embedded"`` or
@@ -44,38 +47,83 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
     """
     if source is None:
         return []
-    text = str(source) if isinstance(source, (str, os.PathLike)) else None
+    option = f"{role}_dataset"
+    text = require_local(source, option, "a local file or folder, or a hub dataset name") if _is_path(source) else None
     if isinstance(source, (list, tuple)):
         items = list(source)
     elif text == EMBEDDED:
         items = toy_items(16 if role == "train" else 32, TOY_TRAIN_SEED if role == "train" else TOY_EVAL_SEED)
     elif text is not None and text.endswith(".jsonl"):
-        items = []
-        with open(source, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    items.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise ValueError(
-                        f"{role}_dataset: {source} line {number}: not valid JSON ({error.msg}, column {error.colno})."
-                    ) from None
+        items = _read_jsonl(Path(text), option)
     elif text is not None and text.endswith(".json"):
-        payload = json.loads(Path(source).read_text(encoding="utf-8"))
+        payload = _read_json(Path(text), option)
         if isinstance(payload, dict):
             if not isinstance(payload.get("items"), list):
-                raise ValueError(
-                    f'{role}_dataset: {source} holds an object; expected a list of items or {{"items": [...]}}.'
-                )
+                raise DataError(f'{option}: {source} holds an object; expected a list of items or {{"items": [...]}}.')
             payload = payload["items"]
+        if not isinstance(payload, list):
+            raise DataError(f"{option}: {source} holds a {type(payload).__name__}; expected a list of items.")
         items = payload
     else:
         return load_dataset_items(source, split, role)  # a dataset's rows are always objects
     for index, item in enumerate(items):
         if not isinstance(item, dict):
-            raise ValueError(f"{role}_dataset: item {index} is a {type(item).__name__}, expected an object (dict).")
+            raise DataError(f"{option}: item {index} is a {type(item).__name__}, expected an object (dict).")
     return items
+
+
+def _is_path(source: Any) -> bool:
+    return isinstance(source, (str, os.PathLike))
+
+
+def _read_bytes(path: Path, option: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise MissingPathError(f"{option}: {path} does not exist.") from None
+    except IsADirectoryError:
+        raise DataError(f"{option}: {path} is a folder; a .json or .jsonl task file is a file.") from None
+
+
+def _read_jsonl(path: Path, option: str) -> List[Any]:
+    """One JSON value per non-blank line (a UTF-8 byte-order mark before the first is allowed); a
+    line that is not UTF-8 or not JSON is named by file and line."""
+    items = []
+    for number, raw in enumerate(_read_bytes(path, option).split(b"\n"), start=1):
+        line = _decode(raw[3:] if number == 1 and raw.startswith(codecs.BOM_UTF8) else raw, path, option, number)
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise DataError(
+                f"{option}: {path} line {number}: not valid JSON ({error.msg}, column {error.colno})."
+            ) from None
+    return items
+
+
+def _read_json(path: Path, option: str) -> Any:
+    """The JSON value of a file (a UTF-8 byte-order mark is allowed), errors named by file and line."""
+    data = _read_bytes(path, option)
+    data = data[3:] if data.startswith(codecs.BOM_UTF8) else data
+    lines = data.split(b"\n")
+    text = "\n".join(_decode(line, path, option, number) for number, line in enumerate(lines, start=1))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataError(
+            f"{option}: {path} line {error.lineno}: not valid JSON ({error.msg}, column {error.colno})."
+        ) from None
+
+
+def _decode(line: bytes, path: Path, option: str, number: int) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"{option}: {path} line {number}: not UTF-8 (byte 0x{line[error.start]:02x} at byte {error.start + 1} "
+            "of the line); save the file as UTF-8."
+        ) from None
 
 
 class TemplateFormatter:
@@ -135,7 +183,7 @@ def check_items(task: "Task", items: Sequence[Dict[str, Any]], role: str) -> Non
             task.prompts(item)
         except (KeyError, TypeError, ValueError) as error:
             message = error.args[0] if isinstance(error, KeyError) and error.args else error
-            raise ValueError(f"{role}_dataset: item {index}: {str(message).rstrip('.')}.") from None
+            raise DataError(f"{role}_dataset: item {index}: {str(message).rstrip('.')}.") from None
 
 
 class Task:
@@ -163,7 +211,7 @@ class Task:
     ) -> None:
         if isinstance(formatters, (list, tuple)):
             if len(formatters) != num_agents:
-                raise ValueError("Number of formatters must match num_agents when providing a sequence.")
+                raise ConfigurationError("Number of formatters must match num_agents when providing a sequence.")
             self.formatters = [resolve_formatter(spec) for spec in formatters]
         else:
             self.formatters = [resolve_formatter(formatters)] * num_agents

@@ -28,6 +28,7 @@ from comlrl_lightning.data.task import (
     load_items,
 )
 from comlrl_lightning.defaults import EMBEDDED
+from comlrl_lightning.errors import DataError
 from comlrl_lightning.options import at_least, choice, require
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
 from comlrl_lightning.runtime.progress import Progress
@@ -271,7 +272,7 @@ class TaskDataModule(LightningDataModule):
     def load_data_state_dict(self, state: Dict[str, Any]) -> None:
         kind = state.get("kind")
         if kind != self.state_kind:
-            raise ValueError(
+            raise DataError(
                 f"The checkpoint holds the data state of a {kind or 'different'} data module; "
                 f"{type(self).__name__} ({self.state_kind}) cannot resume it. Resume with the kind of data module "
                 "that wrote the checkpoint, or start a new run."

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.losses import bradley_terry_loss
 from comlrl_lightning.team.loading import ModelSource, load_model, load_tokenizer
 
@@ -85,7 +86,7 @@ def encode_joint(tokenizer, prompts: Sequence[str], completions: Sequence[str], 
     if max_length is None:
         return tokenizer(text)["input_ids"]
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
+        raise ConfigurationError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
     encoded = tokenizer(text, return_offsets_mapping=True)
     ids = list(encoded["input_ids"])
     if len(ids) <= max_length:
@@ -102,7 +103,7 @@ def hidden_size_of(config) -> int:
     for name in ("hidden_size", "n_embd", "d_model"):
         if getattr(config, name, None):
             return int(getattr(config, name))
-    raise ValueError("Could not infer reward model hidden size.")
+    raise ConfigurationError("Could not infer reward model hidden size.")
 
 
 def last_token_states(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -143,7 +144,7 @@ class RewardScorer:
     def __init__(self, model: JointRewardModel, tokenizer, max_length: Optional[int] = None) -> None:
         if max_length is not None and not getattr(tokenizer, "is_fast", False):
             # fail at setup rather than at the first joint text over budget
-            raise ValueError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
+            raise ConfigurationError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
         self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
 
     @classmethod
@@ -152,7 +153,7 @@ class RewardScorer:
     ) -> "RewardScorer":
         if tokenizer is None:
             if not isinstance(source, str):
-                raise ValueError("reward_model_name must be provided when agent models are objects.")
+                raise ConfigurationError("reward_model_name must be provided when agent models are objects.")
             tokenizer = load_tokenizer(source)
         return cls(JointRewardModel(source, freeze_backbone), tokenizer, max_length)
 

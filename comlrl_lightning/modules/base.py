@@ -23,6 +23,8 @@ from comlrl_lightning.options import at_least, positive, require
 from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
 from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
 from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
+from comlrl_lightning.runtime.files import check_log_files
+from comlrl_lightning.runtime.paths import confine_checkpoint_callbacks
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import check_strategy, is_sharded, shard_model
 from comlrl_lightning.team.activation_checkpointing import (
@@ -255,6 +257,7 @@ class TeamModule(LightningModule):
         # checkpoints are written atomically (a full disk or a crash never leaves a torn one) and
         # never loaded from a URL (unless the user chose a checkpoint IO of their own)
         install_atomic_checkpoints(self.trainer.strategy)
+        check_log_files(self.trainer)  # links planted where loggers rewrite files in place are refused
 
     def on_fit_start(self) -> None:
         if self.agent_devices is not None:
@@ -407,6 +410,10 @@ class TeamModule(LightningModule):
         self.generator.weights_updated()
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        # before the callbacks read their state: Lightning's ModelCheckpoint would delete the files
+        # its saved paths name, so a path outside its folder is dropped (with a warning naming it)
+        if self._trainer is not None:
+            confine_checkpoint_callbacks(checkpoint, self.trainer.checkpoint_callbacks)
         self.generator.weights_updated()
 
     def log_metrics_now(self, metrics: Dict[str, float]) -> None:

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import shutil
+import zipfile
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from comlrl_lightning.errors import DataError
 from comlrl_lightning.runtime.files import fsync_directory, write_atomically
+from comlrl_lightning.runtime.paths import is_remote, require_local
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -32,14 +36,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self, path: Any, map_location: Any = None, weights_only: Optional[bool] = None
     ) -> Dict[str, Any]:
-        if is_remote(str(path)):
-            raise ValueError(
-                f"ckpt_path {str(path)!r} is remote; download it and pass a local file "
-                "(a checkpoint is loaded with weights_only=False, which runs code from it)."
-            )
-        if map_location is None:
-            return super().load_checkpoint(path, weights_only=weights_only)
-        return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        # a checkpoint is loaded with weights_only=False, which runs code from it: never from the network
+        require_local(path, "ckpt_path", "a local checkpoint file")
+        options: Dict[str, Any] = {"weights_only": weights_only}
+        if map_location is not None:
+            options["map_location"] = map_location
+        return checked_checkpoint(path, lambda: super(AtomicCheckpointIO, self).load_checkpoint(path, **options))
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None or is_remote(str(path)):  # remote stores keep Lightning's own path
@@ -49,10 +51,36 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         write_atomically(Path(path), buffer.getbuffer())
 
 
-def is_remote(path: str) -> bool:
-    """A URL (``https://``, ``s3://``, ...) rather than a local path."""
-    scheme, separator, _ = path.partition("://")
-    return bool(separator) and scheme.isalnum() and scheme.lower() != "file"
+_UNREADABLE = (pickle.UnpicklingError, EOFError, KeyError, UnicodeDecodeError, zipfile.BadZipFile)
+"""What ``torch.load`` raises for bytes that are not a saved object (random bytes, text, an empty file)."""
+
+
+def checked_checkpoint(path: Any, load: Callable[[], Any], option: str = "ckpt_path") -> Dict[str, Any]:
+    """``load()`` of the checkpoint at ``path``, or :class:`~comlrl_lightning.errors.DataError` naming
+    ``option`` and the file when it is not a Lightning checkpoint (torch's own message for random
+    bytes is a page about ``weights_only``, which is not the problem)."""
+    try:
+        checkpoint = load()
+    except _UNREADABLE as error:
+        raise DataError(_not_a_checkpoint(path, option, type(error).__name__)) from None
+    except RuntimeError as error:  # a torn or foreign zip archive
+        if "PytorchStreamReader" not in str(error):
+            raise
+        raise DataError(_not_a_checkpoint(path, option, "not a complete torch archive")) from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise DataError(_not_a_checkpoint(path, option, f"a saved {type(checkpoint).__name__} without a state_dict"))
+    return checkpoint
+
+
+def read_checkpoint(path: Any, option: str = "ckpt_path") -> Dict[str, Any]:
+    """The local checkpoint at ``path`` read as plain data (``weights_only=True``, on the CPU), checked
+    like :func:`checked_checkpoint`; a remote ``path`` is refused."""
+    require_local(path, option, "a local checkpoint file")
+    return checked_checkpoint(path, lambda: torch.load(path, weights_only=True, map_location="cpu"), option)
+
+
+def _not_a_checkpoint(path: Any, option: str, why: str) -> str:
+    return f"{option} {str(path)!r} is not a Lightning checkpoint ({why}); pass a .ckpt file a run wrote."
 
 
 def install(strategy) -> None:
@@ -102,4 +130,4 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-__all__ = ["AtomicCheckpointIO", "install", "is_remote"]
+__all__ = ["AtomicCheckpointIO", "checked_checkpoint", "install", "is_remote", "read_checkpoint"]

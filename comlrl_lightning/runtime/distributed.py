@@ -6,6 +6,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import torch.distributed as dist
 
+from comlrl_lightning.errors import RunStateError
+
 T = TypeVar("T")
 
 
@@ -54,7 +56,7 @@ def gather_results(compute: Callable[[], T], world: int) -> List[T]:
     messages = [(rank, message) for rank, (_, message) in enumerate(gathered) if message]
     if messages:
         rank, message = messages[0]
-        raise RuntimeError(f"collection failed on process {rank}: {message}")
+        raise RunStateError(f"collection failed on process {rank}: {message}")
     return [part for part, _ in gathered]
 
 

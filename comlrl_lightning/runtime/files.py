@@ -1,28 +1,137 @@
-"""Writing files so that a crash or a full disk never leaves a torn one under its final name."""
+"""Writing the run's files: never torn, never through a link, never into something that is not a file.
+
+:func:`write_atomically` replaces a file by a complete new one (a crash or a full disk never leaves a
+torn one under its final name); :func:`open_in_place` opens a file the run rewrites in place (a
+lock record) without following a symbolic link; :func:`refuse_non_regular` checks a file another
+library will rewrite in place. A link planted under one of these names (``.lock -> ~/.bashrc``) is
+refused, never followed: the run writes only the files it names.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Union
+
+from comlrl_lightning.errors import RunStateError
+
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def write_atomically(target: Path, data: Union[bytes, memoryview]) -> None:
     """``data`` to ``target`` through ``<target>.tmp`` in the same folder: written, flushed and fsynced,
     then renamed onto ``target`` (and the folder fsynced). ``target`` holds the old or the new bytes,
-    never part of them; a failed write leaves no temporary file."""
+    never part of them; a failed write leaves no temporary file.
+
+    The temporary file is created exclusively (a leftover, or a link planted under its name, is
+    removed first and never followed); the rename replaces ``target`` itself, a link included,
+    never what a link points to. A folder or another non-file under ``target`` is refused.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
+    refuse_non_regular(target, "a file the run writes", links=True)
     temporary = target.with_name(target.name + ".tmp")
+    refuse_non_regular(temporary, "a temporary file the run writes", links=True)
     try:
-        with open(temporary, "wb") as handle:
+        temporary.unlink(missing_ok=True)  # a crash's leftover, or a planted link: the link goes, not its target
+        with open(temporary, "xb") as handle:  # O_EXCL: a link created meanwhile fails, it is not followed
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno in _NOT_WRITABLE:
+            raise RunStateError(_not_writable(target.parent, error)) from None
         raise
     fsync_directory(target.parent)
+
+
+def open_in_place(path: Path, what: str) -> int:
+    """A read-write descriptor of the regular file ``path`` (created if missing), opened without
+    following a symbolic link; a link, a folder or any other kind of file there is a
+    :class:`~comlrl_lightning.errors.RunStateError` naming ``path`` and ``what`` it is for."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o644)  # a FIFO must not block the open
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise RunStateError(_not_a_file(path, what)) from None
+        if error.errno in _NOT_WRITABLE:
+            raise RunStateError(_not_writable(path.parent, error)) from None
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise RunStateError(_not_a_file(path, what))
+    return descriptor
+
+
+def refuse_non_regular(path: Path, what: str, links: bool = False) -> None:
+    """Nothing, or a regular file, at ``path``; a symbolic link (unless ``links``: the caller replaces
+    the link itself), a folder or another kind of file is a :class:`~comlrl_lightning.errors.RunStateError`."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode) or (links and stat.S_ISLNK(mode)):
+        return
+    raise RunStateError(_not_a_file(path, what))
+
+
+LOG_FILES = ("hparams.yaml", "metrics.csv")
+"""Files Lightning's loggers rewrite in place in their log folder."""
+
+
+def check_log_files(trainer) -> None:
+    """The files ``trainer``'s loggers rewrite in place (:data:`LOG_FILES` in each ``log_dir``) are
+    regular files or absent: a link planted there would be written through, so it is refused."""
+    for logger in trainer.loggers:
+        log_dir = getattr(logger, "log_dir", None)
+        if log_dir and trainer.is_global_zero:
+            for name in LOG_FILES:
+                refuse_non_regular(Path(log_dir) / name, "a log file Lightning rewrites in place")
+
+
+def ensure_writable_folder(folder: Path, what: str) -> None:
+    """Create ``folder`` if needed; a folder this process cannot create or write in is a
+    :class:`~comlrl_lightning.errors.RunStateError` naming it and ``what`` it is for."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise RunStateError(f"{folder} ({what}) is not a folder; give the run a folder of its own.") from None
+    except OSError as error:
+        if error.errno in _NOT_WRITABLE:
+            raise RunStateError(_not_writable(folder, error, what)) from None
+        raise
+
+
+def _not_a_file(path: Path, what: str) -> str:
+    kind = _kind(path)
+    return (
+        f"{path} ({what}) is {kind}, not a regular file; the run never follows links or writes into "
+        "other kinds of file. Remove it, or give the run a folder of its own."
+    )
+
+
+def _kind(path: Path) -> str:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "missing"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "a special file"
+
+
+def _not_writable(folder: Path, error: OSError, what: str = "") -> str:
+    reason = "read-only file system" if error.errno == errno.EROFS else "permission denied"
+    named = f" ({what})" if what else ""
+    return f"{folder}{named} is not writable ({reason}); the run writes its files there. Give it a writable folder."
 
 
 def fsync_directory(directory: Path) -> None:

@@ -5,6 +5,10 @@ files, which neither could then resume. The lock is an ``fcntl.flock`` on ``<fol
 kernel releases it when the process ends in any way (SIGKILL included), so a stale lock from a
 dead run never blocks a resume, and a second run (another process, or another trainer in this
 process) fails at once with a message naming the folder and the holder's process id.
+
+The lock file is opened without following a symbolic link and must be a regular file: a ``.lock``
+planted as a link (to a file the lock record would overwrite) or a folder is refused by name, and
+so is a folder the run cannot write in (read-only).
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import socket
 from pathlib import Path
 from typing import Optional
 
+from comlrl_lightning.errors import RunStateError
+from comlrl_lightning.runtime.files import ensure_writable_folder, open_in_place
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no advisory locks here
@@ -23,7 +30,7 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks here
 LOCK_NAME = ".lock"
 
 
-class FolderInUseError(RuntimeError):
+class FolderInUseError(RunStateError):
     """Another run holds the lock of a folder this run needs."""
 
 
@@ -42,8 +49,8 @@ class FolderLock:
     def acquire(self) -> "FolderLock":
         if self.held or fcntl is None:
             return self
-        self.directory.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        ensure_writable_folder(self.directory, "a run folder")
+        descriptor = open_in_place(self.path, "the folder's lock file")
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -16,6 +16,8 @@ from typing import Callable, ContextManager, Iterator
 
 from torch import nn
 
+from comlrl_lightning.errors import ConfigurationError
+
 
 def base_model(model: nn.Module) -> nn.Module:
     """The transformers model under ``model``'s adapters (``model`` itself without any)."""
@@ -36,14 +38,18 @@ def enable_activation_checkpointing(model: nn.Module, every_n_layers: int = 1) -
     adapters, of every ``every_n_layers``-th decoder layer (the others keep their activations)."""
     base = base_model(model)
     if not getattr(base, "supports_gradient_checkpointing", False):
-        raise ValueError(f"gradient_checkpointing: {type(base).__name__} does not support activation checkpointing.")
+        raise ConfigurationError(
+            f"gradient_checkpointing: {type(base).__name__} does not support activation checkpointing."
+        )
     options = {"use_reentrant": False}
     if hasattr(base, "activation_checkpointing_enable"):  # transformers 5; the old name warns there
         base.activation_checkpointing_enable(activation_checkpointing_kwargs=options, every_n_layers=every_n_layers)
     elif every_n_layers == 1:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
     else:
-        raise ValueError("checkpoint_every_n_layers > 1 needs transformers >= 5 (activation_checkpointing_enable).")
+        raise ConfigurationError(
+            "checkpoint_every_n_layers > 1 needs transformers >= 5 (activation_checkpointing_enable)."
+        )
 
 
 @contextlib.contextmanager

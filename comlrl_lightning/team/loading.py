@@ -6,33 +6,43 @@ Also the one prompt encoding every sampler and every re-tokenized round-file rec
 from __future__ import annotations
 
 import os
+import re
 from typing import List, Optional, Union
 
 import torch
 from torch import nn
 
 from comlrl_lightning.defaults import EMBEDDED, embedded_model_path
+from comlrl_lightning.errors import ConfigurationError, MissingPathError
+from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.quiet import transformers_bars_off
 
 ModelSource = Union[str, nn.Module]
 """A model given by hub id, local path or ``"embedded"``, or a model object (used as it is)."""
 
 
-def resolve_source(source: str) -> str:
-    """Map the embedded default's id to its local folder; other ids and paths pass through.
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
-    A source written as a path (absolute, ``./``, ``../``, ``~``, or more than one ``/``, which no
-    hub id has) must exist: a missing one is an error saying so, not a hub lookup's complaint.
+
+def resolve_source(source: str) -> str:
+    """Map the embedded default's id to its local folder; hub ids and local paths pass through.
+
+    A URL or an fsspec chain (``https://...``, ``hf://...``, ``simplecache::...``) is refused: a
+    model is a hub id or a local folder. A source written as a path (absolute, ``./``, ``../``,
+    ``~``, or more than one ``/``, which no hub id has) must exist: a missing one is an error saying
+    so, not a hub lookup's complaint; anything else must be a hub id (``org/name``) or an existing path.
     """
     if source == EMBEDDED:
         return str(embedded_model_path())
-    text = str(source)
+    text = require_local(source, "model source", "a local folder or a hub id (org/name)")
+    path = os.path.expanduser(text)
     if text.startswith(("/", "./", "../", "~")) or text.count("/") > 1:
-        path = os.path.expanduser(text)
         if not os.path.exists(path):
-            raise FileNotFoundError(f"model path {text} does not exist.")
+            raise MissingPathError(f"model path {text} does not exist.")
         return path
-    return source
+    if not os.path.exists(path) and not _HUB_ID.fullmatch(text):
+        raise ConfigurationError(f"model source {text!r} is neither an existing local path nor a hub id (org/name).")
+    return text
 
 
 def load_model(source: ModelSource, dtype: Optional[str] = None) -> nn.Module:
@@ -66,6 +76,6 @@ def encode_prompt(tokenizer, prompt: str) -> List[int]:
 def prepare_tokenizer(tokenizer):
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
-            raise ValueError("Tokenizer must expose pad_token_id (it has neither a pad nor an eos token).")
+            raise ConfigurationError("Tokenizer must expose pad_token_id (it has neither a pad nor an eos token).")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

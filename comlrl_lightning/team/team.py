@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
+from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.losses import gathered_logprobs
 from comlrl_lightning.team.fused_head import (
     captured_head,
@@ -42,7 +43,7 @@ class Team(nn.Module):
     def __init__(self, agents: Sequence[ModelSource], tokenizers=None, dtype: Optional[str] = None) -> None:
         super().__init__()
         if not agents:
-            raise ValueError("A team needs at least one agent.")
+            raise ConfigurationError("A team needs at least one agent.")
         self.agents = nn.ModuleList([load_model(source, dtype) for source in agents])
         self.tokenizers = self.resolve_tokenizers(agents, tokenizers)
 
@@ -52,7 +53,7 @@ class Team(nn.Module):
         each loaded from the agent's source (one load per distinct source)."""
         if tokenizers is None:
             if not all(isinstance(source, str) for source in agents):
-                raise ValueError("Tokenizer(s) must be provided when agents are model objects.")
+                raise ConfigurationError("Tokenizer(s) must be provided when agents are model objects.")
             cache = {}
             for source in agents:
                 cache.setdefault(source, load_tokenizer(source))
@@ -60,7 +61,7 @@ class Team(nn.Module):
         if not isinstance(tokenizers, (list, tuple)):
             tokenizers = [tokenizers] * len(agents)
         if len(tokenizers) != len(agents):
-            raise ValueError("tokenizers length must match agents.")
+            raise ConfigurationError("tokenizers length must match agents.")
         return [prepare_tokenizer(tokenizer) for tokenizer in tokenizers]
 
     @property
@@ -176,7 +177,7 @@ class Team(nn.Module):
             return None
         head = fusable_head(model)
         if head is None and self.fused_head:
-            raise ValueError(
+            raise ConfigurationError(
                 "fused_lm_head: true needs a plain linear LM head without logit soft-capping or scaling; "
                 f"{type(output_head(model)).__name__} is not one (set fused_lm_head: null or false)."
             )

@@ -43,9 +43,12 @@ from comlrl_lightning.data.oracle import resolve_callable
 from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.defaults import EMBEDDED
+from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.runtime.files import ensure_writable_folder
+from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
@@ -186,7 +189,7 @@ class _PreferenceTrainer:
                 or name not in UNSUPPORTED_ARGUMENTS
                 and name not in marlhf_only
             ):
-                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {name!r}")
+                raise ConfigurationTypeError(f"{type(self).__name__}() got an unexpected keyword argument {name!r}")
             if name in UNSUPPORTED_ARGUMENTS and given[name] is not None:
                 raise OptionError(f"{name} is not supported: {UNSUPPORTED_ARGUMENTS[name]}.")
 
@@ -322,19 +325,28 @@ class _PreferenceTrainer:
         """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer.
 
         Each folder is written beside its final name and renamed into place, so an interrupted save
-        never leaves a half-written agent. The reward model is not saved (as the reference).
+        never leaves a half-written agent (nor its staging folder). An ``output_dir`` that is a file,
+        or an ``agent_{i}`` there that is a link or a file, is refused before anything is written.
+        The reward model is not saved (as the reference).
         """
-        root = Path(output_dir)
-        root.mkdir(parents=True, exist_ok=True)
+        root = Path(require_local(output_dir, "save_model output_dir", "a local folder"))
         team = self.module.team
-        for index, (agent, tokenizer) in enumerate(zip(team.agents, team.tokenizers)):
-            staging = Path(tempfile.mkdtemp(prefix=f".agent_{index}-", dir=root))
-            agent.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-            target = root / f"agent_{index}"
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(staging, target)
+        targets = [root / f"agent_{index}" for index in range(len(team.agents))]
+        for path in (root, *targets):
+            if path.is_symlink() and path != root or path.exists() and not path.is_dir():
+                kind = "a symbolic link" if path.is_symlink() else "a file"
+                raise ConfigurationError(f"save_model: {path} is {kind}; it writes agent folders only into folders.")
+        ensure_writable_folder(root, "save_model's output folder")
+        for agent, tokenizer, target in zip(team.agents, team.tokenizers, targets):
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+            try:
+                agent.save_pretrained(staging)
+                tokenizer.save_pretrained(staging)
+                if target.exists():
+                    shutil.rmtree(target)
+                os.replace(staging, target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
 
 
 def _items(dataset: Any) -> Any:
@@ -349,7 +361,7 @@ def _checkpoint_file(path: Optional[str]) -> Optional[str]:
     """A ``.ckpt`` file, or ``last.ckpt`` inside a folder."""
     if path is None:
         return None
-    candidate = Path(path)
+    candidate = Path(require_local(path, "resume_from_checkpoint", "a local checkpoint file or folder"))
     if candidate.is_dir():
         candidate = candidate / "last.ckpt"
     require(candidate.is_file(), f"resume_from_checkpoint: no checkpoint at {candidate}.")
