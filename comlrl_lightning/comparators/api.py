@@ -15,9 +15,9 @@ resumes into a clean redo of the round.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence, Tuple
-from urllib.parse import parse_qsl, urlsplit
 
 from comlrl_lightning.comparators.api_client import (
     ApiClient,
@@ -31,37 +31,12 @@ from comlrl_lightning.comparators.api_formats import (
     request_body,
 )
 from comlrl_lightning.comparators.base import Comparator
+from comlrl_lightning.comparators.credentials import USE_KEY_ENV, check_no_credentials, check_no_key
 from comlrl_lightning.generation.base import Completion, GenerationSettings
 from comlrl_lightning.options import at_least, positive, require
 from comlrl_lightning.team.team import Team
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CREDENTIAL_WORDS = ("auth", "token", "key", "secret", "cookie", "password", "signature")
-"""A header or URL query parameter whose name contains one of these carries a credential: refused."""
-_USE_KEY_ENV = (
-    "the config is saved to config.yaml, hparams and checkpoints. Put the key in an environment "
-    "variable and name it in key_env (key_header and key_prefix say how it is sent)."
-)
-
-
-def _carries_credential(name: str) -> bool:
-    return any(word in str(name).lower() for word in CREDENTIAL_WORDS)
-
-
-def check_no_credentials(url: str, headers: Dict[str, str]) -> None:
-    """Refuse credentials where the config would store them: URL userinfo, credential-named query
-    parameters or headers. Messages name the place, never the value."""
-    parts = urlsplit(str(url))
-    require(
-        parts.username is None and parts.password is None,
-        f"url must not carry credentials (user:password@host): {_USE_KEY_ENV}",
-    )
-    for name, _ in parse_qsl(parts.query, keep_blank_values=True):
-        require(
-            not _carries_credential(name), f"url must not carry a credential in its query ({name}=...): {_USE_KEY_ENV}"
-        )
-    for name in headers:
-        require(not _carries_credential(name), f"headers must not carry a credential ({name}): {_USE_KEY_ENV}")
 
 
 ApiFormat = Literal["generic", "openai", "anthropic", "openai_responses"]
@@ -145,11 +120,12 @@ class ApiComparator(Comparator):
         at_least("max_retries", max_retries, 0)
         headers = dict(headers or {})
         require(all(isinstance(v, str) for v in headers.values()), "headers must map header names to strings.")
-        check_no_credentials(url, headers)
+        require(extra_body is None or isinstance(extra_body, dict), "extra_body must be a mapping.")
+        check_no_credentials(url, headers, extra_body)
         for name in headers:
             require(
                 str(name).lower() != key_header.lower(),
-                f"headers must not carry the credential ({name}): {_USE_KEY_ENV}",
+                f"headers must not carry the credential ({name}): {USE_KEY_ENV}",
             )
         if key_env is not None:
             # Never echo the value: it may be a key pasted into the wrong option.
@@ -157,7 +133,6 @@ class ApiComparator(Comparator):
                 bool(_ENV_NAME.match(str(key_env))),
                 "key_env must be the NAME of an environment variable (letters, digits, _), not the key itself.",
             )
-        require(extra_body is None or isinstance(extra_body, dict), "extra_body must be a mapping.")
         require(bool(str(response_field).strip()), "response_field must not be empty.")
         self.url, self.format, self.model = url, format, model
         self.key_env, self.key_header, self.key_prefix, self.headers = key_env, key_header, key_prefix, headers
@@ -167,6 +142,14 @@ class ApiComparator(Comparator):
         self.concurrency, self.max_retries = concurrency, max_retries
         self._client: Optional[ApiClient] = None
         self.shortfall = self.truncated = 0
+        if key_env is not None:  # the key is known now: it must not be in any option either
+            self.check_no_key(os.environ.get(str(key_env), "").strip())
+
+    def check_no_key(self, key: Optional[str]) -> None:
+        """Refuse the key's value (read from ``key_env``) in any option of this comparator."""
+        options = dict(url=self.url, model=self.model, headers=self.headers, extra_body=self.extra_body)
+        options.update(response_field=self.response_field, key_header=self.key_header, key_prefix=self.key_prefix)
+        check_no_key(options, key, str(self.key_env))
 
     @property
     def client(self) -> ApiClient:
@@ -191,7 +174,7 @@ class ApiComparator(Comparator):
 
     def start_round(self, round_index: int) -> None:
         # Before the current side samples (minutes, on big models): a missing key fails now.
-        self.client.check_key()
+        self.check_no_key(self.client.check_key())
         self.client.stats.requests = self.client.stats.retries = 0
         self.shortfall = self.truncated = 0
 
@@ -234,8 +217,8 @@ class ApiComparator(Comparator):
             for (k, _), payload in zip(plan, payloads):
                 try:
                     texts = parse_response(self.format, payload, self.response_field)
-                except ValueError as error:
-                    raise ComparatorApiError(str(error)) from None
+                except (ValueError, TypeError, RecursionError) as error:  # every malformed answer, named
+                    raise ComparatorApiError(f"Comparator API at {shown_url(self.url)}: {error}") from None
                 got[k].extend(texts)
                 progressed.update([k] if texts else [])
             # Some OpenAI-compatible servers return fewer choices than n: ask again for the rest, but

@@ -25,7 +25,12 @@ import httpx
 
 from comlrl_lightning.comparators.api_formats import ANTHROPIC_VERSION, snippet
 from comlrl_lightning.comparators.redaction import redact, remember
-from comlrl_lightning.errors import ComlrlError
+from comlrl_lightning.comparators.response_body import (
+    ACCEPT_ENCODING,
+    BodyEncodingError,
+    decoded_pieces,
+)
+from comlrl_lightning.errors import ComlrlError, ConfigurationError
 
 RETRY_STATUSES = frozenset({408, 429})
 """Retried besides every 5xx: request timeout and rate limit."""
@@ -126,20 +131,24 @@ class ApiClient:
     def _key(self) -> Optional[str]:
         if not self.key_env:
             return None
-        key = os.environ.get(self.key_env, "")
-        if not key.strip():
+        raw = os.environ.get(self.key_env, "")
+        key = raw.strip()  # a trailing newline from a key file is not part of the key
+        if not key:
             raise ComparatorApiError(
                 f"key_env names {self.key_env}, but that environment variable is not set or empty."
             )
-        remember(key.strip())
-        return key.strip()
+        remember(raw)
+        remember(key)
+        check_sendable(key, self.key_env)
+        return key
 
-    def check_key(self) -> None:
-        """Fail before any sampling when the key variable is missing."""
-        self._key()
+    def check_key(self) -> Optional[str]:
+        """Fail before any sampling when the key variable is missing or cannot be sent; the key."""
+        return self._key()
 
     def _headers(self, key: Optional[str]) -> Dict[str, str]:
-        headers = {"Content-Type": "application/json", **self.static_headers}
+        # only codings the body reader decodes with a bound (no brotli or zstd decoded whole by httpx)
+        headers = {"Content-Type": "application/json", "Accept-Encoding": ACCEPT_ENCODING, **self.static_headers}
         if self.anthropic and not any(name.lower() == "anthropic-version" for name in headers):
             headers["anthropic-version"] = ANTHROPIC_VERSION
         if key is not None:
@@ -217,26 +226,37 @@ class ApiClient:
         return _STATUS_HINTS.get(status, "not retried").format(key_env=where)
 
     def _read(self, response: httpx.Response, deadline: float) -> bytes:
-        """The decoded body, at most ``max_response_bytes`` of it, before ``deadline`` (monotonic time)."""
+        """The decoded body, at most ``max_response_bytes`` of it, before ``deadline`` (monotonic time).
+
+        Decoded here, piece by bounded piece (:mod:`.response_body`), never by httpx a whole
+        network chunk at a time: a decompression bomb never takes more memory than the cap.
+        """
         data = bytearray()
-        for chunk in response.iter_bytes():
-            data += chunk
-            if len(data) > self.max_response_bytes:
-                raise ComparatorApiError(
-                    f"Comparator API at {self.shown_url} answered with more than max_response_bytes="
-                    f"{self.max_response_bytes} bytes (decoded); not read further and not retried.",
-                    response.status_code,
-                )
-            if time.monotonic() > deadline:
-                raise _DeadlineExceeded()
+        try:
+            for piece in decoded_pieces(response.iter_raw(), response.headers.get("content-encoding")):
+                data += piece
+                if len(data) > self.max_response_bytes:
+                    raise ComparatorApiError(
+                        f"Comparator API at {self.shown_url} answered with more than max_response_bytes="
+                        f"{self.max_response_bytes} bytes (decoded); not read further and not retried.",
+                        response.status_code,
+                    )
+                if time.monotonic() > deadline:
+                    raise _DeadlineExceeded()
+        except BodyEncodingError as error:
+            raise ComparatorApiError(
+                f"Comparator API at {self.shown_url} answered with a body that cannot be read: {error}; not retried.",
+                response.status_code,
+            ) from None
         return bytes(data)
 
     def _json(self, data: bytes, text: str, status: int) -> Any:
         try:
             return json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError) as error:  # a 200 000-deep nesting is a RecursionError
+            kind = "a too deeply nested JSON" if isinstance(error, RecursionError) else "a non-JSON"
             raise ComparatorApiError(
-                f"Comparator API at {self.shown_url} returned a non-JSON response (HTTP {status}): {snippet(text)}",
+                f"Comparator API at {self.shown_url} returned {kind} response (HTTP {status}): {snippet(text)}",
                 status,
             ) from None
 
@@ -269,6 +289,23 @@ class ApiClient:
                 # On failure: stop retries and queued requests; requests in flight end within the timeout.
                 stop.set()
                 pool.shutdown(wait=False, cancel_futures=True)
+
+
+def check_sendable(key: str, key_env: str) -> None:
+    """A key an HTTP header can carry (printable ASCII), else an error naming ``key_env`` and the
+    position and kind of the first bad character, never the key."""
+    for position, character in enumerate(key, start=1):
+        if not " " <= character <= "~":
+            kind = (
+                "a line break"
+                if character in "\r\n"
+                else ("a control character" if ord(character) < 128 else "a non-ASCII character")
+            )
+            raise ConfigurationError(
+                f"the key in {key_env} has {kind} at character {position}, which an HTTP header cannot carry; "
+                "check the variable (surrounding whitespace, such as a key file's final newline, is removed; "
+                "anything inside the key is not)."
+            )
 
 
 class _DeadlineExceeded(Exception):

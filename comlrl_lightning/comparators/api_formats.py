@@ -23,14 +23,16 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from comlrl_lightning.comparators.redaction import redact
 from comlrl_lightning.data.chat import ChatPrompt, conversation_of
+from comlrl_lightning.errors import DataError
 from comlrl_lightning.generation.base import GenerationSettings
+from comlrl_lightning.options import OptionError
 
 API_FORMATS = ("generic", "openai", "anthropic", "openai_responses")
 ANTHROPIC_VERSION = "2023-06-01"
 GENERIC_FALLBACK_FIELDS = ("completions", "responses", "outputs", "choices")
 
 
-class ApiResponseError(ValueError):
+class ApiResponseError(DataError):
     """A response that is valid JSON but not the shape its format promises."""
 
 
@@ -143,7 +145,7 @@ def request_body(
             "max_output_tokens": settings.max_new_tokens,
         }
     else:
-        raise ValueError(f"unknown API format {api_format!r}")
+        raise OptionError(f"format must be one of: {', '.join(API_FORMATS)} (got {api_format!r}).")
     return _merge(body, extra_body, drop_none=True)
 
 
@@ -159,16 +161,24 @@ def candidates_per_request(api_format: str) -> Optional[int]:
 def snippet(payload: Any, limit: int = 300) -> str:
     """The first ``limit`` characters of a response, secrets redacted *before* the cut (no key prefix)."""
     text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-    text = redact(" ".join(text.split()))
+    # cut long before the limit first (a key run cut there is still redacted: runs are matched in part)
+    text = redact(" ".join(text[: 200 * limit].split()))
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _require(payload: Any, field: str, api_format: str) -> Any:
+def _require(payload: Any, field: str, api_format: str) -> List[Any]:
+    """``payload[field]``, a list (``null``: empty), or :class:`ApiResponseError` quoting the payload."""
     if not isinstance(payload, dict) or field not in payload:
         raise ApiResponseError(
             f"Comparator API response has no {field!r} field, which the {api_format} format requires: {snippet(payload)}"
         )
-    return payload[field]
+    value = payload[field]
+    if value is not None and not isinstance(value, list):
+        raise ApiResponseError(
+            f"Comparator API response's {field!r} is a {type(value).__name__}, not the list the {api_format} "
+            f"format requires: {snippet(payload)}"
+        )
+    return value or []
 
 
 def _text_of(content: Any) -> Optional[str]:
@@ -183,7 +193,7 @@ def _text_of(content: Any) -> Optional[str]:
 
 def parse_openai(payload: Any) -> List[str]:
     """``choices[].message.content``, else ``choices[].text`` (legacy completions)."""
-    choices = _require(payload, "choices", "openai") or []
+    choices = _require(payload, "choices", "openai")
     texts = []
     for choice_ in choices:
         if not isinstance(choice_, dict):
@@ -199,7 +209,7 @@ def parse_openai(payload: Any) -> List[str]:
 
 def parse_anthropic(payload: Any) -> List[str]:
     """The first content block of type ``text`` (thinking and tool-use blocks are skipped)."""
-    for block in _require(payload, "content", "anthropic") or []:
+    for block in _require(payload, "content", "anthropic"):
         if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
             return [block["text"]]
     return []
@@ -207,9 +217,9 @@ def parse_anthropic(payload: Any) -> List[str]:
 
 def parse_openai_responses(payload: Any) -> List[str]:
     """The first ``output_text``/``text`` block among ``output[].content[]`` (reasoning items have none)."""
-    for entry in _require(payload, "output", "openai_responses") or []:
+    for entry in _require(payload, "output", "openai_responses"):
         content = entry.get("content") if isinstance(entry, dict) else None
-        for block in content or []:
+        for block in content if isinstance(content, list) else []:
             if (
                 isinstance(block, dict)
                 and block.get("type") in ("output_text", "text")

@@ -1,11 +1,14 @@
-"""Keeping API keys out of every message: one redaction for every error path, in every encoding.
+"""Keeping API keys out of every message: one redaction for every error path, by value, in every encoding.
 
 The API client :func:`remember` s each key it reads from the environment; :func:`redact` then
-replaces any occurrence of a remembered key in a text, whether raw, JSON-escaped (``\\u0073``,
-``\\/``) or URL-encoded (``%2D``), or any mix of them, by ``[redacted]``. Every
-:class:`~comlrl_lightning.comparators.ComparatorApiError` message and every quoted
-response snippet goes through it *before* it is cut to length, so not even a prefix of a key
-straddling the cut is printed.
+replaces, in any text, every run of :data:`MIN_RUN` or more consecutive characters of a remembered
+key by ``[redacted]``: the whole key, and also a part of it (a server that echoes the key minus
+its last characters). The text is read raw and decoded at once: JSON escapes (``\\u0073``,
+``\\/``), URL encoding (``%2D``), the escapes of a Python bytes repr as h11 prints a header
+(``\\n``, ``\\x..``; a non-ASCII character as its UTF-8 bytes), or any mix of them. Every
+:class:`~comlrl_lightning.comparators.ComparatorApiError` message and every quoted response
+snippet goes through it *before* it is cut to length, so no cut can leave a piece of a key that
+long. :func:`contains_secret` says whether a text holds a whole key, in any of these encodings.
 """
 
 from __future__ import annotations
@@ -13,12 +16,19 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from typing import Pattern, Set
+from typing import FrozenSet, List, Set, Tuple
 
 REDACTED = "[redacted]"
+MIN_RUN = 6
+"""Shortest run of a key's consecutive characters that is redacted (a shorter key: the whole key)."""
 
 _remembered: Set[str] = set()
 _lock = threading.Lock()
+
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})|%([0-9a-fA-F]{2})|\\(.)", re.DOTALL)
+_SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "0": "\0", "b": "\b", "f": "\f"}
+_SCAN_LIMIT = 1 << 16
+"""Characters of a text that :func:`redact` reads; callers quote far fewer (a snippet is 300)."""
 
 
 def remember(secret: str) -> None:
@@ -28,25 +38,85 @@ def remember(secret: str) -> None:
             _remembered.add(secret)
 
 
+def _forms(secret: str) -> List[str]:
+    """The key as characters, and as its UTF-8 bytes (what ``%..`` and ``\\x..`` escapes spell)."""
+    as_bytes = secret.encode("utf-8", "surrogatepass").decode("latin-1")
+    return [secret] if as_bytes == secret else [secret, as_bytes]
+
+
 @functools.lru_cache(maxsize=64)
-def _pattern(secret: str) -> Pattern[str]:
-    characters = []
-    for character in secret:
-        code = ord(character)
-        forms = [re.escape(character), rf"\\u{code:04x}", rf"\\{re.escape(character)}"]
-        if code < 0x80:
-            forms.append(f"%{code:02x}")
-        characters.append("(?:" + "|".join(forms) + ")")
-    return re.compile("".join(characters), re.IGNORECASE)
+def _grams(secret: str, run: int) -> Tuple[int, FrozenSet[str]]:
+    """``(k, every k-character run of every form of the key, lower-cased)`` with ``k = min(run, len)``."""
+    k = min(run, len(secret))
+    return k, frozenset(form[i : i + k].lower() for form in _forms(secret) for i in range(len(form) - k + 1))
+
+
+def _decoded(text: str) -> Tuple[str, List[int], List[int]]:
+    """``text`` with every escape decoded, and each decoded character's start and end in ``text``."""
+    chars: List[str] = []
+    starts: List[int] = []
+    ends: List[int] = []
+    position = 0
+    for match in _ESCAPE.finditer(text):
+        for index in range(position, match.start()):
+            chars.append(text[index])
+            starts.append(index)
+            ends.append(index + 1)
+        hexadecimal = next((group for group in match.groups()[:3] if group), None)
+        other = match.group(4)
+        chars.append(chr(int(hexadecimal, 16)) if hexadecimal else _SIMPLE_ESCAPES.get(other, other))
+        starts.append(match.start())
+        ends.append(match.end())
+        position = match.end()
+    for index in range(position, len(text)):
+        chars.append(text[index])
+        starts.append(index)
+        ends.append(index + 1)
+    return "".join(chars), starts, ends
+
+
+def _spans(text: str, secret: str, run: int) -> List[Tuple[int, int]]:
+    """Spans of ``text`` (raw and decoded readings) covered by a ``run``-character run of ``secret``."""
+    k, grams = _grams(secret, run)
+    spans = []
+    raw = (text, range(len(text)), range(1, len(text) + 1))
+    for chars, starts, ends in (raw, _decoded(text)):
+        lowered = chars.lower()
+        for i in range(len(lowered) - k + 1):
+            if lowered[i : i + k] in grams:
+                spans.append((starts[i], ends[i + k - 1]))
+    return spans
+
+
+def _merged(spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    merged: List[Tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def redact(text: str) -> str:
-    """``text`` with every remembered secret, in any of its encodings, replaced by ``[redacted]``."""
+    """``text`` with every run of :data:`MIN_RUN` or more characters of a remembered secret, in any of
+    its encodings, replaced by ``[redacted]`` (only its first 64 KiB are read and kept)."""
     with _lock:
-        secrets = sorted(_remembered, key=len, reverse=True)
-    for secret in secrets:
-        text = _pattern(secret).sub(REDACTED, text)
-    return text
+        secrets = list(_remembered)
+    if not secrets:
+        return text
+    text = text[:_SCAN_LIMIT]
+    spans = _merged([span for secret in secrets for span in _spans(text, secret, MIN_RUN)])
+    pieces, position = [], 0
+    for start, end in spans:
+        pieces += [text[position:start], REDACTED]
+        position = end
+    return "".join(pieces) + text[position:]
 
 
-__all__ = ["REDACTED", "redact", "remember"]
+def contains_secret(text: str, secret: str) -> bool:
+    """Whether ``text`` holds the whole of ``secret``, raw or in any encoding :func:`redact` reads."""
+    return bool(secret) and bool(_spans(str(text)[:_SCAN_LIMIT], secret, len(secret)))
+
+
+__all__ = ["MIN_RUN", "REDACTED", "contains_secret", "redact", "remember"]
