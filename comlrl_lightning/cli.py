@@ -19,10 +19,12 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 
+from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
 from comlrl_lightning.runtime.files import refuse_non_regular
 from comlrl_lightning.runtime.paths import require_local
+from comlrl_lightning.runtime.sharding import check_mesh_plan
 
 
 def total_epochs(data_options) -> int:
@@ -44,6 +46,14 @@ class PreferenceCLI(LightningCLI):
         parser.set_defaults(
             {"trainer.logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "."}}}
         )
+
+    def before_instantiate_classes(self) -> None:
+        # the whole config is saved (config.yaml, hparams, checkpoints, loggers): no key's value anywhere in it
+        check_config_has_no_key(self.config.as_dict())
+
+    def before_fit(self) -> None:
+        # before Lightning starts any process or loads any model: a mesh that does not fit the processes
+        check_mesh_plan(self.trainer.strategy)
 
     def _parse_ckpt_path(self) -> None:
         """Resuming keeps the options of this command line and config, and says what changed.

@@ -15,6 +15,7 @@ credential elsewhere, with a message naming the place and never the value:
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Iterator, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -65,7 +66,7 @@ def strings(value: Any, place: str) -> Iterator[Tuple[str, str]]:
         yield place, value
     elif isinstance(value, Mapping):
         for key, inner in value.items():
-            yield f"{place}.{key}", str(key)
+            yield f"{place}.{key} (its name)", str(key)
             yield from strings(inner, f"{place}.{key}")
     elif isinstance(value, (list, tuple)):
         for index, inner in enumerate(value):
@@ -123,4 +124,24 @@ def check_no_key(options: Mapping[str, Any], key: Optional[str], key_env: str) -
             )
 
 
-__all__ = ["CREDENTIAL_SHAPE", "USE_KEY_ENV", "check_no_credentials", "check_no_key", "strings"]
+def check_config_has_no_key(config: Mapping[str, Any]) -> None:
+    """Refuse a whole config (as saved: nested mappings) that holds the value of any variable a
+    ``key_env`` in it names; the message names the place and the variable, never the value."""
+    names = {text for place, text in strings(config, "") if place.endswith("key_env")}
+    for name in sorted(names):
+        key = os.environ.get(name, "").strip()
+        for place, text in strings(config, "") if key else ():
+            require(
+                not contains_secret(text, key),
+                f"{place.lstrip('.')} holds the value of {name}, the comparator's key: {USE_KEY_ENV}",
+            )
+
+
+__all__ = [
+    "CREDENTIAL_SHAPE",
+    "USE_KEY_ENV",
+    "check_config_has_no_key",
+    "check_no_credentials",
+    "check_no_key",
+    "strings",
+]

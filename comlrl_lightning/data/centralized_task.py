@@ -46,19 +46,34 @@ class CentralizedAdapter:
         raise NotImplementedError
 
 
+ROLE_TAG = re.compile(r"<\s*(/?)\s*agent_(\d+)\s*>", re.IGNORECASE)
+"""An opening or closing role tag of the tagged protocol (case-insensitive, spaces inside allowed)."""
+
+
+def escape_role_tags(text: str) -> str:
+    """``text`` with every role tag's angle brackets escaped (``</agent_0>`` -> ``&lt;/agent_0&gt;``), so
+    text pasted into a joint prompt cannot open or close a section the model is asked to write."""
+    return ROLE_TAG.sub(lambda match: f"&lt;{match.group(0)[1:-1]}&gt;", text)
+
+
 class TaggedCentralizedComparatorAdapter(CentralizedAdapter):
     """The default protocol: one ``<agent_i>...</agent_i>`` section per agent (0-based).
 
-    ``build_prompt(batch_item, agent_prompts)`` lists every agent's original prompt and the
-    expected sections; ``parse_completion(completion, batch_item, num_agents)`` takes, for each
-    agent, the first section (tags case-insensitive, spaces inside the angle brackets allowed),
-    stripped; a missing section gives ``""``, and no section at all raises
-    :class:`CentralizedComparatorParseError`.
+    ``build_prompt(batch_item, agent_prompts)`` lists every agent's original prompt (role tags in
+    them escaped, see :func:`escape_role_tags`) and the expected sections;
+    ``parse_completion(completion, batch_item, num_agents)`` takes each agent's section (tags
+    case-insensitive, spaces inside the angle brackets allowed), stripped. Sections follow one
+    another: a role tag inside a section (nesting), a second section of a role, or a closing tag
+    without its opening one raises :class:`CentralizedComparatorParseError`, so the text cannot
+    hand one role's words to another. A missing section gives ``""`` (also a last one left open, as
+    a completion cut at ``max_new_tokens`` leaves it), and no section at all raises.
     """
 
     def build_prompt(self, batch_item: Dict[str, Any], agent_prompts: Sequence[str]) -> str:
         count = len(agent_prompts)
-        prompt_sections = "\n\n".join(f"Agent {i} original prompt:\n{prompt}" for i, prompt in enumerate(agent_prompts))
+        prompt_sections = "\n\n".join(
+            f"Agent {i} original prompt:\n{escape_role_tags(str(prompt))}" for i, prompt in enumerate(agent_prompts)
+        )
         output_sections = "\n".join(f"<agent_{i}>\n...\n</agent_{i}>" for i in range(count))
         return (
             f"You are a centralized coordinator producing the separate outputs of {count} agents.\n\n"
@@ -70,17 +85,27 @@ class TaggedCentralizedComparatorAdapter(CentralizedAdapter):
         )
 
     def parse_completion(self, completion: str, batch_item: Dict[str, Any], num_agents: int) -> List[str]:
-        outputs: List[str] = []
-        found = False
-        for i in range(num_agents):
-            match = re.search(
-                rf"<\s*agent_{i}\s*>(.*?)<\s*/\s*agent_{i}\s*>", str(completion), re.IGNORECASE | re.DOTALL
-            )
-            found = found or match is not None
-            outputs.append(match.group(1).strip() if match else "")
-        if not found:
+        text = str(completion)
+        sections: Dict[int, str] = {}
+        opened: Optional[re.Match] = None  # the section being read
+        for tag in ROLE_TAG.finditer(text):
+            closing, role = bool(tag.group(1)), int(tag.group(2))
+            if opened is None:
+                if closing:
+                    raise CentralizedComparatorParseError(f"{tag.group(0)} closes a section that was never opened.")
+                if role in sections:
+                    raise CentralizedComparatorParseError(f"agent_{role} has more than one section.")
+                opened = tag
+            elif closing and role == int(opened.group(2)):
+                sections[role] = text[opened.end() : tag.start()].strip()
+                opened = None
+            else:
+                raise CentralizedComparatorParseError(
+                    f"{tag.group(0)} inside the section of agent_{opened.group(2)} (sections do not nest)."
+                )
+        if not any(role < num_agents for role in sections):  # a last section left open (cut off) is missing
             raise CentralizedComparatorParseError("Centralized completion did not contain any indexed agent sections.")
-        return outputs
+        return [sections.get(i, "") for i in range(num_agents)]
 
 
 def resolve_adapter(spec: Any) -> Any:

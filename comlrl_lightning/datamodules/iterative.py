@@ -41,6 +41,7 @@ from comlrl_lightning.runtime.distributed import (
 from comlrl_lightning.runtime.folder_lock import FolderLock
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream, derived_seed
+from comlrl_lightning.runtime.sharding import is_sharded
 
 
 class IterativePreferenceDataModule(PreferenceDataModule):
@@ -146,6 +147,14 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         if self.trainer.is_global_zero:  # one run per folder; the other ranks are this run
             self.folder_locks = [FolderLock(folder).acquire() for folder in folders]
         module = team_side(self.trainer)
+        # before the comparator binding below loads the team: FSDP2 cannot gather a LoRA team's snapshots
+        # (lora_options is TeamModule's; a module of your own without it is taken as full models)
+        if self.snapshots is not None and is_sharded(self.trainer.strategy) and getattr(module, "lora_options", None):
+            raise OptionError(
+                "comparator / policy_checkpoint_dir: policy snapshots (HistoryComparator, policy_checkpoint_dir) "
+                "of a LoRA team are not supported under ModelParallelStrategy; use another comparator, "
+                "full models (no lora_r), or DDP for this team."
+            )
         if self.task.centralized and isinstance(self.comparator, CentralizedComparator):
             raise OptionError(
                 "comparator: a centralized team already writes every role in one completion, and so "

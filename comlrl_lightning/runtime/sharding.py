@@ -51,6 +51,28 @@ def check_strategy(strategy: Any) -> None:
     )
 
 
+def check_mesh_plan(strategy: Any) -> None:
+    """Before any process starts (and any model loads): ``ModelParallelStrategy``'s mesh must be data
+    parallel over exactly the processes the trainer runs (``devices x num_nodes``), with tensor
+    parallelism 1; otherwise :class:`OptionError` names the options and their values (Lightning
+    would only fail later, in every process, with a traceback)."""
+    if not is_sharded(strategy):
+        return
+    processes = strategy.num_nodes * strategy.num_processes
+    # the strategy keeps its configured sizes privately; "auto" resolves as Lightning resolves it
+    data = getattr(strategy, "_data_parallel_size", "auto")
+    tensor = getattr(strategy, "_tensor_parallel_size", "auto")
+    data = strategy.num_nodes if data == "auto" else int(data)
+    tensor = strategy.num_processes if tensor == "auto" else int(tensor)
+    if data != processes or tensor != 1:
+        raise OptionError(
+            f"trainer.strategy: ModelParallelStrategy with data_parallel_size={data} and tensor_parallel_size="
+            f"{tensor}, but the trainer runs {processes} process(es) (devices={strategy.num_processes} x num_nodes="
+            f"{strategy.num_nodes}): the team modules shard with FSDP2 over data parallelism only; set "
+            f"data_parallel_size to {processes} and tensor_parallel_size to 1 (or change trainer.devices)."
+        )
+
+
 def is_sharded(strategy: Any) -> bool:
     """Whether ``strategy`` shards the modules (FSDP2 through ``ModelParallelStrategy``)."""
     from lightning.pytorch.strategies import ModelParallelStrategy
@@ -117,6 +139,7 @@ def max_over_ranks(value: int, device: torch.device) -> int:
 
 __all__ = [
     "SUPPORTED_STRATEGIES",
+    "check_mesh_plan",
     "check_strategy",
     "decoder_layers",
     "full_state_dict",

@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.devices import resolve_devices
+from comlrl_lightning.trainers.field_types import check_field_types
 
 DeviceField = Optional[Union[str, Sequence[str]]]
 
@@ -125,6 +126,7 @@ class MADPOConfig:
     environment_steps_per_pair: int = 2
 
     def __post_init__(self) -> None:
+        check_field_types(self)  # first: the rules below compare and convert the values
         require(
             self.collaboration_mode in ("decentralized", "centralized"),
             "collaboration_mode must be decentralized or centralized.",

@@ -31,6 +31,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 
 from comlrl_lightning.callbacks.reward_curve import RewardCurvePlot
+from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.data.centralized_task import (
     CentralizedAdapter as CentralizedComparatorAdapter,
 )
@@ -140,6 +141,8 @@ class _PreferenceTrainer:
             "reward_func must be a callable.",
         )
         mapping.warn_ignored(self.args)
+        # args and wandb_config go to the W&B run and the checkpoints: no key's value anywhere in them
+        check_config_has_no_key({"args": dataclasses.asdict(self.args), "wandb_config": dict(wandb_config or {})})
         self.seed = torch.initial_seed() % 2**32
         seed_everything(self.seed, verbose=False)
         self.wandb_config = dict(wandb_config or {})

@@ -102,7 +102,7 @@ def test_tagged_parsing_well_formed_missing_and_no_sections():
     parse = TaggedCentralizedComparatorAdapter().parse_completion
     well_formed = "Sure!\n< Agent_0 >\n  roses are red\n</ agent_0 >\n<AGENT_1>fine\nwork</agent_1> trailing"
     assert parse(well_formed, {}, 2) == ["roses are red", "fine\nwork"]
-    assert parse("<agent_0>a</agent_0><agent_0>b</agent_0><agent_1>c</agent_1>", {}, 2) == ["a", "c"]  # first wins
+    assert parse("<agent_0>a</agent_0><agent_1>cut off at max_new_tok", {}, 2) == ["a", ""]  # a cut-off last one
     assert parse("<agent_1> only the second </agent_1>", {}, 3) == ["", "only the second", ""]
     for text in ["no tags at all", "<agent_0>unclosed", "<agent_2>beyond</agent_2>"]:
         with pytest.raises(CentralizedComparatorParseError) as error:
