@@ -333,3 +333,76 @@ def test_the_default_run_prints_what_a_user_needs_and_no_third_party_noise(tmp_p
     assert "MADPOModule: " in err and " trainable" in err  # the one-line parameter summary
     assert re.search(r"collected \d+ preference pairs from \d+ items", err)
     assert "evaluation (before training, 0 updates)" in err and "evaluation (after training, 8 updates)" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# One error family, one line: whatever part of the run finds the mistake
+
+
+def _one_error_line(capsys, args, code):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == code, err
+    assert "Traceback" not in err and len([line for line in err.splitlines() if line.startswith("error:")]) == 1
+    return next(line for line in err.splitlines() if line.startswith("error:"))
+
+
+def test_errors_found_in_setup_are_one_line_with_the_exit_status_of_their_kind(tmp_path, capsys):
+    from comlrl_lightning.runtime.folder_lock import FolderLock
+
+    common = ["--trainer.default_root_dir", str(tmp_path), *TINY]
+    line = _one_error_line(
+        capsys,
+        [
+            "fit",
+            "--config",
+            "configs/madpo.yaml",
+            *common,
+            "--data.init_args.train_dataset",
+            str(tmp_path / "absent.jsonl"),
+        ],
+        2,  # a configuration error: the option names a file that is not there
+    )
+    assert line == f"error: train_dataset: {tmp_path}/absent.jsonl does not exist."
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "ab"}\n{"prompt": \n')
+    line = _one_error_line(
+        capsys,
+        [
+            "fit",
+            "--config",
+            "configs/madpo.yaml",
+            *common,
+            "--data.init_args.train_dataset",
+            str(tmp_path / "bad.jsonl"),
+        ],
+        1,
+    )
+    assert line.startswith(f"error: train_dataset: {tmp_path}/bad.jsonl line 2: not valid JSON")
+    lock = FolderLock(tmp_path / "preference_replay").acquire()  # another run of this process holds the folder
+    try:
+        line = _one_error_line(capsys, ["fit", "--config", "configs/madpo_iter.yaml", *common], 1)
+    finally:
+        lock.release()
+    assert line.startswith(f"error: {tmp_path}/preference_replay is in use by another run")
+    (tmp_path / "random.ckpt").write_bytes(bytes(range(256)) * 16)
+    line = _one_error_line(
+        capsys, ["fit", "--config", "configs/madpo.yaml", *common, "--ckpt_path", str(tmp_path / "random.ckpt")], 1
+    )
+    assert (
+        line
+        == f"error: ckpt_path '{tmp_path}/random.ckpt' is not a Lightning checkpoint (UnpicklingError); pass a .ckpt file a run wrote."
+    )
+
+
+def test_the_traceback_variable_shows_the_traceback_too(tmp_path, capsys, monkeypatch):
+    import pytest
+
+    monkeypatch.setenv("COMLRL_TRACEBACK", "1")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "configs/madpo.yaml", "--data.init_args.train_dataset", str(tmp_path / "x.jsonl")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback (most recent call last)" in err and "MissingPathError" in err
+    assert err.rstrip().splitlines()[-1] == f"error: train_dataset: {tmp_path}/x.jsonl does not exist."

@@ -67,7 +67,9 @@ def test_a_remote_checkpoint_is_refused(tmp_path, capsys):
                 "https://example.invalid/last.ckpt",
             ]
         )
-    assert exit_info.value.code == 2 and "is remote; download it and pass a local file" in capsys.readouterr().err
+    assert (
+        exit_info.value.code == 2 and "is remote; only a local checkpoint file is accepted" in capsys.readouterr().err
+    )
     assert not list(tmp_path.glob("**/config.yaml"))  # refused before anything ran
     # from Python too: a real server on 127.0.0.1 serves a file that would run code if loaded
     import functools
@@ -307,3 +309,131 @@ def test_an_empty_dataset_is_an_error_before_any_model_loads(tmp_path):
     path.write_text("\n\n")
     with pytest.raises(ValueError, match="train_dataset: training requires at least one task item."):
         _fit_with(tmp_path, train_dataset=str(path), reward_func=lambda a, b: [0.0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Round three: every path confined, local sources only, files never followed, one error family
+
+
+@pytest.mark.parametrize("escape", ["dotdot", "link"])
+def test_a_doctored_model_checkpoint_state_cannot_make_the_next_save_delete_outside(tmp_path, escape):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    folder = tmp_path / "ckpt"
+
+    def checkpoint():
+        return ModelCheckpoint(dirpath=folder, save_last=True, save_top_k=-1, save_on_train_epoch_end=True)
+
+    tiny_trainer(tmp_path, max_epochs=1, callbacks=[checkpoint()]).fit(
+        MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA)
+    )
+    (folder / "escape").symlink_to(tmp_path)  # a link inside the folder that leads out of it
+    doctored = str(folder / ".." / "victim.txt") if escape == "dotdot" else str(folder / "escape" / "victim.txt")
+    state = torch.load(folder / "last.ckpt", weights_only=True)
+    (key,) = [key for key in state["callbacks"] if key.startswith("ModelCheckpoint")]
+    state["callbacks"][key]["last_model_path"] = doctored  # Lightning removes the previous last file at the next save
+    state["callbacks"][key]["best_k_models"][doctored] = torch.tensor(-1.0)
+    torch.save(state, folder / "last.ckpt")  # still weights_only-safe: only paths are doctored
+    with pytest.warns(UserWarning, match=rf"ModelCheckpoint: the checkpoint names '{doctored}', which is not inside"):
+        tiny_trainer(tmp_path, max_epochs=2, callbacks=[checkpoint()]).fit(
+            MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA), ckpt_path=str(folder / "last.ckpt")
+        )
+    assert victim.read_text() == "keep me"
+    assert list(folder.glob("epoch=1-*.ckpt"))  # the resumed run saved on (and removed nothing outside)
+
+
+def test_remote_checkpoint_sources_in_every_spelling_are_refused_before_any_request(tmp_path, capsys):
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from comlrl_lightning.errors import ConfigurationError
+
+    requests = []
+
+    class Recording(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            requests.append(args)
+
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "last.ckpt").write_bytes(b"not to be unpickled")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Recording, directory=str(tmp_path / "served")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/last.ckpt"
+    try:
+        for spelling in (f"simplecache::{url}", f"filecache::{url}", f"blockcache::{url}", url.replace("http", "HTTP")):
+            with pytest.raises(SystemExit) as exit_info:
+                main(
+                    [
+                        "fit",
+                        "--config",
+                        "configs/madpo.yaml",
+                        "--trainer.default_root_dir",
+                        str(tmp_path),
+                        "--ckpt_path",
+                        spelling,
+                    ]
+                )
+            assert exit_info.value.code == 2
+            assert f"error: ckpt_path '{spelling}' is remote" in capsys.readouterr().err
+            with pytest.raises(ConfigurationError, match="is remote; only a local checkpoint file is accepted"):
+                tiny_trainer(tmp_path / "python").fit(
+                    MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA), ckpt_path=spelling
+                )
+            for source in (spelling.replace("last.ckpt", "model"), f"hf://{spelling.split('://')[1]}"):
+                with pytest.raises(ConfigurationError, match="model source '.*' is remote"):
+                    MADPOModule(**{**TINY_MODEL, "agent_model": source}).team
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert requests == []  # nothing was downloaded, not even to look
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named_without_torchs_weights_only_page(tmp_path):
+    from comlrl_lightning.errors import DataError
+
+    for name, data in [("random.ckpt", bytes(range(256)) * 64), ("empty.ckpt", b""), ("text.ckpt", b"hello\n")]:
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DataError) as error:
+            tiny_trainer(tmp_path / "run").fit(
+                MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA), ckpt_path=str(tmp_path / name)
+            )
+        assert str(error.value).startswith(f"ckpt_path '{tmp_path / name}' is not a Lightning checkpoint")
+        assert "weights_only" not in str(error.value)
+    torch.save([1, 2, 3], tmp_path / "list.ckpt")
+    with pytest.raises(DataError, match=r"is not a Lightning checkpoint \(a saved list without a state_dict\)"):
+        tiny_trainer(tmp_path / "run").fit(
+            MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA), ckpt_path=str(tmp_path / "list.ckpt")
+        )
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "hparams.yaml", "metrics.csv"])
+def test_files_rewritten_in_place_are_never_written_through_a_planted_link(tmp_path, capsys, name):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    log_dir = tmp_path / "run" / "lightning_logs" / "fixed"  # a fixed log folder, as a resumed run may keep
+    log_dir.mkdir(parents=True)
+    (log_dir / name).symlink_to(victim)
+    args = ["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path / "run")]
+    args += ["--trainer.logger.init_args.version", "fixed", "--data.init_args.num_train_epochs", "1", *TINY_CLI]
+    if name == "metrics.csv":  # Lightning's CSV writer removes the old file (the link itself) when it starts
+        main(args)
+        assert not (log_dir / name).is_symlink() and (log_dir / name).stat().st_size > 0
+    else:
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 1 and f"error: {log_dir / name} (" in err
+        assert "is a symbolic link, not a regular file" in err
+    assert victim.read_text() == "keep me"
+
+
+def test_a_read_only_replay_folder_is_named_before_the_first_round(tmp_path):
+    from comlrl_lightning.errors import RunStateError
+    from tests.helpers.read_only import read_only_folder
+
+    with read_only_folder(tmp_path / "replay") as folder:
+        module, datamodule, trainer = make_run(tmp_path, data=dict(preference_replay_dir=str(folder)), max_epochs=2)
+        with pytest.raises(RunStateError, match=rf"^{folder} is not writable \(.*\); the run writes its files there"):
+            trainer.fit(module, datamodule)
+        assert module._team is None  # named before any model loaded

@@ -144,17 +144,17 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             directory = Path(self.policy_checkpoint_dir) if self.policy_checkpoint_dir else root / "policy_snapshots"
             self.snapshots = PolicySnapshots(directory.absolute(), keep_all=self.policy_checkpoint_dir is not None)
             folders.append(self.snapshots.directory)
-        if self.trainer.is_global_zero:  # one run per folder; the other ranks are this run
-            self.folder_locks = [FolderLock(folder).acquire() for folder in folders]
         module = team_side(self.trainer)
-        # before the comparator binding below loads the team: FSDP2 cannot gather a LoRA team's snapshots
-        # (lora_options is TeamModule's; a module of your own without it is taken as full models)
+        # before the folders are locked and the binding below loads the team: FSDP2 cannot gather a LoRA
+        # team's snapshots (lora_options is TeamModule's; a module without it is taken as full models)
         if self.snapshots is not None and is_sharded(self.trainer.strategy) and getattr(module, "lora_options", None):
             raise OptionError(
                 "comparator / policy_checkpoint_dir: policy snapshots (HistoryComparator, policy_checkpoint_dir) "
                 "of a LoRA team are not supported under ModelParallelStrategy; use another comparator, "
                 "full models (no lora_r), or DDP for this team."
             )
+        if self.trainer.is_global_zero:  # one run per folder; the other ranks are this run
+            self.folder_locks = [FolderLock(folder).acquire() for folder in folders]
         if self.task.centralized and isinstance(self.comparator, CentralizedComparator):
             raise OptionError(
                 "comparator: a centralized team already writes every role in one completion, and so "

@@ -649,3 +649,48 @@ def test_completions_longer_than_the_token_budget_are_cut_on_arrival(team):
     assert completions and all(len(c.ids) == budget for c in completions)  # 200 characters cut to 6 tokens
     assert {c.text for c in completions} == {("aeiou" * 40)[:budget]}  # the text follows the ids it was cut to
     assert comparator.metrics()["comparator/api_truncated"] == 2 * len(ITEMS) * 2
+
+
+# ----------------------------------------------------------------------------------------------
+# Keys by value: echoed in part, or unsendable
+
+
+def test_a_server_echoing_the_key_minus_its_last_characters_shows_no_piece_of_it(team):
+    echo = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY[:-4]}"}}).encode()
+    with FakeProvider("openai") as provider:
+        provider.always = Fault(401, body=echo)
+        with pytest.raises(ComparatorApiError) as error:
+            make(team, provider, concurrency=1).sample(ITEMS, PROMPTS, 2, SETTINGS)
+    message = "".join(traceback.format_exception(error.value))
+    assert "[redacted]" in message
+    assert not [KEY[i : i + 6] for i in range(len(KEY) - 5) if KEY[i : i + 6] in message]
+
+
+@pytest.mark.parametrize(
+    "value, kind, position",
+    [
+        (KEY[:10] + "\n" + KEY[10:], "a line break", 11),  # two lines pasted into the variable
+        (KEY[:5] + "€" + KEY[5:], "a non-ASCII character", 6),
+        (KEY[:3] + "\x07" + KEY[3:], "a control character", 4),
+    ],
+)
+def test_a_key_that_cannot_be_sent_is_named_before_any_request_and_never_shown(
+    team, monkeypatch, value, kind, position
+):
+    from comlrl_lightning.errors import ConfigurationError
+
+    monkeypatch.setenv(KEY_ENV, value)
+    with FakeProvider("openai") as provider:
+        comparator = bind(ApiComparator(url=provider.url, format="openai", key_env=KEY_ENV), team)
+        with pytest.raises(ConfigurationError) as error:
+            comparator.start_round(0)
+    message = "".join(traceback.format_exception(error.value))
+    assert f"the key in {KEY_ENV} has {kind} at character {position}" in message
+    assert KEY[:6] not in message and KEY[-6:] not in message and not provider.requests
+
+
+def test_a_key_read_from_a_file_with_its_final_newline_is_sent_without_it(team, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY + "\n")
+    with FakeProvider("openai") as provider:
+        make(team, provider).sample(ITEMS, PROMPTS, 2, SETTINGS)
+    assert {r.headers["authorization"] for r in provider.requests} == {f"Bearer {KEY}"}

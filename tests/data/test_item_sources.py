@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -192,3 +193,51 @@ def test_the_command_line_takes_a_dataset_with_data_files(tmp_path):
     )
     assert cli.datamodule.train_source == HFDataset("json", data_files=train)
     assert list(cli.datamodule.train_items) == ROWS[:8] and cli.trainer.global_step > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Datasets that are not what they claim: named by option, file and folder
+
+
+def test_a_data_files_pattern_that_matches_nothing_is_named(tmp_path):
+    from comlrl_lightning.errors import DataError
+
+    pattern = str(tmp_path / "none" / "*.jsonl")
+    with pytest.raises(DataError, match=rf"^train_dataset: json: data_files '{re.escape(pattern)}' matches no file\.$"):
+        load_items(HFDataset("json", data_files=pattern))
+    with pytest.raises(DataError, match=r"^eval_dataset: json: data_files \{'test': "):
+        load_items(HFDataset("json", data_files={"test": pattern}), split="test", role="eval")
+
+
+def test_a_damaged_save_to_disk_folder_is_named(tmp_path):
+    import datasets
+
+    from comlrl_lightning.errors import DataError
+
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_list([{"prompt": "ab"}, {"prompt": "cd"}]).save_to_disk(str(folder))
+    (arrow,) = folder.glob("*.arrow")
+    arrow.unlink()
+    with pytest.raises(DataError, match=rf"the save_to_disk folder {folder} cannot be read \({arrow} is missing\)"):
+        load_items(str(folder))
+    datasets.Dataset.from_list([{"prompt": "ab"}]).save_to_disk(str(tmp_path / "state"))
+    (tmp_path / "state" / "state.json").write_text('{"_data_files": [\n  {"filename": ')
+    with pytest.raises(DataError, match=rf"^train_dataset: {tmp_path}/state/state.json line 2 is not valid JSON"):
+        load_items(str(tmp_path / "state"))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "simplecache::http://127.0.0.1:9/tasks.jsonl",
+        "https://127.0.0.1:9/tasks.json",
+        HFDataset("hf://datasets/org/name"),
+        HFDataset("json", data_files="https://127.0.0.1:9/tasks.jsonl"),
+        HFDataset("json", data_files={"train": ["a.jsonl", "simplecache::http://127.0.0.1:9/b.jsonl"]}),
+    ],
+)
+def test_remote_datasets_and_data_files_are_refused(source):
+    from comlrl_lightning.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"^train_dataset(\.data_files)? '.*' is remote; only a local"):
+        load_items(source)

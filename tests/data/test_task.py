@@ -189,3 +189,46 @@ def test_json_object_without_an_items_list_is_a_clear_error(tmp_path):
     path.write_text(json.dumps({"data": [{"prompt": "a"}]}))
     with pytest.raises(ValueError, match='holds an object; expected a list of items or {"items": \\[...\\]}'):
         load_items(str(path))
+
+
+# ----------------------------------------------------------------------------------------------
+# Task files that are not what they claim: named by option, file and line
+
+
+def test_a_json_file_with_a_utf8_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "tasks.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"prompt": "ab"}]).encode())
+    (tmp_path / "tasks.jsonl").write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "cd"}\n')
+    assert load_items(str(path)) == [{"prompt": "ab"}]
+    assert load_items(str(tmp_path / "tasks.jsonl")) == [{"prompt": "cd"}]
+
+
+def test_a_non_utf8_byte_in_jsonl_names_the_file_and_line(tmp_path):
+    from comlrl_lightning.errors import DataError
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(b'{"prompt": "ab"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(
+        DataError, match=rf"^eval_dataset: {path} line 2: not UTF-8 \(byte 0xe9 at byte 16 of the line\)"
+    ):
+        load_items(str(path), role="eval")
+    path = tmp_path / "tasks.json"
+    path.write_bytes(b'[\n {"prompt": "ab"},\n {"prompt": "\xff"}\n]')
+    with pytest.raises(DataError, match=rf"^train_dataset: {path} line 3: not UTF-8"):
+        load_items(str(path))
+
+
+def test_a_malformed_json_file_and_a_missing_one_are_named(tmp_path):
+    from comlrl_lightning.errors import DataError, MissingPathError
+
+    path = tmp_path / "tasks.json"
+    path.write_text('[\n {"prompt": "ab"},\n {"prompt": }\n]')
+    with pytest.raises(
+        DataError, match=rf"^train_dataset: {path} line 3: not valid JSON \(Expecting value, column 13\)"
+    ):
+        load_items(str(path))
+    path.write_text('"just a string"')
+    with pytest.raises(DataError, match="holds a str; expected a list of items"):
+        load_items(str(path))
+    with pytest.raises(MissingPathError, match=rf"^train_dataset: {tmp_path}/absent.jsonl does not exist"):
+        load_items(str(tmp_path / "absent.jsonl"))

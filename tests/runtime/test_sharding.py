@@ -235,3 +235,87 @@ def test_tensor_parallelism_is_refused_with_the_sizes_to_set():
         r"to the number of processes \(2\) and tensor_parallel_size to 1",
     ):
         check_strategy(strategy)
+
+
+# ----------------------------------------------------------------------------------------------
+# Misconfigured sharded runs: named before any process starts or any model loads
+
+FSDP_TINY = [
+    "--model.init_args.max_new_tokens",
+    "4",
+    "--data.init_args.num_iterations",
+    "1",
+    "--data.init_args.num_train_epochs",
+    "1",
+    "--data.init_args.preference_num_candidates",
+    "2",
+    "--data.init_args.preference_pairs_per_sample",
+    "2",
+    "--data.init_args.comparator.init_args.num_candidates",
+    "2",
+    "--data.init_args.replay.init_args.sample_size",
+    "4",
+    "--data.init_args.eval_num_samples",
+    "2",
+    "--trainer.enable_progress_bar",
+    "false",
+]
+
+
+@pytest.mark.parametrize(
+    "overrides, sizes, processes",
+    [
+        (["--trainer.devices", "1"], "data_parallel_size=2 and tensor_parallel_size=1", 1),  # the config on one process
+        (
+            ["--trainer.strategy.init_args.data_parallel_size", "1"],
+            "data_parallel_size=1 and tensor_parallel_size=1",
+            2,
+        ),
+        (
+            [
+                "--trainer.strategy.init_args.data_parallel_size",
+                "auto",
+                "--trainer.strategy.init_args.tensor_parallel_size",
+                "auto",
+            ],
+            "data_parallel_size=1 and tensor_parallel_size=2",  # Lightning's "auto" is tensor parallel
+            2,
+        ),
+    ],
+    ids=["one-process", "data-parallel-1-of-2", "auto"],
+)
+def test_a_mesh_that_does_not_fit_the_processes_is_named_before_any_process_starts(
+    tmp_path, capsys, overrides, sizes, processes
+):
+    from comlrl_lightning.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            ["fit", "--config", "configs/madpo_iter_fsdp.yaml", "--trainer.default_root_dir", str(tmp_path)]
+            + FSDP_TINY
+            + overrides
+        )
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert (
+        f"error: trainer.strategy: ModelParallelStrategy with {sizes}, but the trainer runs {processes} process(es)"
+        in err
+    )
+    assert f"set data_parallel_size to {processes} and tensor_parallel_size to 1" in err
+    assert not list(tmp_path.rglob("config.yaml"))  # fit never started
+
+
+@pytest.mark.slow
+def test_a_sharded_lora_team_with_the_history_comparator_is_named_before_any_model_loads(tmp_path):
+    """Two real processes (gloo): each names the problem in setup, before the comparator loads the team."""
+    command = [sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo_iter_fsdp.yaml"]
+    command += ["--trainer.default_root_dir", str(tmp_path), "--model.init_args.lora_r", "4", *FSDP_TINY]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert lines and all(
+        "policy snapshots (HistoryComparator, policy_checkpoint_dir) of a LoRA team" in x for x in lines
+    )
+    assert "Traceback" not in result.stderr and "evaluation (before training" not in result.stderr
+    assert not list(tmp_path.rglob("policy_snapshots/*"))  # no snapshot was attempted

@@ -1,0 +1,77 @@
+"""Local paths only, and paths from checkpoints confined to their folder (links and ``..`` resolved)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.runtime.paths import (
+    confine_model_checkpoint_state,
+    is_remote,
+    require_local,
+    resolves_inside,
+)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "https://example.invalid/last.ckpt",
+        "http://127.0.0.1:9/last.ckpt",
+        "simplecache::http://127.0.0.1:9/last.ckpt",  # an fsspec chain: the scheme is not alphanumeric
+        "filecache::s3://bucket/last.ckpt",
+        "s3://bucket/last.ckpt",
+        "hf://datasets/org/name/data.jsonl",
+        "git+https://example.invalid/repo",
+        "file:///tmp/last.ckpt",  # local, but spelled as a URL: say it as a path
+        "  https://example.invalid/x",
+        "blockcache::/tmp/local/through/a/chain",
+    ],
+)
+def test_every_remote_spelling_is_remote_and_refused_naming_the_option(path):
+    assert is_remote(path)
+    with pytest.raises(ConfigurationError, match=r"^ckpt_path '.*' is remote; only a local path is accepted"):
+        require_local(path, "ckpt_path")
+
+
+@pytest.mark.parametrize("path", ["/tmp/last.ckpt", "runs/x/last.ckpt", "epoch=1-step=3.ckpt", "C:/data/x.json"])
+def test_local_paths_pass(path):
+    assert not is_remote(path) and require_local(path, "ckpt_path") == path
+
+
+def test_resolves_inside_follows_links_and_dotdot(tmp_path):
+    folder, outside = tmp_path / "ckpt", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "escape").symlink_to(outside)
+    assert resolves_inside("last.ckpt", folder) and resolves_inside(folder / "sub" / "x", folder)
+    assert not resolves_inside("../victim.txt", folder)
+    assert not resolves_inside(folder / ".." / "victim.txt", folder)
+    assert not resolves_inside("escape/victim.txt", folder)  # a link inside that leads out
+    assert not resolves_inside("/etc/passwd", folder)
+    assert not resolves_inside(str(tmp_path / "ckpt-sibling" / "x"), folder)  # a prefix is not a parent
+
+
+def test_a_model_checkpoint_state_keeps_only_paths_inside_its_folder(tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "out").symlink_to(tmp_path)
+    inside = str(folder / "epoch=0-step=3.ckpt")
+    state = {
+        "dirpath": str(folder),
+        "last_model_path": str(folder / ".." / "victim.txt"),
+        "best_model_path": str(folder / "out" / "victim.txt"),
+        "best_model_score": 0.5,
+        "kth_best_model_path": inside,
+        "best_k_models": {inside: 0.5, "/etc/passwd": 0.1, str(folder): 0.2},
+    }
+    with pytest.warns(UserWarning, match=r"ModelCheckpoint: the checkpoint names '.*/ckpt/\.\./victim\.txt'"):
+        dropped = confine_model_checkpoint_state(state, folder, "ModelCheckpoint")
+    assert sorted(dropped) == sorted(
+        [str(folder / ".." / "victim.txt"), str(folder / "out" / "victim.txt"), "/etc/passwd", str(folder)]
+    )
+    assert state["last_model_path"] == "" and state["best_model_path"] == "" and state["best_model_score"] is None
+    assert state["kth_best_model_path"] == inside and state["best_k_models"] == {inside: 0.5}
+    assert os.path.isdir(tmp_path)  # nothing was touched, only the state
