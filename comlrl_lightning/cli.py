@@ -49,7 +49,8 @@ class PreferenceCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         # the whole config is saved (config.yaml, hparams, checkpoints, loggers): no key's value anywhere in it
-        check_config_has_no_key(self.config.as_dict())
+        config = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
+        check_config_has_no_key(config.as_dict())
 
     def before_fit(self) -> None:
         # before Lightning starts any process or loads any model: a mesh that does not fit the processes

@@ -79,7 +79,8 @@ class ApiComparator(Comparator):
         timeout: seconds per HTTP operation; a request that times out is retried.
         deadline: seconds one attempt may take in all, however slowly its bytes arrive
             (``None``: 4 x ``timeout``); an attempt past it is retried like a timeout.
-        max_response_bytes: largest decoded answer read (a larger one is an error, not retried).
+        max_response_bytes: largest decoded answer read (a larger one is an error, not retried);
+            ``concurrency`` answers are read at once, so at most their product is held.
         concurrency: requests in flight at once, across items and candidates.
         max_retries: retries per request on connection errors, timeouts, 408, 429 and 5xx.
         num_candidates: K' (``None``: K).
@@ -104,7 +105,7 @@ class ApiComparator(Comparator):
         max_n_per_request: Optional[int] = None,
         timeout: float = 120.0,
         deadline: Optional[float] = None,
-        max_response_bytes: int = 16 * 2**20,
+        max_response_bytes: int = 4 * 2**20,
         concurrency: int = 8,
         max_retries: int = 4,
         num_candidates: Optional[int] = None,

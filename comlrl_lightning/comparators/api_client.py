@@ -103,7 +103,7 @@ class ApiClient:
         backoff_cap: float = 30.0,
         retry_after_cap: float = 60.0,
         deadline: Optional[float] = None,
-        max_response_bytes: int = 16 * 2**20,
+        max_response_bytes: int = 4 * 2**20,
     ) -> None:
         self.url, self.timeout = url, float(timeout)
         self.static_headers = dict(headers or {})
@@ -179,7 +179,7 @@ class ApiClient:
         last_problem = ""
         for attempt in range(self.max_retries + 1):
             if stop.is_set():
-                raise ComparatorApiError("Comparator API request cancelled after another request failed.")
+                raise _Cancelled("Comparator API request cancelled after another request failed.")
             key = self._key()  # read at request time: a rotated key is picked up at once
             with self._lock:
                 self.stats.requests += 1
@@ -187,7 +187,7 @@ class ApiClient:
             response = None
             try:
                 with http.stream("POST", self.url, content=content, headers=self._headers(key)) as response:
-                    data = self._read(response, time.monotonic() + self.deadline)
+                    data = self._read(response, time.monotonic() + self.deadline, stop)
             except httpx.TimeoutException:
                 last_problem, response = f"no response within timeout={self.timeout:g}s", None
             except _DeadlineExceeded:
@@ -225,11 +225,12 @@ class ApiClient:
         where = self.key_env or "named by key_env (none is set: no key was sent)"
         return _STATUS_HINTS.get(status, "not retried").format(key_env=where)
 
-    def _read(self, response: httpx.Response, deadline: float) -> bytes:
+    def _read(self, response: httpx.Response, deadline: float, stop: threading.Event) -> bytes:
         """The decoded body, at most ``max_response_bytes`` of it, before ``deadline`` (monotonic time).
 
         Decoded here, piece by bounded piece (:mod:`.response_body`), never by httpx a whole
-        network chunk at a time: a decompression bomb never takes more memory than the cap.
+        network chunk at a time: a decompression bomb never takes more memory than the cap. A
+        sibling request's failure (``stop``) ends the read at once: its answer is not needed.
         """
         data = bytearray()
         try:
@@ -243,6 +244,8 @@ class ApiClient:
                     )
                 if time.monotonic() > deadline:
                     raise _DeadlineExceeded()
+                if stop.is_set():
+                    raise _Cancelled("Comparator API request cancelled after another request failed.")
         except BodyEncodingError as error:
             raise ComparatorApiError(
                 f"Comparator API at {self.shown_url} answered with a body that cannot be read: {error}; not retried.",
@@ -281,9 +284,9 @@ class ApiClient:
             try:
                 futures = [pool.submit(self.post, http, body, stop) for body in bodies]
                 wait(futures, return_when=FIRST_EXCEPTION)
-                failed = next((f for f in futures if f.done() and f.exception() is not None), None)
-                if failed is not None:
-                    raise failed.exception()
+                errors = [f.exception() for f in futures if f.done() and f.exception() is not None]
+                if errors:  # the failure itself, not a sibling cancelled because of it
+                    raise next((e for e in errors if not isinstance(e, _Cancelled)), errors[0])
                 return [future.result() for future in futures]
             finally:
                 # On failure: stop retries and queued requests; requests in flight end within the timeout.
@@ -306,6 +309,10 @@ def check_sendable(key: str, key_env: str) -> None:
                 "check the variable (surrounding whitespace, such as a key file's final newline, is removed; "
                 "anything inside the key is not)."
             )
+
+
+class _Cancelled(ComparatorApiError):
+    """A request given up because a sibling request failed (that failure is the one reported)."""
 
 
 class _DeadlineExceeded(Exception):

@@ -171,3 +171,84 @@ def test_no_file_of_a_cli_run_contains_the_key(tmp_path, monkeypatch, capfd):
     out, err = capfd.readouterr()
     assert KEY not in out and KEY not in err
     assert "comparator/api_requests" in next(p for p in files if p.name == "metrics.csv").read_text()
+
+
+def _peak_of_a_run(tmp_path, name, fault):
+    """The peak resident memory of a tiny two-round run (its own process) against a server with ``fault``."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, KEY_ENV: KEY, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+    with FakeProvider("openai") as provider:
+        provider.always = fault
+        result = subprocess.run(
+            [sys.executable, "-m", "tests.helpers.api_memory_run", provider.url, str(tmp_path / name)],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_run_against_a_gzip_bomb_peaks_within_100_mb_of_a_normal_run(tmp_path):
+    """Eight requests in flight, each answered with 1 GiB of zeros in 1 MiB of gzip: httpx decoded a
+    whole 64 KiB network chunk (64 MiB) at once in each (measured on the previous main: 482 MB for a
+    normal run, 1247 MB against the bomb); decoded piece by piece it stays near the normal run."""
+    from tests.comparators.test_response_body import zeros_gzip
+
+    normal = _peak_of_a_run(tmp_path, "normal", None)
+    bomb = _peak_of_a_run(tmp_path, "bomb", Fault(body=zeros_gzip(1 << 30), headers={"Content-Encoding": "gzip"}))
+    assert normal["error"] is None and "answered with more than max_response_bytes=4194304 bytes" in bomb["error"]
+    assert bomb["peak_mb"] - normal["peak_mb"] < 100, (normal, bomb)
+
+
+@pytest.mark.parametrize(
+    "where, value, named",
+    [
+        (("data", "comparator", "extra_body"), {"api_key": "another-key"}, "carry a credential (extra_body.api_key)"),
+        (("data", "comparator", "extra_body"), {"user": "Bearer another-key-0123"}, "(extra_body.user holds one)"),
+        (("data", "comparator", "extra_body"), {"user": KEY}, "comparator.init_args.extra_body.user holds the value"),
+        (("data", "comparator", "headers"), {"X-Anything": KEY}, "headers.X-Anything holds the value of"),
+        (("data", "comparator", "url"), "PATH", "url holds the value of COMLRL_TEST_API_KEY"),
+        (("model", "agent_model"), KEY, "model.init_args.agent_model holds the value of COMLRL_TEST_API_KEY"),
+    ],
+    ids=["extra-body-name", "extra-body-bearer", "extra-body-value", "header-value", "url-path", "another-section"],
+)
+def test_a_key_anywhere_in_the_config_stops_the_run_before_any_file_is_written(
+    tmp_path, monkeypatch, capfd, where, value, named
+):
+    from comlrl_lightning.cli import main
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    root = tmp_path / "run"
+    with FakeProvider("openai") as provider:
+        comparator = api_comparator(provider)
+        config = {
+            "trainer": {
+                "default_root_dir": str(root),
+                "logger": {"class_path": "lightning.pytorch.loggers.WandbLogger", "init_args": {"offline": True}},
+            },
+            "model": {"class_path": "comlrl_lightning.MADPOModule", "init_args": {"agent_model": "embedded"}},
+            "data": {
+                "class_path": "comlrl_lightning.IterativePreferenceDataModule",
+                "init_args": {"comparator": comparator},
+            },
+        }
+        section = config[where[0]]["init_args"]
+        section = section["comparator"]["init_args"] if where[1] == "comparator" else section
+        section[where[-1]] = provider.url.replace("/v1/", f"/{KEY}/v1/") if value == "PATH" else value
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        with pytest.raises(SystemExit) as exit_info:
+            main(["fit", "--config", str(path)])
+    out, err = capfd.readouterr()
+    assert exit_info.value.code == 2 and named in err and KEY not in out + err and "another-key" not in err
+    assert not provider.requests and not root.exists()  # nothing ran, nothing was written (W&B included)
