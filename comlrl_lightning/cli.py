@@ -111,7 +111,7 @@ def library_error(error: BaseException) -> Optional[ComlrlError]:
 def one_line_errors() -> Iterator[None]:
     """Any :class:`~comlrl_lightning.errors.ComlrlError` (while the config is parsed, the objects are built,
     or the run sets up and trains) becomes one ``error: ...`` line on stderr and exit status 2 for a
-    configuration error, 1 for the others; ``COMLRL_TRACEBACK=1`` shows the traceback as well."""
+    configuration error, 1 for the others; ``COMLRL_LIGHTNING_TRACEBACK=1`` shows the traceback as well."""
     try:
         yield
     except Exception as error:

@@ -13,7 +13,7 @@
 Each class keeps the builtin base the library raised before (``except ValueError`` still catches
 a bad option), and the other modules' own errors derive from these (``OptionError``,
 ``FolderInUseError``, ``ReplayIndexError``, ``ComparatorApiError``...). The ``comlrl-lightning``
-command prints any of them as one ``error: ...`` line (the variable ``COMLRL_TRACEBACK=1`` shows
+command prints any of them as one ``error: ...`` line (the variable ``COMLRL_LIGHTNING_TRACEBACK=1`` shows
 the traceback too). Messages name the option, file, line or item, and never a secret.
 """
 
@@ -48,7 +48,7 @@ class MissingRunFileError(RunStateError, FileNotFoundError):
     """A file or folder the run's state refers to is gone."""
 
 
-TRACEBACK_VARIABLE = "COMLRL_TRACEBACK"
+TRACEBACK_VARIABLE = "COMLRL_LIGHTNING_TRACEBACK"
 """Set it to ``1`` and the ``comlrl-lightning`` command prints the traceback of an error, not just its line."""
 
 

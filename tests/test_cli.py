@@ -400,7 +400,7 @@ def test_errors_found_in_setup_are_one_line_with_the_exit_status_of_their_kind(t
 def test_the_traceback_variable_shows_the_traceback_too(tmp_path, capsys, monkeypatch):
     import pytest
 
-    monkeypatch.setenv("COMLRL_TRACEBACK", "1")
+    monkeypatch.setenv("COMLRL_LIGHTNING_TRACEBACK", "1")
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", "configs/madpo.yaml", "--data.init_args.train_dataset", str(tmp_path / "x.jsonl")])
     err = capsys.readouterr().err

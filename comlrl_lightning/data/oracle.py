@@ -43,7 +43,7 @@ def resolve_callable(spec: CallableSpec, option: str) -> Optional[Callable]:
     if spec is None or callable(spec):
         return spec
     if not isinstance(spec, str):
-        raise ConfigurationTypeError(f"{option} must be a callable or an import path (got {type(spec).__name__}).")
+        raise ConfigurationTypeError(f"{option} must be a callable or an import path (got {spec!r}).")
     module_name, _, attribute = str(spec).rpartition(".")
     try:
         value = getattr(importlib.import_module(module_name), attribute)
