@@ -437,3 +437,33 @@ def test_a_read_only_replay_folder_is_named_before_the_first_round(tmp_path):
         with pytest.raises(RunStateError, match=rf"^{folder} is not writable \(.*\); the run writes its files there"):
             trainer.fit(module, datamodule)
         assert module._team is None  # named before any model loaded
+
+
+def test_snapshots_and_round_files_that_are_links_leading_out_are_never_used(tmp_path):
+    import hashlib
+
+    outside = tmp_path / "outside"
+    (outside / "agent_0").mkdir(parents=True)
+    (outside / "agent_0" / "precious.txt").write_text("keep me")
+    snapshots = PolicySnapshots(tmp_path / "snapshots")
+    snapshots.directory.mkdir()
+    (snapshots.directory / "initial").symlink_to(outside)
+    with pytest.warns(UserWarning, match=r"snapshots/initial leads outside .*snapshots \(a link\); dropped"):
+        snapshots.load_state_dict({"saved": ["initial"]})
+    snapshots.prune(5)
+    assert snapshots.saved == [] and (outside / "agent_0" / "precious.txt").read_text() == "keep me"
+    with pytest.raises(FileNotFoundError, match="Policy snapshot .*initial is missing"):
+        snapshots.require(0)
+    data = b'{"iteration": 1, "num_pairs": 1, "pairs": [{}]}'
+    (outside / "round.json").write_bytes(data)
+    replay = ReplayBuffer(tmp_path / "replay")
+    replay.directory.mkdir()
+    (replay.directory / "iteration_0001.json").symlink_to(outside / "round.json")
+    shard = {
+        "iteration": 1,
+        "filename": "iteration_0001.json",
+        "num_pairs": 1,
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    with pytest.raises(ReplayIndexError, match=r"iteration_0001\.json leads outside .*replay \(a link\)"):
+        replay.load_state_dict({"version": 1, "directory": "x", "shards": [shard]})
