@@ -454,6 +454,12 @@ def test_snapshots_and_round_files_that_are_links_leading_out_are_never_used(tmp
     assert snapshots.saved == [] and (outside / "agent_0" / "precious.txt").read_text() == "keep me"
     with pytest.raises(FileNotFoundError, match="Policy snapshot .*initial is missing"):
         snapshots.require(0)
+    from comlrl_lightning import Team
+    from comlrl_lightning.errors import RunStateError
+
+    with pytest.raises(RunStateError, match=r"snapshots/initial is a symbolic link; policy snapshots are folders"):
+        snapshots.save(0, Team(["embedded"]))  # never written through the link
+    assert sorted(p.name for p in outside.rglob("*")) == ["agent_0", "precious.txt"]
     data = b'{"iteration": 1, "num_pairs": 1, "pairs": [{}]}'
     (outside / "round.json").write_bytes(data)
     replay = ReplayBuffer(tmp_path / "replay")

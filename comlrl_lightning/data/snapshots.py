@@ -72,6 +72,11 @@ class PolicySnapshots:
         states = [full_state_dict(agent) for agent in team.agents] if team.synced else None
         if not write:
             return target
+        if target.is_symlink() or target.exists() and not target.is_dir():
+            raise RunStateError(
+                f"{target} is {'a symbolic link' if target.is_symlink() else 'not a folder'}; policy snapshots "
+                "are folders the run writes itself, never through a link. Remove it."
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=self.directory))
         try:
@@ -80,11 +85,6 @@ class PolicySnapshots:
                     state = {"state_dict": states[index]} if states is not None else {}
                     agent.save_pretrained(staging / f"agent_{index}", **state)
                     tokenizer.save_pretrained(staging / f"agent_{index}")
-            if target.is_symlink() or target.exists() and not target.is_dir():
-                raise RunStateError(
-                    f"{target} is {'a symbolic link' if target.is_symlink() else 'not a folder'}; policy snapshots "
-                    "are folders the run writes itself, never through a link. Remove it."
-                )
             if target.exists():
                 shutil.rmtree(target)
             os.replace(staging, target)
@@ -131,6 +131,9 @@ class PolicySnapshots:
                     f"The checkpoint's snapshot index names {str(name)!r}, which is not a policy snapshot "
                     f"of {self.directory}; refusing to use (or prune) it."
                 )
+        # Snapshots pruned after this checkpoint was written are simply gone; require() checks
+        # the ones a resumed run actually needs.
+        self.saved = []
         for name in state["saved"]:
             if (self.directory / name).exists() and not resolves_inside(name, self.directory):
                 warnings.warn(
@@ -138,13 +141,8 @@ class PolicySnapshots:
                     "the snapshot index, never loaded or pruned.",
                     stacklevel=2,
                 )
-        # Snapshots pruned after this checkpoint was written are simply gone; require() checks
-        # the ones a resumed run actually needs.
-        self.saved = [
-            name
-            for name in state["saved"]
-            if (self.directory / name).is_dir() and resolves_inside(name, self.directory)
-        ]
+            elif (self.directory / name).is_dir():
+                self.saved.append(name)
 
     def require(self, round_start: int) -> None:
         """Fail now, naming the folder, if the snapshot of ``round_start`` is missing."""

@@ -102,11 +102,13 @@ def confine_checkpoint_callbacks(checkpoint: Dict[str, Any], callbacks: Iterable
 
 
 def _confined(path: Any, dirpath: Any) -> bool:
-    text = str(path)
-    if is_remote(text) or is_remote(str(dirpath)):
-        return False  # a local run's checkpoint never names remote files
+    text, folder = str(path), str(dirpath)
+    if is_remote(folder):  # a remote store: under its prefix, without climbing out
+        return text.startswith(folder.rstrip("/") + "/") and ".." not in text.split("/")
+    if is_remote(text):
+        return False  # a local folder's checkpoint never names remote files
     # Lightning uses these paths as they are: a relative one from the working directory
-    return resolves_inside(os.path.abspath(text), dirpath) and os.path.realpath(text) != os.path.realpath(str(dirpath))
+    return resolves_inside(os.path.abspath(text), folder) and os.path.realpath(text) != os.path.realpath(folder)
 
 
 __all__ = [

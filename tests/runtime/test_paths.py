@@ -75,3 +75,14 @@ def test_a_model_checkpoint_state_keeps_only_paths_inside_its_folder(tmp_path):
     assert state["last_model_path"] == "" and state["best_model_path"] == "" and state["best_model_score"] is None
     assert state["kth_best_model_path"] == inside and state["best_k_models"] == {inside: 0.5}
     assert os.path.isdir(tmp_path)  # nothing was touched, only the state
+
+
+def test_a_remote_checkpoint_folder_keeps_its_own_paths_only():
+    state = {"last_model_path": "s3://bucket/run/last.ckpt", "best_model_path": "s3://bucket/run/../other/x.ckpt"}
+    state["best_k_models"] = {"s3://bucket/run/a.ckpt": 1.0, "s3://bucket/elsewhere/b.ckpt": 2.0, "/tmp/c.ckpt": 3.0}
+    with pytest.warns(UserWarning):
+        dropped = confine_model_checkpoint_state(state, "s3://bucket/run", "ModelCheckpoint")
+    assert sorted(dropped) == ["/tmp/c.ckpt", "s3://bucket/elsewhere/b.ckpt", "s3://bucket/run/../other/x.ckpt"]
+    assert state["last_model_path"] == "s3://bucket/run/last.ckpt" and list(state["best_k_models"]) == [
+        "s3://bucket/run/a.ckpt"
+    ]
