@@ -10,7 +10,8 @@ credential elsewhere, with a message naming the place and never the value:
 * by shape, whatever the name: a value that looks like a credential (:data:`CREDENTIAL_SHAPE`:
   ``Bearer ...``, ``sk-...`` and other providers' key formats, a JWT) in a header, in
   ``extra_body``, or anywhere in the URL (path, query, fragment);
-* by value: the key itself (read from ``key_env`` when it is set), in any option, in any encoding.
+* by value: the key itself (read from ``key_env`` when it is set; :data:`SEARCHED_KEY_LENGTH`
+  characters or more), in any option, in any encoding.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ CREDENTIAL_SHAPE = re.compile(
     re.IGNORECASE,
 )
 """Values that look like a credential whatever they are called."""
+SEARCHED_KEY_LENGTH = 8
+"""Keys at least this long are searched for in the config (a shorter value, such as a local server's
+``x``, is no secret and would match ordinary text)."""
 USE_KEY_ENV = (
     "the config is saved to config.yaml, hparams, checkpoints and W&B. Put the key in an environment "
     "variable and name it in key_env (key_header and key_prefix say how it is sent)."
@@ -114,7 +118,7 @@ def check_no_credentials(url: str, headers: Mapping[str, str], extra_body: Optio
 def check_no_key(options: Mapping[str, Any], key: Optional[str], key_env: str) -> None:
     """Refuse the key's value in any of ``options`` (name -> value, nested values searched), in any
     encoding; the message names the option and the variable, never the key."""
-    if not key:
+    if not key or len(key) < SEARCHED_KEY_LENGTH:
         return
     for name, value in options.items():
         for place, text in strings(value, name):
@@ -130,7 +134,7 @@ def check_config_has_no_key(config: Mapping[str, Any]) -> None:
     names = {text for place, text in strings(config, "") if place.endswith("key_env")}
     for name in sorted(names):
         key = os.environ.get(name, "").strip()
-        for place, text in strings(config, "") if key else ():
+        for place, text in strings(config, "") if len(key) >= SEARCHED_KEY_LENGTH else ():
             require(
                 not contains_secret(text, key),
                 f"{place.lstrip('.')} holds the value of {name}, the comparator's key: {USE_KEY_ENV}",

@@ -82,3 +82,9 @@ def test_the_whole_config_is_searched_for_every_named_keys_value(monkeypatch):
         check_config_has_no_key(config)
     config["data"]["init_args"]["preference_replay_dir"] = "runs/replay"
     check_config_has_no_key(config)
+
+
+def test_a_short_key_value_is_not_searched_for(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "x")  # a local server's placeholder key: no secret, and in every other word
+    ApiComparator(url=URL, key_env=KEY_ENV, model="x-large")
+    check_config_has_no_key({"a": {"key_env": KEY_ENV}, "b": "x-large"})
