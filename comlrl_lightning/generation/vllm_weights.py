@@ -47,12 +47,16 @@ def architecture_key(agent: nn.Module) -> str:
 def agent_weights(agent: nn.Module) -> Iterator[Tuple[str, torch.Tensor]]:
     """The agent's weights under the names of its transformers checkpoint, produced lazily.
 
+    A tied weight is sent under each of its names (an embedding tied to the LM head as
+    ``lm_head.weight`` too): an engine built with placeholder weights may hold the head apart
+    from the embedding, and a weight sent once would leave the head a placeholder.
+
     A full model yields its parameters as they are. A LoRA agent yields the shared base with its own
     adapter merged in (``W + scale * B @ A`` per adapted layer, computed one layer at a time), so
     the engine runs a plain model and no adapter is ever written to disk.
     """
     if not isinstance(agent, LoraAgent):
-        for name, parameter in agent.named_parameters():
+        for name, parameter in agent.named_parameters(remove_duplicate=False):
             yield name, parameter.detach()
         return
     yield from merged_lora_weights(agent)
@@ -62,7 +66,7 @@ def merged_lora_weights(agent: LoraAgent) -> Iterator[Tuple[str, torch.Tensor]]:
     """``agent``'s adapter merged into the shared base, under the base model's parameter names."""
     base = agent.get_base_model()
     modules = dict(base.named_modules())
-    for name, parameter in base.named_parameters():
+    for name, parameter in base.named_parameters(remove_duplicate=False):
         if "lora_" in name:  # every agent's adapter matrices: merged below, never sent on their own
             continue
         if ".base_layer." not in name:

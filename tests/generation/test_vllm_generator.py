@@ -30,7 +30,9 @@ SAMPLED = GenerationSettings(max_new_tokens=12, temperature=1.0, top_p=0.9, top_
 PROMPTS = ["topic: sea\nwriter:", "topic: tree\nmatcher:", "hello"]
 
 
-def build_llama(folder: Path, hidden: int = 64, head_dim: int = 32, layers: int = 2, seed: int = 0) -> str:
+def build_llama(
+    folder: Path, hidden: int = 64, head_dim: int = 32, layers: int = 2, seed: int = 0, tied: bool = False
+) -> str:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from comlrl_lightning.defaults import build_char_tokenizer
@@ -49,7 +51,7 @@ def build_llama(folder: Path, hidden: int = 64, head_dim: int = 32, layers: int 
         bos_token_id=eos,
         eos_token_id=eos,
         pad_token_id=eos,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -150,6 +152,17 @@ def test_greedy_samples_equal_hugging_face_for_each_agent_and_architecture(llama
         assert ours == reference
     assert results[0][0] != results[2][0]  # the agents really sample different weights
     assert len({key for key in vllm_generator._ENGINES if key[1] == generator.engine_options}) == 2
+
+
+@needs_vllm
+def test_a_model_with_its_head_tied_to_its_embedding_samples_with_its_own_head(tmp_path):
+    """The engine starts from placeholder weights and may hold the head apart from the embedding:
+    a tied embedding sent under one name only would leave the head a placeholder."""
+    tied = build_llama(tmp_path / "tied", tied=True, seed=2)
+    team = Team([tied])
+    assert team.agents[0].lm_head.weight is team.agents[0].model.embed_tokens.weight
+    ours, reference = greedy_pairs(VLLMGenerator(), team, 0)
+    assert ours == reference
 
 
 def vllm_runs_on_cpu() -> bool:
