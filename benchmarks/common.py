@@ -25,6 +25,8 @@ MODELS = {
     # Llama, char vocabulary (49 tokens); parameter counts are printed in the results.
     "tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4),
     "small": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4),
+    # the vLLM rows' largest (64-wide heads, as the small one's)
+    "medium": dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, num_attention_heads=8),
 }
 
 FULL = dict(
@@ -205,6 +207,89 @@ def matmul_peak(size: int = 2048, repeats: int = 10) -> Dict[str, float]:
         torch.mm(a, b, out=out)
         best = min(best, time.perf_counter() - started)
     return {"size": size, "flops_per_s": 2 * size**3 / best}
+
+
+# ------------------------------------------------------------------------------------------------
+# Against TRL: one agent, the same pairs and prompts; what both sides must see identically.
+
+TRL_FULL = dict(
+    models=["tiny", "small"],
+    dpo_batch_size=16,
+    dpo_min_pairs={"tiny": 64, "small": 32},
+    grpo=dict(items=4, generations=8, max_new_tokens=32, steps={"tiny": 8, "small": 5}),
+)
+TRL_QUICK = dict(
+    models=["tiny"],
+    dpo_batch_size=4,
+    dpo_min_pairs={"tiny": 8, "small": 4},
+    grpo=dict(items=2, generations=2, max_new_tokens=6, steps={"tiny": 2, "small": 2}),
+)
+WEIGHT_DECAY = 0.01
+"""Our modules' default AdamW weight decay, pinned on TRL's side (its default is 0)."""
+
+
+def one_agent(pair: Dict[str, Any]) -> Dict[str, Any]:
+    """Agent 0's share of a two-agent pair from :func:`pair_ids`: its prompt, winner and loser ids."""
+    return {
+        "prompt": pair["prompts"][0],
+        "prompt_ids": pair["prompt_ids"][0],
+        "chosen_ids": pair["winner_ids"][0],
+        "rejected_ids": pair["loser_ids"][0],
+    }
+
+
+def vowel_reward(completions: List[str]) -> List[float]:
+    """The one-agent task's reward: the vowel share of each completion (0 for an empty one)."""
+    return [sum(ch in VOWELS for ch in text) / len(text) if text else 0.0 for text in completions]
+
+
+def padded_rows(input_ids: List[List[int]], attention_mask: List[List[int]], completion_mask: List[List[int]]):
+    """Undo a ``[chosen rows; rejected rows]`` padded batch (TRL's preference collator): per pair,
+    ``{"prompt_ids", "chosen_ids", "rejected_ids"}`` read from the attended positions, the prompt
+    being the attended tokens before the completion mask starts. Also returns the number of token
+    positions the batch computes (rows x width, padding included)."""
+    rows = []
+    for ids, attended, completion in zip(input_ids, attention_mask, completion_mask):
+        kept = [(token, c) for token, a, c in zip(ids, attended, completion) if a]
+        rows.append(([t for t, c in kept if not c], [t for t, c in kept if c]))
+    half = len(rows) // 2
+    pairs = []
+    for (prompt, chosen), (prompt_again, rejected) in zip(rows[:half], rows[half:]):
+        if prompt != prompt_again:
+            raise ValueError("a chosen row and its rejected row carry different prompts")
+        pairs.append({"prompt_ids": prompt, "chosen_ids": chosen, "rejected_ids": rejected})
+    return pairs, sum(len(ids) for ids in input_ids)
+
+
+def dpo_disagreements(ours: Dict[str, Any], theirs: Dict[str, Any], tolerance: float = 1e-4) -> List[str]:
+    """What differs between two sides' view of the same DPO batch (empty: they agree).
+
+    Each side gives ``pairs`` (per pair ``prompt_ids``, ``chosen_ids``, ``rejected_ids``) and
+    ``margins``: per pair ``log pi(chosen | prompt) - log pi(rejected | prompt)`` of the same
+    weights. Token ids must be identical; margins may differ by ``tolerance x max(1, |margin|)``
+    (float32 sums in another order).
+    """
+    problems = []
+    if len(ours["pairs"]) != len(theirs["pairs"]):
+        return [f"{len(ours['pairs'])} pairs against {len(theirs['pairs'])}"]
+    for index, (mine, other) in enumerate(zip(ours["pairs"], theirs["pairs"])):
+        for key in ("prompt_ids", "chosen_ids", "rejected_ids"):
+            if list(mine[key]) != list(other[key]):
+                problems.append(f"pair {index}: {key} differ: {list(mine[key])} against {list(other[key])}")
+    for index, (mine, other) in enumerate(zip(ours["margins"], theirs["margins"])):
+        if abs(mine - other) > tolerance * max(1.0, abs(mine)):
+            problems.append(f"pair {index}: margin {mine:.6f} against {other:.6f}")
+    return problems
+
+
+def median_step_seconds(times: List[float], warmup: int) -> float:
+    """The median time between consecutive step ends after ``warmup`` steps (a burst of load from
+    other processes moves a mean, not a median)."""
+    gaps = sorted(b - a for a, b in zip(times[warmup:], times[warmup + 1 :]))
+    if not gaps:
+        raise ValueError(f"{len(times)} step times leave none to measure after {warmup} warm-up steps")
+    middle = len(gaps) // 2
+    return gaps[middle] if len(gaps) % 2 else (gaps[middle - 1] + gaps[middle]) / 2
 
 
 # ------------------------------------------------------------------------------------------------

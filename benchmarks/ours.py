@@ -2,7 +2,9 @@
 
 Jobs: ``madpo_step`` (collate + margins + loss + backward + AdamW, what Lightning's automatic
 optimization runs), ``madpo_fit`` (the same pairs through a real ``Trainer.fit``), ``collection``,
-``iterative`` (3 rounds, history comparator, ``Trainer.fit`` end to end) and ``matmul_peak``.
+``iterative`` (3 rounds, history comparator, ``Trainer.fit`` end to end) and ``matmul_peak``; with
+``"agents": 1`` the MADPO jobs train one agent on agent 0's share of the pairs (reference-free DPO,
+against TRL), and ``dpo_check`` / ``grpo_step`` are the other halves of ``trl_jobs.py``'s jobs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ def _module(job: Dict[str, Any], **options):
     from comlrl_lightning import MADPOModule
 
     module = MADPOModule(
-        agents=[job["model"]] * 2, dpo_beta=common.DPO_BETA, agent_learning_rate=common.LEARNING_RATE, **options
+        agents=[job["model"]] * job.get("agents", 2),
+        dpo_beta=common.DPO_BETA,
+        agent_learning_rate=common.LEARNING_RATE,
+        score_last_token=job.get("score_last_token", False),  # True against TRL: every completion token, EOS included
+        **options,
     )
     module.configure_model()
     return module
@@ -34,8 +40,9 @@ def _module(job: Dict[str, Any], **options):
 def _pairs(job: Dict[str, Any], tokenizer):
     from comlrl_lightning.data.pairs import PreferencePair
 
-    pairs = []
+    pairs, agents = [], job.get("agents", 2)
     for raw in common.pair_ids(tokenizer, job["pair_pool"], tuple(job["completion_lengths"])):
+        raw = {key: value[:agents] for key, value in raw.items()}
         texts = {
             k: [tokenizer.decode(ids, skip_special_tokens=True) for ids in raw[k]] for k in ("winner_ids", "loser_ids")
         }
@@ -132,11 +139,90 @@ def madpo_fit(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"pairs": pairs, "seconds": seconds, "pairs_per_s": pairs / seconds, "ms_per_pair": 1000 * seconds / pairs}
 
 
+def dpo_check(job: Dict[str, Any]) -> Dict[str, Any]:
+    """One agent's first batch of pairs (its token ids) and the margins of the initial weights on it;
+    ``positions``: the token positions our packed scoring computes for it."""
+    from comlrl_lightning.team.packed_scoring import build_layout
+
+    module = _module(dict(job, agents=1))
+    pairs = _pairs(dict(job, agents=1), module.team.tokenizers[0])[: job["batch_size"]]
+    batch = module.collate_pairs(pairs)
+    module.eval()
+    with torch.no_grad():
+        margins = module.margins(batch)[:, 0]
+    layout = build_layout(**batch["agents"][0])
+    return {
+        "pairs": [
+            {"prompt_ids": p.prompt_ids[0], "chosen_ids": p.winner_ids[0], "rejected_ids": p.loser_ids[0]}
+            for p in pairs
+        ],
+        "margins": margins.tolist(),
+        "positions": int(layout.input_ids.numel()),
+    }
+
+
+def grpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
+    """Steps of one agent's MAGRPO in ``Trainer.fit`` (``items`` prompts x ``generations`` samples per
+    step: sampling, the reward, scoring, backward, AdamW); the median step time after two warm-up steps."""
+    from lightning.pytorch import Callback, Trainer
+
+    from comlrl_lightning import MAGRPOModule, TaskDataModule
+
+    times = []
+
+    class Clock(Callback):
+        def on_train_batch_end(self, *args):
+            times.append(time.perf_counter())
+
+    steps = job["steps"] + 2
+    module = MAGRPOModule(
+        agents=[job["model"]],
+        num_generations=job["generations"],
+        max_new_tokens=job["max_new_tokens"],
+        agent_learning_rate=common.LEARNING_RATE,
+        **common.GENERATION,
+    )
+    data = TaskDataModule(
+        train_dataset=common.items(job["items"] * steps),
+        formatters=[common.writer_prompt],
+        reward_func=common.vowel_reward,
+        train_batch_size=job["items"],
+        eval_num_samples=0,
+        num_train_epochs=1,
+    )
+    with tempfile.TemporaryDirectory() as root:
+        Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_steps=steps,
+            default_root_dir=root,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            callbacks=[Clock()],
+        ).fit(module, data)
+    seconds = common.median_step_seconds(times, warmup=2)
+    return {"steps": len(times) - 2, "seconds_per_step": seconds, "steps_per_s": 1 / seconds}
+
+
 def collection(job: Dict[str, Any]) -> Dict[str, Any]:
-    """``PreferenceDataModule.collect``: sample K per agent and item, score joint responses, pick pairs."""
+    """``PreferenceDataModule.collect``: sample K per agent and item, score joint responses, pick pairs.
+
+    ``"generator": "vllm"`` samples with ``VLLMGenerator`` (in the vLLM venv): the warm-up builds its
+    engine (``warmup_s``), and the weights are marked updated before every timed pass, so every
+    agent's weights are pushed into the engine as in a round after training.
+    """
     from comlrl_lightning import HFGenerator, PreferenceDataModule
 
-    generator = HFGenerator(batch_size=job.get("generation_batch_size"))
+    if job.get("generator") == "vllm":
+        from comlrl_lightning.generation.vllm import VLLMGenerator
+
+        generator = VLLMGenerator()
+        before = generator.weights_updated
+    else:
+        generator, before = HFGenerator(batch_size=job.get("generation_batch_size")), None
     module = _module(job, max_new_tokens=job["max_new_tokens"], generator=generator, **common.GENERATION)
     data = PreferenceDataModule(
         train_dataset=common.items(job["items"]),
@@ -151,11 +237,25 @@ def collection(job: Dict[str, Any]) -> Dict[str, Any]:
     data.setup("fit")
     items = data.train_items
     data.train_items = items[:1]
+    started = time.perf_counter()
     data.collect(module)  # warm-up
+    warmup = time.perf_counter() - started
     data.train_items = items
-    seconds, result = common.best_of(lambda: data.collect(module))
+
+    def collect():
+        if before is not None:
+            before()
+        return data.collect(module)
+
+    seconds, result = common.best_of(collect)
     joint = len(items) * job["candidates"]
-    return {"joint_candidates": joint, "seconds": seconds, "per_s": joint / seconds, "pairs": len(result.pairs)}
+    return {
+        "joint_candidates": joint,
+        "seconds": seconds,
+        "per_s": joint / seconds,
+        "pairs": len(result.pairs),
+        "warmup_s": warmup,
+    }
 
 
 def iterative(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -231,7 +331,18 @@ from scaling import large_vocab, replay_growth  # noqa: E402 - the scaling jobs 
 
 JOBS = {
     f.__name__: f
-    for f in (madpo_step, madpo_fit, collection, iterative, matmul_peak, versions, large_vocab, replay_growth)
+    for f in (
+        madpo_step,
+        madpo_fit,
+        dpo_check,
+        grpo_step,
+        collection,
+        iterative,
+        matmul_peak,
+        versions,
+        large_vocab,
+        replay_growth,
+    )
 }
 
 

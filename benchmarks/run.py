@@ -1,11 +1,14 @@
-"""Side-by-side benchmarks of comlrl-lightning and the reference (comlrl 1.4.3), in one command.
+"""Side-by-side benchmarks of comlrl-lightning, the reference (comlrl 1.4.3) and Hugging Face TRL, in one command.
 
-    python benchmarks/run.py            # full sizes (about 10 minutes)
+    python benchmarks/run.py            # full sizes (about 20 minutes)
     python benchmarks/run.py --quick    # smoke sizes
     python benchmarks/run.py --quick --ours-only --in-process   # no reference, no subprocesses (the test)
+    COMLRL_BENCH_VLLM_VENV=/path/to/vllm-venv python benchmarks/run.py   # with the vLLM rows
 
 Every measurement runs in its own process (so its peak RSS is its own) with 1 torch thread: ours with
-this interpreter, the reference with the interpreter of its own venv (``refenv.py``). Writes
+this interpreter, the reference and TRL with the interpreters of their own venvs (``refenv.py``;
+``COMLRL_BENCH_TRL_VENV`` names an existing TRL venv), the vLLM rows with an interpreter that
+imports vLLM when there is one (``vllm_rows.py``). Writes
 ``benchmarks/RESULTS.md``, copies it into the docs performance page (``docs/performance.md``, between
 its markers; full runs only, ``--no-docs`` to skip), and prints ``name: value`` summary lines last.
 """
@@ -27,9 +30,11 @@ from typing import Any, Dict, Optional
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import against_trl  # noqa: E402
 import common  # noqa: E402
 import report  # noqa: E402
 import scaling  # noqa: E402
+import vllm_rows  # noqa: E402
 
 common.limit_threads()
 
@@ -40,8 +45,16 @@ CHECKPOINT_EVERY = (2, 1)
 class Runner:
     """Runs one job on one side and returns its result dict."""
 
-    def __init__(self, reference_python: Optional[Path], in_process: bool) -> None:
-        self.reference_python, self.in_process = reference_python, in_process
+    SCRIPTS = {"ours": "ours.py", "reference": "reference.py", "trl": "trl_jobs.py", "vllm": "ours.py"}
+    """The worker script of each side (``vllm``: ours, with the vLLM venv's interpreter)."""
+
+    def __init__(
+        self, reference_python: Optional[Path], in_process: bool, pythons: Optional[Dict[str, Path]] = None
+    ) -> None:
+        self.in_process = in_process
+        self.pythons = dict(pythons or {}, ours=Path(sys.executable))
+        if reference_python is not None:
+            self.pythons["reference"] = reference_python
         self.env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         self.env.update({name: str(common.THREADS) for name in common.THREAD_VARIABLES})
         self.env["TOKENIZERS_PARALLELISM"] = "false"
@@ -51,7 +64,7 @@ class Runner:
         label = f"{side:9s} {job['job']:11s} " + " ".join(
             f"{k}={v}"
             for k, v in job.items()
-            if k in ("model_name", "batch_size", "checkpoint_every_n_layers", "attention_free")
+            if k in ("model_name", "batch_size", "checkpoint_every_n_layers", "attention_free", "agents", "generator")
         )
         print(f"  {label} ...", end="", flush=True)
         if side == "ours" and self.in_process:
@@ -59,10 +72,8 @@ class Runner:
 
             result = dict(ours.run_job(job), peak_rss_mb=None)
         else:
-            python = sys.executable if side == "ours" else str(self.reference_python)
-            script = HERE / ("ours.py" if side == "ours" else "reference.py")
             done = subprocess.run(
-                [python, str(script), json.dumps(job)],
+                [str(self.pythons[side]), str(HERE / self.SCRIPTS[side]), json.dumps(job)],
                 env=self.env,
                 cwd=HERE,
                 capture_output=True,
@@ -181,6 +192,12 @@ def main(argv=None) -> Dict[str, Any]:
     )
     parser.add_argument("--reference-venv", type=Path, default=None)
     parser.add_argument(
+        "--trl-venv",
+        type=Path,
+        default=None,
+        help="TRL's venv (default: $COMLRL_BENCH_TRL_VENV or benchmarks/.venv-trl)",
+    )
+    parser.add_argument(
         "--only-scaling",
         action="store_true",
         help="only the large-vocabulary and replay-history rows (ours; writes SCALING.md)",
@@ -190,28 +207,49 @@ def main(argv=None) -> Dict[str, Any]:
         return run_scaling(args)
     ours_only = args.ours_only or args.in_process
     plan = common.QUICK if args.quick else common.FULL
-    reference_python = None
+    pythons: Dict[str, Path] = {}
     if not ours_only:
         import refenv
 
-        reference_python = refenv.ensure(args.reference_venv or refenv.DEFAULT_DIR)
+        pythons["reference"] = refenv.ensure(args.reference_venv or refenv.DEFAULT_DIR)
+        pythons["trl"] = refenv.ensure(args.trl_venv or refenv.trl_venv(), "trl")
+    vllm_python, vllm_source = vllm_rows.vllm_python()
+    if vllm_python is not None and not ours_only:
+        pythons["vllm"] = vllm_python
     sides = ["ours"] if ours_only else ["ours", "reference"]
     import models as model_builder
 
+    names = set(plan["models"]) | {"tiny"}
+    if "vllm" in pythons:
+        names |= set((vllm_rows.QUICK if args.quick else vllm_rows.FULL)["models"])
     with tempfile.TemporaryDirectory(prefix="comlrl-bench-") as root:
-        models = model_builder.build(Path(root), sorted(set(plan["models"]) | {"tiny"}))
-        print(f"benchmarks ({'quick' if args.quick else 'full'}; sides: {', '.join(sides)}):", flush=True)
-        run = Runner(reference_python, args.in_process)
+        models = model_builder.build(Path(root), sorted(names))
+        print(
+            f"benchmarks ({'quick' if args.quick else 'full'}; sides: {', '.join(sides + sorted(set(pythons) - set(sides)))}):",
+            flush=True,
+        )
+        run = Runner(pythons.get("reference"), args.in_process, pythons)
         results = measure(plan, run, sides, models, args.quick)
         results["scaling"] = scaling.measure(run, args.quick)
-    body = report.markdown(results) + "\n" + scaling.markdown(results["scaling"])
+        results["trl"] = against_trl.measure(run, models, args.quick) if "trl" in pythons else None
+        if "vllm" in pythons:
+            results["vllm"] = dict(vllm_rows.measure(run, models, args.quick), source=vllm_source)
+        else:
+            results["vllm"] = {"skipped": "--ours-only" if ours_only else vllm_source}
+        parameters = {name: {"parameters": info["parameters"]} for name, info in models.items()}
+    body = report.markdown(results)
+    if results["trl"]:
+        body += "\n" + against_trl.markdown(results["trl"], parameters)
+    body += "\n" + vllm_rows.markdown(results["vllm"], parameters) + "\n" + scaling.markdown(results["scaling"])
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_results(args.out / "RESULTS.md", body)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     if not (args.quick or ours_only or args.no_docs):
         report.update_page(args.docs_page, body)
     print("\n" + body)
-    for name, value in report.summary(results) + scaling.summary(results["scaling"]):
+    lines = report.summary(results) + scaling.summary(results["scaling"])
+    lines += (against_trl.summary(results["trl"]) if results["trl"] else []) + vllm_rows.summary(results["vllm"])
+    for name, value in lines:
         print(f"{name}: {'n/a' if value is None else round(value, 4)}")
     return results
 

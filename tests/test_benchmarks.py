@@ -1,19 +1,23 @@
-"""Smoke test of benchmarks/run.py: the --quick logic on tiny sizes, our side only, in this process.
+"""Smoke test of benchmarks/run.py: the --quick logic on tiny sizes, our side only, in this process;
+and the check that ours and Hugging Face TRL see the same DPO batch.
 
-The full side-by-side comparison with the reference (its own venv) is not part of the suite.
+The full side-by-side comparison with the reference and TRL (their own venvs) is not part of the suite.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-MODULES = ("run", "common", "report", "models", "ours", "refenv")
+MODULES = ("run", "common", "report", "models", "ours", "refenv", "scaling", "against_trl", "vllm_rows")
 
 
 @pytest.fixture
@@ -97,3 +101,90 @@ def test_old_flag_names_still_work(bench, monkeypatch):
     with pytest.raises(SystemExit):
         bench.main(["--no-readme", "--readme", "x.md"])
     assert parsed["no_docs"] is True and parsed["docs_page"] == Path("x.md")
+
+
+# ------------------------------------------------------------------------------------------------
+# Against TRL: the same token ids and margins on both sides
+
+
+def test_a_trl_style_padded_batch_reads_back_as_its_pairs(bench):
+    """The example of TRL's ``DataCollatorForPreference`` docstring: chosen rows, then rejected rows,
+    right-padded; the prompt is what is attended before the completion mask starts."""
+    pairs, positions = bench.common.padded_rows(
+        [[1, 2, 3, 4, 5], [7, 8, 9, 0, 0], [1, 2, 3, 6, 0], [7, 8, 10, 11, 0]],
+        [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 0]],
+        [[0, 0, 0, 1, 1], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 1, 1, 0]],
+    )
+    assert pairs == [
+        {"prompt_ids": [1, 2, 3], "chosen_ids": [4, 5], "rejected_ids": [6]},
+        {"prompt_ids": [7, 8], "chosen_ids": [9], "rejected_ids": [10, 11]},
+    ]
+    assert positions == 20  # 4 rows x 5 columns, padding included
+    with pytest.raises(ValueError, match="different prompts"):
+        bench.common.padded_rows([[1, 4], [2, 5]], [[1, 1], [1, 1]], [[0, 1], [0, 1]])
+
+
+def test_dpo_disagreements_name_every_differing_id_and_margin(bench):
+    pair = {"prompt_ids": [1, 2], "chosen_ids": [3, 0], "rejected_ids": [4, 0]}
+    ours = {"pairs": [pair, pair], "margins": [12.5, -3.0]}
+    assert (
+        bench.common.dpo_disagreements(ours, {"pairs": [dict(pair), dict(pair)], "margins": [12.5005, -3.0002]}) == []
+    )
+    other = dict(pair, chosen_ids=[3, 5, 0])
+    problems = bench.common.dpo_disagreements(ours, {"pairs": [pair, other], "margins": [12.5, -3.1]})
+    assert problems == [
+        "pair 1: chosen_ids differ: [3, 0] against [3, 5, 0]",
+        "pair 1: margin -3.000000 against -3.100000",
+    ]
+    assert bench.common.dpo_disagreements(ours, {"pairs": [pair], "margins": [12.5]}) == ["2 pairs against 1"]
+
+
+def test_median_step_seconds_skips_the_warm_up(bench):
+    times = [0.0, 5.0, 6.0, 7.0, 9.0, 10.0]  # warm-up steps end at 0 and 5; then gaps 1, 1, 2, 1
+    assert bench.common.median_step_seconds(times, warmup=2) == 1.0
+    assert bench.common.median_step_seconds([0.0, 1.0, 3.0, 6.0], warmup=1) == 2.5
+    with pytest.raises(ValueError, match="none to measure"):
+        bench.common.median_step_seconds([0.0, 1.0], warmup=2)
+
+
+@pytest.mark.slow
+def test_ours_and_trl_see_identical_token_ids_and_equal_margins(bench, tmp_path):
+    """Both sides' ``dpo_check`` on the tiny benchmark model: TRL tokenizes the pairs' text and
+    collates them itself, ours takes the ids; the batch TRL computes on must hold exactly our ids,
+    and the margins of the same weights must agree. TRL runs in its own venv (it pins other versions)."""
+    refenv = importlib.import_module("refenv")
+    if not refenv.trl_ready():
+        pytest.skip(
+            f"no TRL venv at {refenv.trl_venv()} (python benchmarks/run.py creates it, or set "
+            f"{refenv.TRL_VENV_VARIABLE}): TRL runs in a venv of its own"
+        )
+    model = importlib.import_module("models").build(tmp_path, ["tiny"])["tiny"]["path"]
+    job = {
+        "job": "dpo_check",
+        "model": model,
+        "pair_pool": 16,
+        "completion_lengths": [8, 32],
+        "batch_size": 8,
+        "agents": 1,
+        "score_last_token": True,
+    }
+    env = dict(os.environ, PYTHONPATH=str(BENCHMARKS.parent), OMP_NUM_THREADS="1", TQDM_DISABLE="1")
+    views = {}
+    for side, python, script in (
+        ("ours", sys.executable, "ours.py"),
+        ("trl", str(refenv.trl_venv() / "bin" / "python"), "trl_jobs.py"),
+    ):
+        done = subprocess.run(
+            [python, str(BENCHMARKS / script), json.dumps(job)],
+            cwd=BENCHMARKS,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        line = [x for x in done.stdout.splitlines() if x.startswith(bench.common.RESULT_PREFIX)][-1]
+        views[side] = json.loads(line[len(bench.common.RESULT_PREFIX) :])
+    assert bench.common.dpo_disagreements(views["ours"], views["trl"]) == []
+    assert len(views["ours"]["pairs"]) == 8 and all(p["chosen_ids"][-1] == 0 for p in views["trl"]["pairs"])  # EOS
+    assert views["ours"]["positions"] < views["trl"]["positions"]  # each prompt once, no padding
