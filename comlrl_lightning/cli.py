@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
+from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import refuse_non_regular
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.sharding import check_mesh_plan
@@ -127,9 +128,11 @@ def one_line_errors() -> Iterator[None]:
 def main(args: Optional[List[str]] = None) -> None:
     """The console script: run the command line (``args``: the words after the program name).
 
-    Returns nothing: a console script's return value becomes the process's exit status.
+    Returns nothing: a console script's return value becomes the process's exit status. A
+    distributed run's process group is closed before the process exits.
     """
     run_cli(args)
+    close_process_group()
 
 
 def run_cli(args: Optional[List[str]] = None) -> PreferenceCLI:

@@ -74,3 +74,14 @@ def unshard(per_rank: Sequence[Sequence[T]], world: int) -> List[T]:
 def barrier(trainer) -> None:
     if trainer is not None and trainer.world_size > 1:
         trainer.strategy.barrier()
+
+
+def close_process_group() -> None:
+    """Destroy this process's default process group (and the device mesh's groups) at the end of a run.
+
+    Lightning does so at exit only for NCCL. A gloo group left to the interpreter's teardown can
+    abort the process ("terminate called without an active exception") once its peer on another
+    node has exited, and torchrun then fails the job after its exit barrier.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
