@@ -99,6 +99,7 @@ def dpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
         trainer = _dpo_trainer(job, root, batches=-(-job["pair_pool"] // job["batch_size"]))
         trainer.create_optimizer_and_scheduler(num_training_steps=10**6)
         model, optimizer = trainer.model, trainer.optimizer
+        trainer.current_gradient_accumulation_steps = 1  # what train() sets before its first step
         model.train()
         pool = _examples(trainer)
 
