@@ -110,7 +110,15 @@ def markdown(results: Dict[str, Any], parameters: Dict[str, Dict]) -> str:
         f"{model}: TRL {results['check'][model]['trl']['positions']:,}, ours {results['check'][model]['ours']['positions']:,}"
         for model in plan["models"]
     )
+    shares = ", ".join(
+        f"{model}: TRL {_f(100 * results['grpo_step'][model]['trl']['sampling_share'], 0, '%')}, ours "
+        f"{_f(100 * results['grpo_step'][model]['ours']['sampling_share'], 0, '%')}"
+        for model in plan["models"]
+    )
     out += [
+        "",
+        f"Sampling's share of the timed GRPO steps ({shares}): TRL's `generate()` over every prompt repeated "
+        f"{grpo['generations']} times against our sampling, which prefills each prompt once for its samples.",
         "",
         f"Token positions one DPO batch of {plan['dpo_batch_size']} pairs computes ({positions}): TRL pads "
         "`[prompt + chosen; prompt + rejected]` to the longest row, so every prompt runs twice and short completions "

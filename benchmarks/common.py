@@ -292,6 +292,25 @@ def median_step_seconds(times: List[float], warmup: int) -> float:
     return gaps[middle] if len(gaps) % 2 else (gaps[middle - 1] + gaps[middle]) / 2
 
 
+def timed(function: Callable, intervals: List[tuple]) -> Callable:
+    """``function``, recording the ``(start, end)`` of every call in ``intervals``."""
+
+    def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            intervals.append((started, time.perf_counter()))
+
+    return wrapper
+
+
+def share_within(intervals: List[tuple], start: float, end: float) -> float:
+    """The share of ``[start, end]`` covered by the (non-overlapping) ``intervals``, clipped to it."""
+    covered = sum(max(0.0, min(b, end) - max(a, start)) for a, b in intervals)
+    return covered / (end - start)
+
+
 # ------------------------------------------------------------------------------------------------
 # Result protocol: a worker prints one line ``BENCH_RESULT {json}`` with its peak RSS added.
 

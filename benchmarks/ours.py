@@ -190,6 +190,8 @@ def grpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
         eval_num_samples=0,
         num_train_epochs=1,
     )
+    sampling: list = []
+    module.sample_rollouts = common.timed(module.sample_rollouts, sampling)
     with tempfile.TemporaryDirectory() as root:
         Trainer(
             accelerator="cpu",
@@ -204,7 +206,12 @@ def grpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
             callbacks=[Clock()],
         ).fit(module, data)
     seconds = common.median_step_seconds(times, warmup=2)
-    return {"steps": len(times) - 2, "seconds_per_step": seconds, "steps_per_s": 1 / seconds}
+    return {
+        "steps": len(times) - 2,
+        "seconds_per_step": seconds,
+        "steps_per_s": 1 / seconds,
+        "sampling_share": common.share_within(sampling, times[1], times[-1]),
+    }
 
 
 def collection(job: Dict[str, Any]) -> Dict[str, Any]:

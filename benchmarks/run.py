@@ -48,13 +48,9 @@ class Runner:
     SCRIPTS = {"ours": "ours.py", "reference": "reference.py", "trl": "trl_jobs.py", "vllm": "ours.py"}
     """The worker script of each side (``vllm``: ours, with the vLLM venv's interpreter)."""
 
-    def __init__(
-        self, reference_python: Optional[Path], in_process: bool, pythons: Optional[Dict[str, Path]] = None
-    ) -> None:
+    def __init__(self, in_process: bool, pythons: Optional[Dict[str, Path]] = None) -> None:
         self.in_process = in_process
-        self.pythons = dict(pythons or {}, ours=Path(sys.executable))
-        if reference_python is not None:
-            self.pythons["reference"] = reference_python
+        self.pythons = dict(pythons or {}, ours=Path(sys.executable))  # side -> interpreter
         self.env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         self.env.update({name: str(common.THREADS) for name in common.THREAD_VARIABLES})
         self.env["TOKENIZERS_PARALLELISM"] = "false"
@@ -228,7 +224,7 @@ def main(argv=None) -> Dict[str, Any]:
             f"benchmarks ({'quick' if args.quick else 'full'}; sides: {', '.join(sides + sorted(set(pythons) - set(sides)))}):",
             flush=True,
         )
-        run = Runner(pythons.get("reference"), args.in_process, pythons)
+        run = Runner(args.in_process, pythons)
         results = measure(plan, run, sides, models, args.quick)
         results["scaling"] = scaling.measure(run, args.quick)
         results["trl"] = against_trl.measure(run, models, args.quick) if "trl" in pythons else None
@@ -236,14 +232,11 @@ def main(argv=None) -> Dict[str, Any]:
             results["vllm"] = dict(vllm_rows.measure(run, models, args.quick), source=vllm_source)
         else:
             results["vllm"] = {"skipped": "--ours-only" if ours_only else vllm_source}
-        parameters = {name: {"parameters": info["parameters"]} for name, info in models.items()}
-    body = report.markdown(results)
-    if results["trl"]:
-        body += "\n" + against_trl.markdown(results["trl"], parameters)
-    body += "\n" + vllm_rows.markdown(results["vllm"], parameters) + "\n" + scaling.markdown(results["scaling"])
+        results["parameters"] = {name: {"parameters": info["parameters"]} for name, info in models.items()}
     args.out.mkdir(parents=True, exist_ok=True)
-    report.write_results(args.out / "RESULTS.md", body)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    body = page(results)
+    report.write_results(args.out / "RESULTS.md", body)
     if not (args.quick or ours_only or args.no_docs):
         report.update_page(args.docs_page, body)
     print("\n" + body)
@@ -254,10 +247,19 @@ def main(argv=None) -> Dict[str, Any]:
     return results
 
 
+def page(results: Dict[str, Any]) -> str:
+    """Every table of a run as markdown: ours against the reference, against TRL, vLLM, scaling."""
+    body = report.markdown(results)
+    if results["trl"]:
+        body += "\n" + against_trl.markdown(results["trl"], results["parameters"])
+    vllm = vllm_rows.markdown(results["vllm"], results["parameters"])
+    return body + "\n" + vllm + "\n" + scaling.markdown(results["scaling"])
+
+
 def run_scaling(args) -> Dict[str, Any]:
     """``--only-scaling``: the scaling rows alone, written to ``SCALING.md`` (a full run includes them)."""
     print(f"scaling benchmarks ({'quick' if args.quick else 'full'}):", flush=True)
-    results = scaling.measure(Runner(None, args.in_process), args.quick)
+    results = scaling.measure(Runner(args.in_process), args.quick)
     body = scaling.markdown(results)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "SCALING.md").write_text(body, encoding="utf-8")

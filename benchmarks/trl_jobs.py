@@ -189,9 +189,16 @@ def grpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
             processing_class=tokenizer,
             callbacks=[Clock()],
         )
+        sampling: List[tuple] = []
+        trainer._generate_single_turn = common.timed(trainer._generate_single_turn, sampling)
         trainer.train()
     seconds = common.median_step_seconds(times, warmup=2)
-    return {"steps": len(times) - 2, "seconds_per_step": seconds, "steps_per_s": 1 / seconds}
+    return {
+        "steps": len(times) - 2,
+        "seconds_per_step": seconds,
+        "steps_per_s": 1 / seconds,
+        "sampling_share": common.share_within(sampling, times[1], times[-1]),
+    }
 
 
 def versions(job: Dict[str, Any]) -> Dict[str, Any]:

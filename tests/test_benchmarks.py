@@ -147,6 +147,50 @@ def test_median_step_seconds_skips_the_warm_up(bench):
         bench.common.median_step_seconds([0.0, 1.0], warmup=2)
 
 
+def test_the_trl_and_vllm_tables_render_every_row_and_their_summary_lines(bench):
+    against_trl, vllm_rows = importlib.import_module("against_trl"), importlib.import_module("vllm_rows")
+    parameters = {"tiny": {"parameters": 106816}, "small": {"parameters": 3188992}, "medium": {"parameters": 12.6e6}}
+    side = lambda rate, share=None: {
+        "pairs_per_s": rate,
+        "steps_per_s": rate,
+        "sampling_share": share,
+        "peak_rss_mb": 500.0,
+    }  # noqa: E731
+    trl = {
+        "plan": bench.common.TRL_FULL,
+        "versions": {"trl": "1.16.0", "torch": "2.13.0+cpu", "transformers": "5.24.0"},
+        "check": {m: {"ours": {"positions": 960}, "trl": {"positions": 1672}} for m in ("tiny", "small")},
+        **{
+            row: {m: {"ours": side(4.0, 0.5), "trl": side(2.0, 0.75)} for m in ("tiny", "small")}
+            for row in ("dpo_step", "dpo_fit", "grpo_step")
+        },
+    }
+    table = against_trl.markdown(trl, parameters)
+    assert "| DPO step, small | 3.19M | 2.00 pairs/s | 4.00 pairs/s | 2.00x | 500 / 500 |" in table
+    assert "| GRPO step, tiny | 0.11M | 2.00 steps/s | 4.00 steps/s | 2.00x |" in table
+    assert "small: TRL 1,672, ours 960" in table and "tiny: TRL 75%, ours 50%" in table
+    assert dict(against_trl.summary(trl))["trl_grpo_step_speedup_small"] == 2.0
+    collection = lambda rate: {"per_s": rate, "warmup_s": 9.0, "peak_rss_mb": 900.0}  # noqa: E731
+    vllm = {
+        "plan": vllm_rows.FULL,
+        "versions": {"torch": "2.13.0+cpu", "transformers": "5.19.0"},
+        "collection": {m: {"hf": collection(100.0), "vllm": collection(250.0)} for m in ("small", "medium")},
+    }
+    assert "| medium | 12.60M | 100.0 | 250.0 | 2.50x | 9.0 | 900 / 900 |" in vllm_rows.markdown(vllm, parameters)
+    assert vllm_rows.summary(vllm)[0] == ("vllm_collection_speedup", 2.5)  # the largest model
+    skipped = {"skipped": "vLLM is not importable here"}
+    assert "Not measured in this run: vLLM is not importable here." in vllm_rows.markdown(skipped, parameters)
+    assert vllm_rows.summary(skipped) == [("vllm_collection_speedup", None)]
+
+
+def test_sampling_share_is_the_covered_part_of_the_window(bench):
+    common = bench.common
+    assert common.share_within([(0.0, 1.0), (2.0, 3.0), (4.0, 9.0)], 0.5, 4.5) == pytest.approx(2.0 / 4.0)
+    intervals = []
+    assert common.timed(lambda x: x + 1, intervals)(1) == 2 and len(intervals) == 1
+    assert intervals[0][0] <= intervals[0][1]
+
+
 @pytest.mark.slow
 def test_ours_and_trl_see_identical_token_ids_and_equal_margins(bench, tmp_path):
     """Both sides' ``dpo_check`` on the tiny benchmark model: TRL tokenizes the pairs' text and
