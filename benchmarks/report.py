@@ -27,6 +27,15 @@ def _rss(result: Optional[Dict[str, Any]]) -> Optional[float]:
     return None if not result else result.get("peak_rss_mb")
 
 
+def _load(machine: Dict[str, Any]) -> str:
+    """The 1-minute load average at the start and the end of the run, when recorded: other processes
+    on the machine slow both sides, so it says how much to trust small differences."""
+    load = machine.get("load_average")
+    if not load:
+        return ""
+    return f"; load average {load[0]:.1f} at the start and {load[-1]:.1f} at the end of the run (other processes)"
+
+
 def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
     """The machine-readable ``name: value`` lines (speedups are ours / reference, higher is better)."""
     lines: List[Tuple[str, Optional[float]]] = []
@@ -125,7 +134,9 @@ def markdown(results: Dict[str, Any]) -> str:
         f"Measured by `python benchmarks/run.py{' --quick' if results['quick'] else ''}` on {machine['date']} "
         f"(numbers below come from that run; {'smoke sizes' if results['quick'] else 'full sizes'}).",
         "",
-        f"- Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gb']:.0f} GiB; Python {machine['python']}.",
+        f"- Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gb']:.0f} GiB; Python {machine['python']}"
+        + _load(machine)
+        + ".",
         f"- Threads: torch threads {ours_v['threads']} (ours) / {ref_v.get('threads', '-')} (reference), "
         "`OMP_NUM_THREADS=MKL_NUM_THREADS=1`, CPU only.",
         f"- Ours: comlrl-lightning {machine['ours_version']}, torch {ours_v['torch']}, transformers {ours_v['transformers']}, "
@@ -227,7 +238,12 @@ def markdown(results: Dict[str, Any]) -> str:
         f"{peak['flops_per_s'] / 1e9:.1f} GFLOP/s. MADPO step on the {plan['flops_model']} model at batch {largest} "
         f"(FLOPs counted by `torch.utils.flop_counter`, matmuls): ours {_f(counted.get('ours'), 1)} GFLOP/step at "
         f"{_f(_percent(flops.get('ours')), 0, '%')} of peak; reference {_f(counted.get('reference'), 1)} GFLOP/step at "
-        f"{_f(_percent(flops.get('reference')), 0, '%')} of peak.",
+        f"{_f(_percent(flops.get('reference')), 0, '%')} of peak"
+        + (
+            " (above 100%: the peak was measured while other processes' load slowed it, so these shares are not meaningful)."
+            if max(flops.values(), default=0) > 1
+            else "."
+        ),
         "",
         "Speedups are ours / reference (higher is better); peak RSS is each measurement process's high-water mark. "
         "Collection's default automatic generation batch samples a shard's items at once, so its peak memory grows "

@@ -100,6 +100,7 @@ def machine_info() -> Dict[str, Any]:
         "python": platform.python_version(),
         "ours_version": version("comlrl-lightning"),
         "date": datetime.date.today().isoformat(),
+        "load_average": [os.getloadavg()[0]],  # the end's is appended when the run is done
     }
 
 
@@ -233,6 +234,7 @@ def main(argv=None) -> Dict[str, Any]:
         else:
             results["vllm"] = {"skipped": "--ours-only" if ours_only else vllm_source}
         results["parameters"] = {name: {"parameters": info["parameters"]} for name, info in models.items()}
+    results["machine"]["load_average"].append(os.getloadavg()[0])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     body = page(results)
