@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
+from comlrl_lightning.generation.vllm import engines_running
 from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
 from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import refuse_non_regular
@@ -129,10 +130,13 @@ def main(args: Optional[List[str]] = None) -> None:
     """The console script: run the command line (``args``: the words after the program name).
 
     Returns nothing: a console script's return value becomes the process's exit status. A
-    distributed run's process group is closed before the process exits.
+    distributed run's process group is closed before the process exits, unless vLLM engines run in
+    this process: their own shutdown at exit tears the groups down (twice would raise).
     """
-    run_cli(args)
-    close_process_group()
+    cli = run_cli(args)
+    trainer = getattr(cli, "trainer", None)
+    if trainer is not None and trainer.world_size > 1 and not engines_running():
+        close_process_group()
 
 
 def run_cli(args: Optional[List[str]] = None) -> PreferenceCLI:

@@ -171,6 +171,11 @@ def request_seeds(stream: RandomStream, count: int) -> List[int]:
         return torch.randint(0, SEED_BOUND, (count,), dtype=torch.int64).tolist()
 
 
+def engines_running() -> bool:
+    """Whether this process holds a vLLM engine (vLLM then owns the teardown of its process groups)."""
+    return bool(_ENGINES)
+
+
 def shutdown_engines() -> None:
     """Release every engine of this process (a later sample builds a fresh one). All at once: vLLM
     tears down its process-wide state with any one engine. Single-process runs only: under DDP that
@@ -352,4 +357,4 @@ def autocast_off() -> Iterator[None]:
         yield
 
 
-__all__ = ["VLLMGenerator", "shutdown_engines", "vllm_available", "INSTALL_INSTRUCTIONS"]
+__all__ = ["VLLMGenerator", "engines_running", "shutdown_engines", "vllm_available", "INSTALL_INSTRUCTIONS"]
