@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Dict, Set
+from typing import Dict, List, NamedTuple, Set
 
 import pytest
 
@@ -125,3 +125,193 @@ def test_the_architecture_page_lists_every_module():
         f"{init.parent.name}/" for init in PACKAGE.glob("*/__init__.py") if f"  {init.parent.name}/ " not in page
     ]
     assert not missing, f"docs/architecture.md does not list: {missing}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Sizes: a module does one job, a function fits on a screen
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+"""A function counts from its ``def`` line to its last line (decorators excluded, nested functions included)."""
+
+OWNED_BY_LAYOUT_OPTIONS = {"comlrl_lightning/modules/base.py"}
+"""Temporary, for issue 24: branch ``layout-options`` splits ``TeamModule`` (415 lines, a 97-line
+``__init__``) while these checks land; delete the entry once that branch is merged."""
+
+
+def relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def long_functions(source: str, name: str) -> List[str]:
+    """``name:line function (n lines)`` for every function of ``source`` over the limit."""
+    return [
+        f"{name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+def checked_modules() -> Dict[str, str]:
+    return {
+        relative(path): path.read_text(encoding="utf-8")
+        for path in MODULES.values()
+        if relative(path) not in OWNED_BY_LAYOUT_OPTIONS
+    }
+
+
+def test_no_module_is_over_400_lines():
+    over = [
+        f"{name} ({len(source.splitlines())} lines)"
+        for name, source in checked_modules().items()
+        if len(source.splitlines()) > MAX_MODULE_LINES
+    ]
+    assert not over, over
+
+
+def test_no_function_is_over_60_lines():
+    over = [entry for name, source in checked_modules().items() for entry in long_functions(source, name)]
+    assert not over, over
+
+
+def test_a_function_counts_from_its_def_to_its_last_line():
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    source = f"@decorated\ndef fits():\n{body}\n\ndef over():\n{body}    return x0\n"
+    assert long_functions(source, "sample.py") == [f"sample.py:{MAX_FUNCTION_LINES + 4} over (61 lines)"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Private names stay with their owner
+
+COMPAT = "comlrl_lightning/runtime/compat.py"
+"""The one module that may touch Lightning's, transformers' and torch's private parts."""
+
+LOOP_INTERNALS = {"fit_loop", "epoch_loop"}
+"""Lightning's loops are internal API, however their attributes are spelled."""
+
+PUBLIC_UNDERSCORE_NAMES = {"_replace", "_asdict", "_fields", "_make"}
+"""namedtuple's public methods (underscored only so they cannot clash with a field)."""
+
+PRIVATE_ACCESS_OWNED_BY_LAYOUT_OPTIONS = {("comlrl_lightning/modules/", "_trainer")}
+"""Temporary, for issue 24: ``TeamModule`` reads ``self._trainer`` (via ``compat.attached_trainer``
+once branch ``layout-options``, which owns ``modules/``, is merged; delete the entry then)."""
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in PUBLIC_UNDERSCORE_NAMES
+
+
+def own_attributes(tree: ast.AST) -> Set[str]:
+    """Attribute names a module defines itself: assigned on ``self``/``cls`` or in a class body."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(statement.name)
+                for target in getattr(statement, "targets", [getattr(statement, "target", None)]):
+                    if isinstance(target, ast.Name):
+                        names.add(target.id)
+    return names
+
+
+class Reach(NamedTuple):
+    """One use of a private name outside its owner: where, the name touched, and how."""
+
+    where: str
+    name: str
+    how: str
+
+    def __str__(self) -> str:
+        return f"{self.where} {self.how}"
+
+
+def private_reach_through(source: str, module: str) -> List[Reach]:
+    """Every use in ``source`` (the module ``module``) of a private name it does not own.
+
+    The rule: no import of a ``_name`` or from a ``_module``; ``x._name`` only where this module
+    defines ``_name`` itself (on ``self``/``cls`` or in a class body), so another module's privates
+    and a library's (``strategy._save_distributed_checkpoint``, a LightningModule's ``self._trainer``)
+    are out; the same through ``getattr``/``hasattr``/``setattr``/``delattr`` with a literal name or
+    through ``obj.__dict__``; and no attribute of Lightning's loops (``trainer.fit_loop``).
+    """
+    tree = ast.parse(source)
+    own = own_attributes(tree)
+    found: List[Reach] = []
+    for node in ast.walk(tree):
+        where = f"{module}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.ImportFrom):
+            if any(is_private(part) for part in (node.module or "").split(".")):
+                found.append(Reach(where, node.module, f"imports from the private module {node.module}"))
+            found += [
+                Reach(where, a.name, f"imports {a.name} from {node.module}") for a in node.names if is_private(a.name)
+            ]
+        elif isinstance(node, ast.Import):
+            found += [
+                Reach(where, a.name, f"imports the private module {a.name}")
+                for a in node.names
+                if any(is_private(part) for part in a.name.split("."))
+            ]
+        elif isinstance(node, ast.Attribute):
+            if node.attr in LOOP_INTERNALS:
+                found.append(Reach(where, node.attr, f"reads Lightning's loop internals: {ast.unparse(node)}"))
+            elif node.attr == "__dict__" or (is_private(node.attr) and node.attr not in own):
+                found.append(Reach(where, node.attr, f"reaches into {ast.unparse(node)}"))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and is_private(node.args[1].value)
+            and node.args[1].value not in own
+        ):
+            literal = node.args[1].value
+            found.append(Reach(where, literal, f"reaches into {literal} through {node.func.id}()"))
+    return found
+
+
+def test_no_module_reaches_into_private_names_it_does_not_own():
+    found = [
+        reach
+        for name, source in {relative(path): path.read_text(encoding="utf-8") for path in MODULES.values()}.items()
+        if name != COMPAT
+        for reach in private_reach_through(source, name)
+        if not any(name.startswith(p) and reach.name == a for p, a in PRIVATE_ACCESS_OWNED_BY_LAYOUT_OPTIONS)
+    ]
+    assert not found, "go through comlrl_lightning.runtime.compat or a public name: " + "; ".join(map(str, found))
+
+
+def test_the_private_rule_catches_each_way_in_and_allows_what_a_module_owns():
+    source = """
+from lightning.pytorch.utilities._pytree import tree_map
+from comlrl_lightning.team.packed_scoring import _gather
+import torch._dynamo
+
+
+class Mine(Base):
+    _cache = None
+
+    def __init__(self):
+        self._count = 0
+
+    def step(self, strategy, other, trainer):
+        self._count += other._count + len(self._cache or ()) + self._trainer.global_step
+        getattr(strategy, "_save_distributed_checkpoint", False)
+        return trainer.fit_loop.epoch_loop, other.__dict__, other._replace(x=1), type(self).__name__
+"""
+    assert {(r.where, r.name) for r in private_reach_through(source, "m.py")} == {
+        ("m.py:2", "lightning.pytorch.utilities._pytree"),
+        ("m.py:3", "_gather"),
+        ("m.py:4", "torch._dynamo"),
+        ("m.py:14", "_trainer"),
+        ("m.py:15", "_save_distributed_checkpoint"),
+        ("m.py:16", "fit_loop"),
+        ("m.py:16", "epoch_loop"),
+        ("m.py:16", "__dict__"),
+    }

@@ -9,6 +9,7 @@ from typing import List, Optional, Tuple
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
+from comlrl_lightning.data.contract import evaluated_module
 from comlrl_lightning.runtime.files import write_atomically
 
 EVAL_KEY = "eval/turn_1/reward_mean"
@@ -17,8 +18,9 @@ EVAL_KEY = "eval/turn_1/reward_mean"
 class RewardCurvePlot(Callback):
     """Plots the evaluation reward against optimizer updates into ``<log_dir>/reward_curve.png``.
 
-    Points come from the module's evaluations before the first update, after every validation
-    loop, and after the last update.
+    Points come from the module's evaluations before the first update and after the last (the
+    :class:`~comlrl_lightning.data.contract.EvaluatedModule` contract, checked when fitting starts)
+    and from every validation loop.
 
     Args:
         filename: image name inside the trainer's log dir (or ``default_root_dir`` without a logger).
@@ -28,10 +30,14 @@ class RewardCurvePlot(Callback):
         self.filename = filename
         self.points: List[Tuple[int, float]] = []
 
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "fit":
+            evaluated_module(pl_module, "RewardCurvePlot")
+
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # after the module's on_train_start, which runs the evaluation before the first update
         if not self.points:
-            self._record(trainer, getattr(pl_module, "initial_eval_reward", None), 0)
+            self._record(trainer, evaluated_module(pl_module, "RewardCurvePlot").initial_eval_reward, 0)
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.sanity_checking and EVAL_KEY in trainer.callback_metrics:
@@ -39,7 +45,7 @@ class RewardCurvePlot(Callback):
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # after the module's own on_train_end, which runs the final evaluation
-        self._record(trainer, getattr(pl_module, "final_eval_reward", None), trainer.global_step)
+        self._record(trainer, evaluated_module(pl_module, "RewardCurvePlot").final_eval_reward, trainer.global_step)
         # trainer.log_dir is a collective call under DDP: every rank asks, rank 0 plots
         self.plot(Path(trainer.log_dir or trainer.default_root_dir))
 

@@ -26,7 +26,7 @@ import numpy as np
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from comlrl_lightning.data.collection import CollectionResult
-from comlrl_lightning.data.contract import team_side
+from comlrl_lightning.data.contract import round_source, team_side
 from comlrl_lightning.data.oracle import resolve_callable
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.options import OptionError, require
@@ -241,17 +241,14 @@ class RewardDistributions(Callback):
         self._reported: Optional[CollectionResult] = None
 
     def check_data_module(self, datamodule: Any) -> None:
-        """Fail unless ``datamodule`` builds rounds and its reward function declares a valid range.
+        """Fail unless ``datamodule`` builds rounds (:class:`~comlrl_lightning.data.contract.RoundSource`)
+        and its reward function declares a valid range.
 
         The iterative data module calls it in its ``setup``, before the team is loaded; :meth:`setup`
         calls it again for any other data module.
         """
-        require(
-            callable(getattr(datamodule, "round_collection", None)),
-            "RewardDistributions reports the rounds of an IterativePreferenceDataModule; "
-            f"this run's data module is {type(datamodule).__name__}.",
-        )
-        self.reward_range = resolve_reward_range(resolve_callable(datamodule.reward_func, "reward_func"))
+        source = round_source(datamodule, "RewardDistributions")
+        self.reward_range = resolve_reward_range(resolve_callable(source.reward_func, "reward_func"))
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
@@ -263,12 +260,13 @@ class RewardDistributions(Callback):
         self._reported = None
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        round_index, collection = trainer.datamodule.round_collection()
+        source = round_source(trainer.datamodule, "RewardDistributions")
+        round_index, collection = source.round_collection()
         # a round spans num_train_epochs epochs: only the epoch that built it has a new collection
         if collection is None or collection is self._reported:
             return
         self._reported = collection
-        _, pairs = trainer.datamodule.round_pairs()
+        _, pairs = source.round_pairs()
         self.report_round(trainer, round_index + 1, candidate_rewards(collection), list(pairs or []))
 
     def report_round(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -134,6 +134,35 @@ ITERATIVE_PAIR_SELECTIONS = ("reward_gap", "all", "random", "comparator_reward")
 """Iterative ``pair_selection`` modes (``comparator_reward`` is the iterative default)."""
 
 
+def select_against(
+    scores: Dict[str, List[float]], pair_selection: str, pairs_per_sample: Optional[int], stream: RandomStream
+) -> List[Tuple[int, str, str]]:
+    """``(j, winner side, loser side)`` of one item's comparisons, current candidate ``j`` against
+    comparator candidate ``j``, in the order ``pair_selection`` keeps them.
+
+    Only ``j < min(K, K')`` are compared; ``gap_j = current_j - comparator_j``; the side with the
+    higher score wins and ``gap_j = 0`` is dropped. ``comparator_reward`` sorts by
+    ``(comparator_j, |gap_j|)`` descending, ``reward_gap`` by ``|gap_j|`` descending (stable),
+    ``random`` shuffles with ``stream``, ``all`` keeps index order; all but ``all`` then keep the
+    first ``pairs_per_sample`` (``None``: every one).
+    """
+    entries = []
+    for j in range(min(len(scores["current"]), len(scores["comparator"]))):
+        gap = scores["current"][j] - scores["comparator"][j]
+        if gap != 0:
+            winner, loser = ("current", "comparator") if gap > 0 else ("comparator", "current")
+            entries.append((abs(gap), scores["comparator"][j], j, winner, loser))
+    if pair_selection == "comparator_reward":
+        entries.sort(key=lambda e: (e[1], e[0]), reverse=True)
+    elif pair_selection == "reward_gap":
+        entries.sort(key=lambda e: -e[0])
+    elif pair_selection == "random":
+        stream.python.shuffle(entries)
+    if pair_selection != "all" and pairs_per_sample is not None:
+        entries = entries[:pairs_per_sample]
+    return [(j, winner, loser) for _, _, j, winner, loser in entries]
+
+
 def build_pairs_against(
     current: Candidates,
     comparator: List[List[List[Completion]]],
@@ -143,13 +172,8 @@ def build_pairs_against(
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:
-    """Iterative trainers: current candidate ``j`` against comparator candidate ``j``.
-
-    Only equal indices ``j < min(K, K')`` are compared; either side may win; ties are dropped.
-    Selection per item: ``comparator_reward`` sorts by (comparator score, |gap|) descending,
-    ``reward_gap`` by |gap| descending (stable), ``random`` shuffles (seeded), ``all`` keeps every
-    pair by index. ``candidate_reward_mean`` averages every processed score of both sides.
-    """
+    """Iterative trainers: current candidate ``j`` against comparator candidate ``j``, selected per
+    item by :func:`select_against`. ``candidate_reward_mean`` averages every processed score of both sides."""
     result = CollectionResult()
     for k, item in enumerate(items):
         prompts = current.prompts[k]
@@ -165,22 +189,8 @@ def build_pairs_against(
         result.target_raw_rewards.append(raw["current"])
         result.comparator_raw_rewards.append(raw["comparator"])
         mean = mean_like_numpy(all_scores)
-        entries = []
-        for j in range(min(len(scores["current"]), len(scores["comparator"]))):
-            gap = scores["current"][j] - scores["comparator"][j]
-            if gap != 0:
-                winner, loser = ("current", "comparator") if gap > 0 else ("comparator", "current")
-                entries.append((abs(gap), scores["comparator"][j], j, winner, loser))
-        if pair_selection == "comparator_reward":
-            entries.sort(key=lambda e: (e[1], e[0]), reverse=True)
-        elif pair_selection == "reward_gap":
-            entries.sort(key=lambda e: -e[0])
-        elif pair_selection == "random":
-            stream.python.shuffle(entries)
-        if pair_selection != "all" and pairs_per_sample is not None:
-            entries = entries[:pairs_per_sample]
         result.item_pairs.append([])
-        for _, _, j, winner, loser in entries:
+        for j, winner, loser in select_against(scores, pair_selection, pairs_per_sample, stream):
             result.item_pairs[-1].append(
                 PreferencePair(
                     prompts=list(prompts),

@@ -1,9 +1,12 @@
-"""The written contract between a data module and the team module it feeds.
+"""The written contracts between the parts: a data module and the team module it feeds, and what
+the observers (callbacks) may read of either.
 
-Lightning gives both sides the trainer, and through it each other (``trainer.lightning_module``,
-``trainer.datamodule``). Everything either side may use of the other is named here, with types;
-:func:`team_side` and :func:`data_side` are the only way across, and they fail with a message
-naming what is missing when a user's own module or data module does not keep the contract.
+Lightning gives every part the trainer, and through it the others (``trainer.lightning_module``,
+``trainer.datamodule``, ``trainer.callbacks``). Everything one part may use of another is named
+here, with types, and crossed only through the checking functions: :func:`team_side` and
+:func:`data_side` between data and team; :func:`round_source`, :func:`data_module_checks` and
+:func:`evaluated_module` for observers. Each fails with a message naming what is missing when a
+user's own module, data module or callback does not keep the contract.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from comlrl_lightning.errors import ConfigurationTypeError
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
 
+    from comlrl_lightning.data.collection import CollectionResult
     from comlrl_lightning.data.oracle import Oracle
     from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.data.task import Task
@@ -87,6 +91,40 @@ class DataSide(Protocol):
     def round_pairs(self) -> "tuple[Optional[int], Optional[List[PreferencePair]]]": ...
 
 
+@runtime_checkable
+class RoundSource(Protocol):
+    """What an observer of iterative rounds may read of the data module (``IterativePreferenceDataModule`` keeps it).
+
+    :meth:`round_collection` is the round (0-based) this process collected last and its collection
+    (every item, each candidate's raw reward per side), ``(None, None)`` before the first and after
+    a checkpoint restore; :meth:`round_pairs` the round built last and the pairs it trains on;
+    ``reward_func`` the reward function (a callable or its import path).
+    """
+
+    reward_func: Any
+
+    def round_pairs(self) -> "tuple[Optional[int], Optional[List[PreferencePair]]]": ...
+
+    def round_collection(self) -> "tuple[Optional[int], Optional[CollectionResult]]": ...
+
+
+@runtime_checkable
+class DataModuleCheck(Protocol):
+    """A callback that checks the run's data module while it is set up, before the team is loaded
+    (the iterative data module asks every callback that offers it; ``RewardDistributions`` does)."""
+
+    def check_data_module(self, datamodule: Any) -> None: ...
+
+
+@runtime_checkable
+class EvaluatedModule(Protocol):
+    """What an observer of evaluations may read of the module (``TeamModule`` keeps it): the task
+    reward of the evaluation before the first update and after the last (``None`` until one ran)."""
+
+    initial_eval_reward: Optional[float]
+    final_eval_reward: Optional[float]
+
+
 class ContractError(ConfigurationTypeError):
     """A module or data module that does not keep the contract the other side relies on."""
 
@@ -106,6 +144,9 @@ _MEMBERS = {
         "log_metrics_now",
     ),
     "DataSide": ("eval_batch_size", "task", "evaluation_items", "round_pairs"),
+    "RoundSource": ("reward_func", "round_pairs", "round_collection"),
+    "DataModuleCheck": ("check_data_module",),
+    "EvaluatedModule": ("initial_eval_reward", "final_eval_reward"),
 }
 
 
@@ -118,14 +159,14 @@ def _has(obj: Any, name: str) -> bool:
     return True
 
 
-def _check(obj: Any, protocol: type, what: str) -> Any:
+def _check(obj: Any, protocol: type, what: str, reader: str = "") -> Any:
     if obj is None:
         raise ContractError(f"No {what} is attached to the trainer.")
     missing = [name for name in _MEMBERS[protocol.__name__] if not _has(obj, name)]
     if missing:
         raise ContractError(
             f"{type(obj).__name__} does not keep the {protocol.__name__} contract of comlrl_lightning.data.contract "
-            f"(missing: {', '.join(missing)})."
+            f"(missing: {', '.join(missing)}){reader}."
         )
     return obj
 
@@ -152,4 +193,45 @@ def optional_data_side(trainer: "Trainer") -> Optional[DataSide]:
     return _check(datamodule, DataSide, "LightningDataModule")
 
 
-__all__ = ["ContractError", "DataSide", "TeamSide", "data_side", "optional_data_side", "team_side"]
+def round_source(datamodule: Any, reader: str) -> RoundSource:
+    """``datamodule``, checked against :class:`RoundSource` for the observer named ``reader``."""
+    return _check(datamodule, RoundSource, "LightningDataModule", f"; {reader} reads the rounds it builds")
+
+
+def data_module_checks(callbacks: Sequence[Any]) -> List[DataModuleCheck]:
+    """The callbacks that offer :class:`DataModuleCheck`, in order; one whose ``check_data_module``
+    is not a method taking the data module is an error naming it."""
+    offering = [callback for callback in callbacks if _has(callback, "check_data_module")]
+    for callback in offering:
+        check = callback.check_data_module
+        try:
+            takes_data_module = callable(check) and inspect.signature(check).bind(None) is not None
+        except (TypeError, ValueError):
+            takes_data_module = False
+        if not takes_data_module:
+            raise ContractError(
+                f"{type(callback).__name__}.check_data_module must be a method taking the data module "
+                "(the DataModuleCheck contract of comlrl_lightning.data.contract)."
+            )
+    return offering
+
+
+def evaluated_module(module: Any, reader: str) -> EvaluatedModule:
+    """``module``, checked against :class:`EvaluatedModule` for the observer named ``reader``."""
+    return _check(module, EvaluatedModule, "LightningModule", f"; {reader} reads its evaluations")
+
+
+__all__ = [
+    "ContractError",
+    "DataModuleCheck",
+    "DataSide",
+    "EvaluatedModule",
+    "RoundSource",
+    "TeamSide",
+    "data_module_checks",
+    "data_side",
+    "evaluated_module",
+    "optional_data_side",
+    "round_source",
+    "team_side",
+]

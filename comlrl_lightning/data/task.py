@@ -7,7 +7,7 @@ import copy
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Union
 
 from comlrl_lightning.data.chat import (
     AgentPrompt,
@@ -27,7 +27,11 @@ from comlrl_lightning.defaults import (
     toy_items,
 )
 from comlrl_lightning.errors import ConfigurationError, DataError, MissingPathError
+from comlrl_lightning.options import require
 from comlrl_lightning.runtime.paths import require_local
+
+if TYPE_CHECKING:
+    from comlrl_lightning.team.team import Team
 
 ItemSource = Union[str, HFDataset, List[Dict[str, Any]], None]
 """Task items: a list, a file, a dataset name or folder, an :class:`HFDataset`, ``"embedded"`` or
@@ -184,6 +188,31 @@ def check_items(task: "Task", items: Sequence[Dict[str, Any]], role: str) -> Non
         except (KeyError, TypeError, ValueError) as error:
             message = error.args[0] if isinstance(error, KeyError) and error.args else error
             raise DataError(f"{role}_dataset: item {index}: {str(message).rstrip('.')}.") from None
+
+
+def check_prompts_fit(
+    task: "Task", team: "Team", max_new_tokens: int, items_by_role: Dict[str, Sequence[Dict[str, Any]]]
+) -> None:
+    """Every prompt plus ``max_new_tokens`` fits its agent's context (``task`` as the team sees it).
+
+    A model whose config names its context (``max_position_embeddings`` or ``n_positions``) would
+    otherwise fail deep inside sampling; the error names the dataset, the item, the agent and the excess.
+    """
+    for agent in range(team.num_agents):
+        config = team.agents[agent].config
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        if not context:
+            continue
+        for role, items in items_by_role.items():
+            for index, item in enumerate(items):
+                length = len(team.encode_prompts(agent, [task.prompts(item)[agent]])[0])
+                require(
+                    length + max_new_tokens <= context,
+                    f"{role}_dataset: item {index}: agent {agent}'s prompt has {length} tokens; with "
+                    f"max_new_tokens={max_new_tokens} that is {length + max_new_tokens - context} more than the "
+                    f"model's context of {context}. Shorten the prompt or lower max_new_tokens.",
+                )
 
 
 class Task:

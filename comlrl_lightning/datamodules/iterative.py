@@ -24,7 +24,7 @@ from comlrl_lightning.data.collection import (
     pair_from_record,
     sample_candidates,
 )
-from comlrl_lightning.data.contract import TeamSide, team_side
+from comlrl_lightning.data.contract import TeamSide, data_module_checks, team_side
 from comlrl_lightning.data.oracle import ScoringProgress
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
@@ -57,9 +57,10 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     comparator's state are in each checkpoint, and every random stream (the comparator's too) is
     derived from ``(seed, round, rank)``, so a resumed run continues exactly; raising
     ``num_iterations`` and resuming extends a finished run. Observers read each round through
-    :meth:`round_collection` and :meth:`round_pairs`; a callback with a
-    ``check_data_module(datamodule)`` method is asked in ``setup``, before the team is loaded
-    (:class:`~comlrl_lightning.callbacks.RewardDistributions` checks the reward range).
+    :meth:`round_collection` and :meth:`round_pairs` (the
+    :class:`~comlrl_lightning.data.contract.RoundSource` contract); a callback that offers
+    :class:`~comlrl_lightning.data.contract.DataModuleCheck` is asked in ``setup``, before the team
+    is loaded (:class:`~comlrl_lightning.callbacks.RewardDistributions` checks the reward range).
 
     Args:
         num_iterations: rounds; the CLI sets ``trainer.max_epochs = num_iterations * num_train_epochs``.
@@ -131,9 +132,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             return
         # Callbacks that observe the rounds check this run now, before the comparator binding below
         # loads the team: a callback that cannot work here fails before any model is loaded.
-        for callback in self.trainer.callbacks:
-            if callable(getattr(callback, "check_data_module", None)):
-                callback.check_data_module(self)
+        for callback in data_module_checks(self.trainer.callbacks):
+            callback.check_data_module(self)
         # train_dataloader() must run every epoch: it decides whether a new round starts.
         self.trainer.reload_dataloaders_every_n_epochs = 1
         root = Path(self.trainer.default_root_dir)
@@ -202,6 +202,29 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         the snapshots; every rank then draws the same replay sample from ``(seed, round)``.
         """
         started = time.perf_counter()
+        result = self.collect_round(round_index, module)
+        records = [pair.to_record() for pair in result.pairs]
+        path = self.replay.write_round(round_index + 1, records, publish=self.trainer.is_global_zero)
+        barrier(self.trainer)  # the round file is in place before any rank reads it
+        if not self.replay_rule.uses_history:
+            training = result.pairs
+        else:
+            replay_rng = RandomStream.derive(self.seed, "replay", round_index).python
+            training = [pair_from_record(r, module.team) for r in self.replay.sample(len(result.pairs), replay_rng)]
+        needed = self.comparator.snapshot_round(round_index + 1)
+        if self.snapshots is not None and needed is not None and self.trainer.is_global_zero:
+            # keep what the next round needs, plus one round more so a resume from the previous round works
+            self.snapshots.prune(needed - 1)
+        self.last_collection, self.pairs, self.built_round = result, training, round_index
+        self.log_round(module, result, training)
+        rank_zero_info(
+            f"round {round_index + 1}/{self.num_iterations}: {len(result.pairs)} pairs ({path.name}), "
+            f"{len(training)} for training, candidate reward mean {result.reward_mean:.4f}, "
+            f"{time.perf_counter() - started:.1f}s"
+        )
+
+    def collect_round(self, round_index: int, module: TeamSide) -> CollectionResult:
+        """Every rank samples and scores its shard of the items against the comparator; the result of all."""
         team = module.team
         rank, world = rank_and_world(self.trainer)
         items = shard(self.train_items, rank, world)
@@ -234,37 +257,22 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                         )
             self.comparator.end_round()
             with Progress.for_trainer(self.trainer, f"{label} scoring", len(items), "item") as scoring:
+                oracle = ScoringProgress(module.collection_oracle(self.task), scoring, calls_per_item=2)
                 return build_pairs_against(
-                    current,
-                    comparator,
-                    ScoringProgress(module.collection_oracle(self.task), scoring, calls_per_item=2),
-                    items,
-                    self.pair_selection,
-                    self.preference_pairs_per_sample,
-                    stream,
+                    current, comparator, oracle, items, self.pair_selection, self.preference_pairs_per_sample, stream
                 )
 
-        result = merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
-        records = [pair.to_record() for pair in result.pairs]
-        path = self.replay.write_round(round_index + 1, records, publish=self.trainer.is_global_zero)
-        barrier(self.trainer)  # the round file is in place before any rank reads it
-        if not self.replay_rule.uses_history:
-            training = result.pairs
-        else:
-            replay_rng = RandomStream.derive(self.seed, "replay", round_index).python
-            training = [pair_from_record(r, team) for r in self.replay.sample(len(result.pairs), replay_rng)]
-        needed = self.comparator.snapshot_round(round_index + 1)
-        if self.snapshots is not None and needed is not None and self.trainer.is_global_zero:
-            # keep what the next round needs, plus one round more so a resume from the previous round works
-            self.snapshots.prune(needed - 1)
-        self.last_collection, self.pairs, self.built_round = result, training, round_index
+        return merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
+
+    def log_round(self, module: TeamSide, result: CollectionResult, training: List[PreferencePair]) -> None:
+        """The round's metrics (``iter/*``, ``collect/*`` and the comparator's, summed over the ranks)."""
         comparator_metrics: Dict[str, float] = {}
-        for part in gather_objects(self.comparator.metrics(), world):
+        for part in gather_objects(self.comparator.metrics(), rank_and_world(self.trainer)[1]):
             for key, value in part.items():
                 comparator_metrics[key] = comparator_metrics.get(key, 0.0) + value
         module.log_metrics_now(
             {
-                "iter/current_iteration": float(round_index + 1),
+                "iter/current_iteration": float(self.built_round + 1),
                 "iter/current_preference_pairs": float(len(result.pairs)),
                 "iter/total_preference_pairs": float(self.replay.total_pairs),
                 "iter/train_preference_pairs": float(len(training)),
@@ -272,11 +280,6 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 **self.parse_metrics(result),
                 **comparator_metrics,
             }
-        )
-        rank_zero_info(
-            f"round {round_index + 1}/{self.num_iterations}: {len(result.pairs)} pairs ({path.name}), "
-            f"{len(training)} for training, candidate reward mean {result.reward_mean:.4f}, "
-            f"{time.perf_counter() - started:.1f}s"
         )
 
     # ------------------------------------------------------------------------------------------

@@ -24,12 +24,14 @@ from comlrl_lightning.data.task import (
     ItemSource,
     Task,
     check_items,
+    check_prompts_fit,
     embedded_formatters,
     load_items,
 )
 from comlrl_lightning.defaults import EMBEDDED
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.options import at_least, choice, require
+from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
@@ -176,30 +178,12 @@ class TaskDataModule(LightningDataModule):
         return self.item_loader(self.train_items)
 
     def check_context(self, module: TeamSide) -> None:
-        """Once, before any sampling: every prompt plus ``max_new_tokens`` fits each agent's context.
-
-        A model whose config names its context (``max_position_embeddings`` or ``n_positions``)
-        would otherwise fail deep inside sampling; the error names the item, the agent and the excess.
-        """
-        if self._context_checked:
-            return
-        budget = module.generation_settings.max_new_tokens
-        for agent in range(module.team.num_agents):
-            config = module.team.agents[agent].config
-            config = config.get_text_config() if hasattr(config, "get_text_config") else config
-            context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-            if not context:
-                continue
-            for role, items in (("train", self.train_items), ("eval", self.evaluation_items())):
-                for index, item in enumerate(items):
-                    length = len(module.team.encode_prompts(agent, [self.task.prompts(item)[agent]])[0])
-                    require(
-                        length + budget <= context,
-                        f"{role}_dataset: item {index}: agent {agent}'s prompt has {length} tokens; with "
-                        f"max_new_tokens={budget} that is {length + budget - context} more than the model's "
-                        f"context of {context}. Shorten the prompt or lower max_new_tokens.",
-                    )
-        self._context_checked = True
+        """Once, before any sampling: every prompt plus ``max_new_tokens`` fits each agent's context
+        (:func:`~comlrl_lightning.data.task.check_prompts_fit`)."""
+        if not self._context_checked:
+            items = {"train": self.train_items, "eval": self.evaluation_items()}
+            check_prompts_fit(self.task, module.team, module.generation_settings.max_new_tokens, items)
+            self._context_checked = True
 
     def val_dataloader(self) -> Union[DataLoader, List]:
         items = self.evaluation_items()
@@ -214,9 +198,7 @@ class TaskDataModule(LightningDataModule):
         return DataLoader(mine, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
 
     def _loader(self, data: list, collate_fn: Callable) -> DataLoader:
-        def batches_done() -> int:
-            return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
-
+        batches_done = lambda: epoch_batches_processed(self.trainer)
         rank, world = rank_and_world(self.trainer)
         sampler = EpochShuffleSampler(len(data), self.seed, num_replicas=world, rank=rank)
         return ResumablePairLoader(data, self.train_batch_size, sampler, collate_fn, batches_done)

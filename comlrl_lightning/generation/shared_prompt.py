@@ -11,6 +11,7 @@ import inspect
 import torch
 from torch import nn
 
+from comlrl_lightning.runtime.compat import compiles_fullgraph, takes_cache_objects
 from comlrl_lightning.team.activation_checkpointing import base_model, is_checkpointing
 
 
@@ -19,7 +20,7 @@ def can_share_prompts(model: nn.Module) -> bool:
     checkpointing turns the cache off: it does while training with grad enabled)."""
     base = base_model(model)
     checkpointing = is_checkpointing(model) and base.training and torch.is_grad_enabled()
-    return bool(getattr(base, "_supports_cache_class", True)) and not checkpointing
+    return takes_cache_objects(base) and not checkpointing
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,7 +75,7 @@ def _static_copy(model: nn.Module, cache, num_samples: int, length: int):
     sequences of the 3M-parameter benchmark model). A preallocated cache is written in place.
     """
     base = base_model(model)
-    if not getattr(base, "_can_compile_fullgraph", False) or any(getattr(cache, "is_sliding", None) or ()):
+    if not compiles_fullgraph(base) or any(getattr(cache, "is_sliding", None) or ()):
         return None
     try:
         from transformers import StaticCache

@@ -14,6 +14,7 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
+from comlrl_lightning.runtime.compat import version_counter
 from comlrl_lightning.team.lora import LoraAgent
 
 IGNORED_CONFIG_KEYS = ("_name_or_path", "transformers_version", "torch_dtype", "dtype")
@@ -114,7 +115,7 @@ class WeightsStamp:
 
 
 def parameter_versions(agent: nn.Module) -> Tuple[Tuple[int, int], ...]:
-    return tuple((id(p), p._version) for p in tracked_parameters(agent))
+    return tuple((id(p), version_counter(p)) for p in tracked_parameters(agent))
 
 
 def agent_device(agent: nn.Module) -> Optional[torch.device]:

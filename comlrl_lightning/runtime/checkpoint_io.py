@@ -16,6 +16,7 @@ import io
 import os
 import pickle
 import shutil
+import weakref
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
@@ -24,8 +25,12 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from comlrl_lightning.errors import DataError
+from comlrl_lightning.runtime.compat import saves_distributed_checkpoint
 from comlrl_lightning.runtime.files import fsync_directory, write_atomically
 from comlrl_lightning.runtime.paths import is_remote, require_local
+
+ATOMIC_FOLDERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+"""The sharded strategies whose checkpoint folders are already written atomically."""
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -87,7 +92,7 @@ def install(strategy) -> None:
     """Make ``strategy`` write checkpoints atomically, unless it was given a checkpoint IO of its own."""
     from comlrl_lightning.runtime.sharding import is_sharded
 
-    if is_sharded(strategy) and getattr(strategy, "_save_distributed_checkpoint", False):
+    if is_sharded(strategy) and saves_distributed_checkpoint(strategy):
         _write_folders_atomically(strategy)
     elif type(strategy.checkpoint_io) is TorchCheckpointIO:
         strategy.checkpoint_io = AtomicCheckpointIO()
@@ -98,7 +103,7 @@ def _write_folders_atomically(strategy) -> None:
     would leave old and new shards mixed under a name a resume trusts. Here every rank writes into
     ``<name>.tmp``, and rank 0 swaps it in once all are done: the name holds a whole checkpoint or
     (between the two renames, with the old one kept as ``<name>.old``) none."""
-    if getattr(strategy, "_comlrl_atomic_folders", False):
+    if strategy in ATOMIC_FOLDERS:
         return
     save = strategy.save_checkpoint
 
@@ -120,7 +125,7 @@ def _write_folders_atomically(strategy) -> None:
         strategy.barrier()
 
     strategy.save_checkpoint = save_checkpoint
-    strategy._comlrl_atomic_folders = True
+    ATOMIC_FOLDERS.add(strategy)
 
 
 def _remove(path: Path) -> None:

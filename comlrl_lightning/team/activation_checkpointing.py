@@ -17,6 +17,7 @@ from typing import Callable, ContextManager, Iterator
 from torch import nn
 
 from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.runtime.compat import checkpoint_functions_wrapped, checkpointed_layers
 
 
 def base_model(model: nn.Module) -> nn.Module:
@@ -59,28 +60,11 @@ def recomputed_inside(model: nn.Module, state: Callable[[], ContextManager]) -> 
     The layers' checkpoint functions are wrapped for the block only; the recomputation captured
     the wrapped one, so it still enters ``state()`` when backward runs after the block.
     """
-    layers = (
-        [
-            m
-            for m in model.modules()
-            if getattr(m, "gradient_checkpointing", False) and hasattr(m, "_gradient_checkpointing_func")
-        ]
-        if is_checkpointing(model)
-        else []
-    )
-    originals = [layer.__dict__.get("_gradient_checkpointing_func") for layer in layers]
-    for layer in layers:
-        layer._gradient_checkpointing_func = functools.partial(
-            _checkpoint_inside, layer._gradient_checkpointing_func, state
-        )
-    try:
+    layers = checkpointed_layers(model) if is_checkpointing(model) else []
+    with checkpoint_functions_wrapped(
+        layers, lambda checkpoint: functools.partial(_checkpoint_inside, checkpoint, state)
+    ):
         yield
-    finally:
-        for layer, original in zip(layers, originals):
-            if original is None:
-                del layer._gradient_checkpointing_func
-            else:
-                layer._gradient_checkpointing_func = original
 
 
 def _checkpoint_inside(checkpoint: Callable, state: Callable[[], ContextManager], function: Callable, *args, **kwargs):

@@ -24,13 +24,14 @@ import contextlib
 import functools
 import weakref
 from dataclasses import dataclass
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from comlrl_lightning.losses import gathered_logprobs
+from comlrl_lightning.runtime.compat import attention_implementation, switches_attention
 from comlrl_lightning.team.activation_checkpointing import recomputed_inside
 from comlrl_lightning.team.fused_head import captured_head, linear_logprobs
 
@@ -106,25 +107,7 @@ def build_layout(
     prompt_start = prompt_length.cumsum(0) - prompt_length
     completion_start = int(prompt_length.sum()) + span.cumsum(0) - span
 
-    # attention: the distinct prompts in one group; the rows' completions in groups of alike length
-    last = packed.shape[0] - 1
-    zeros = torch.zeros_like(prompt_length)
-    groups = [_attention_group(prompt_start, prompt_length, prompt_start, zeros, last)]
-    for rows in completion_groups(span.tolist()):
-        index = torch.tensor(rows, device=device, dtype=torch.long)
-        groups.append(
-            _attention_group(
-                completion_start[index],
-                span[index],
-                prompt_start[prompt_of[index]],
-                prompt_length[prompt_of[index]],
-                last,
-            )
-        )
-    slots, first_slot = torch.empty(packed.shape[0], dtype=torch.long, device=device), 0
-    for group in groups:
-        slots[group.positions] = group.slots + first_slot
-        first_slot += group.query_index.numel()
+    groups, slots = _attention_groups(prompt_start, prompt_length, prompt_of, completion_start, span, packed.shape[0])
 
     # logits: target c of row r is predicted by its prompt's last token (c = 0) or completion token c - 1
     target_present = columns < needed.unsqueeze(1)
@@ -148,6 +131,37 @@ def build_layout(
         owner=owner[target_present],
         column=columns.expand(rows_count, width)[target_present],
     )
+
+
+def _attention_groups(
+    prompt_start: torch.Tensor,
+    prompt_length: torch.Tensor,
+    prompt_of: torch.Tensor,
+    completion_start: torch.Tensor,
+    span: torch.Tensor,
+    length: int,
+) -> Tuple[List[AttentionGroup], torch.Tensor]:
+    """The attention groups of a packed sequence of ``length`` tokens: the distinct prompts in one
+    group, then the rows' completions (each after its prompt ``prompt_of[row]``) in groups of alike
+    length; and every packed token's slot in the groups' concatenated outputs."""
+    last = length - 1
+    groups = [_attention_group(prompt_start, prompt_length, prompt_start, torch.zeros_like(prompt_length), last)]
+    for rows in completion_groups(span.tolist()):
+        index = torch.tensor(rows, device=span.device, dtype=torch.long)
+        groups.append(
+            _attention_group(
+                completion_start[index],
+                span[index],
+                prompt_start[prompt_of[index]],
+                prompt_length[prompt_of[index]],
+                last,
+            )
+        )
+    slots, first_slot = torch.empty(length, dtype=torch.long, device=span.device), 0
+    for group in groups:
+        slots[group.positions] = group.slots + first_slot
+        first_slot += group.query_index.numel()
+    return groups, slots
 
 
 def _attention_group(
@@ -270,19 +284,10 @@ _REGISTERED = _register()
 
 
 @contextlib.contextmanager
-def _switched(config) -> Iterator[None]:
-    previous = config._attn_implementation
-    config._attn_implementation = ATTENTION_NAME
-    try:
-        yield
-    finally:
-        config._attn_implementation = previous
-
-
-@contextlib.contextmanager
 def _packed_attention(model: nn.Module, config) -> Iterator[None]:
     """The packed attention for this call, and for the recomputation of its checkpointed layers."""
-    with recomputed_inside(model, functools.partial(_switched, config)), _switched(config):
+    switched = functools.partial(attention_implementation, config, ATTENTION_NAME)
+    with recomputed_inside(model, switched), switched():
         yield
 
 
@@ -300,7 +305,7 @@ def packed_token_logprobs(
     (:func:`~comlrl_lightning.team.fused_head.linear_logprobs`) instead of materialised logits.
     """
     config = getattr(model, "config", None)
-    if not _REGISTERED or model in _UNSUPPORTED or not hasattr(config, "_attn_implementation"):
+    if not _REGISTERED or model in _UNSUPPORTED or not switches_attention(config):
         return None
     if getattr(config, "is_encoder_decoder", False):
         return None

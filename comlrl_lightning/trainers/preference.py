@@ -23,11 +23,11 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from lightning.pytorch import Trainer, seed_everything
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 
 from comlrl_lightning.callbacks.reward_curve import RewardCurvePlot
@@ -48,9 +48,11 @@ from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.runtime.compat import wandb_run_started
 from comlrl_lightning.runtime.files import ensure_writable_folder
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
+from comlrl_lightning.trainers.checkpoints import checkpointing
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
     MADPOIterConfig,
@@ -108,14 +110,6 @@ class _PreferenceTrainer:
         **marlhf_arguments: Any,
     ) -> None:
         self.args = args if args is not None else self.config_class()
-        # MARLHFConfig and the iterative configs derive from MADPOConfig: each trainer takes its own kind only
-        other_kinds = tuple(
-            {MADPOConfig, MARLHFConfig, MADPOIterConfig, MARLHFIterConfig} - set(self.config_class.__mro__)
-        )
-        require(
-            isinstance(self.args, self.config_class) and not isinstance(self.args, other_kinds),
-            f"args must be a {self.config_class.__name__} (got {type(self.args).__name__}).",
-        )
         self._refuse_unsupported(
             external_transition=external_transition,
             eval_logger=eval_logger,
@@ -131,15 +125,7 @@ class _PreferenceTrainer:
             agents or agent_model is None or isinstance(agent_model, (str, os.PathLike)),
             "agent_model must be a model name or path; pass model objects as agents=[...] with tokenizer=.",
         )
-        embedded = agent_model == EMBEDDED and train_dataset is None
-        if embedded:  # the toy task that goes with the embedded model
-            train_dataset, eval_dataset = EMBEDDED, EMBEDDED if eval_dataset is None else eval_dataset
-        require(train_dataset is not None, "train_dataset is required.")
-        require(reward_func is not None or embedded, "reward_func must be a callable.")
-        require(
-            reward_func is None or callable(reward_func) or isinstance(reward_func, str),
-            "reward_func must be a callable.",
-        )
+        train_dataset, eval_dataset = _task_datasets(agent_model, train_dataset, eval_dataset, reward_func)
         mapping.warn_ignored(self.args)
         # args and wandb_config go to the W&B run and the checkpoints: no key's value anywhere in them
         check_config_has_no_key({"args": dataclasses.asdict(self.args), "wandb_config": dict(wandb_config or {})})
@@ -155,35 +141,42 @@ class _PreferenceTrainer:
             centralized_comparator_adapter,
             marlhf_arguments.get("critic_model"),
         )
-        data_class = IterativePreferenceDataModule if self.iterative else PreferenceDataModule
-        parts: Dict[str, Any] = {}
-        if self.iterative:
-            parts = dict(
-                comparator=mapping.comparator_for(self.args, centralized_comparator_adapter),
-                replay=mapping.replay_for(self.args),
-            )
-        self.datamodule = data_class(
+        self.datamodule = self._build_datamodule(
+            centralized_comparator_adapter,
             train_dataset=_items(train_dataset),
             eval_dataset=_items(eval_dataset),
             formatters=formatters,
             reward_func=reward_func,
             reward_processor=reward_processor,
-            seed=self.seed,
-            **mapping.data_options(self.args),
-            **parts,
         )
+        self.trainer: Optional[Trainer] = None
+
+    def _build_datamodule(self, adapter: Any, **data: Any) -> PreferenceDataModule:
+        parts: Dict[str, Any] = {}
+        if self.iterative:
+            parts = dict(comparator=mapping.comparator_for(self.args, adapter), replay=mapping.replay_for(self.args))
+        data_class = IterativePreferenceDataModule if self.iterative else PreferenceDataModule
+        datamodule = data_class(seed=self.seed, **data, **mapping.data_options(self.args), **parts)
         if getattr(self.args, "log_reward_distribution", False):
             from comlrl_lightning.callbacks.reward_distributions import (
                 resolve_reward_range,
             )
 
             # the error now, before any model loads
-            resolve_reward_range(resolve_callable(self.datamodule.reward_func, "reward_func"))
-        self.trainer: Optional[Trainer] = None
+            resolve_reward_range(resolve_callable(datamodule.reward_func, "reward_func"))
+        return datamodule
 
     def _refuse_unsupported(self, **given: Any) -> None:
-        """A keyword the reference does not have is a ``TypeError``; one it has that this library
-        does not support is an error with the reason (never silently ignored)."""
+        """``args`` of another trainer's kind, a keyword the reference does not have (a ``TypeError``)
+        and one it has that this library does not support are errors with the reason (never silently ignored)."""
+        # MARLHFConfig and the iterative configs derive from MADPOConfig: each trainer takes its own kind only
+        other_kinds = tuple(
+            {MADPOConfig, MARLHFConfig, MADPOIterConfig, MARLHFIterConfig} - set(self.config_class.__mro__)
+        )
+        require(
+            isinstance(self.args, self.config_class) and not isinstance(self.args, other_kinds),
+            f"args must be a {self.config_class.__name__} (got {type(self.args).__name__}).",
+        )
         marlhf_only = ("metrics_callback", "critic_model", "critics")
         for name in given:
             if (
@@ -241,36 +234,16 @@ class _PreferenceTrainer:
         ``generation_kwargs`` override the sampling settings (``max_new_tokens``, ``temperature``,
         ``top_p``, ``top_k``; ``do_sample=True`` is accepted).
         """
-        require(
-            isinstance(checkpoint_interval, int)
-            and not isinstance(checkpoint_interval, bool)
-            and checkpoint_interval >= 1,
-            "checkpoint_interval must be a positive integer.",
-        )
-        require(
-            checkpoint_total_limit is None or (isinstance(checkpoint_total_limit, int) and checkpoint_total_limit >= 1),
-            "checkpoint_total_limit must be a positive integer or None.",
+        resume, checkpoints = checkpointing(
+            resume_from_checkpoint,
+            checkpoint_dir,
+            checkpoint_interval,
+            checkpoint_total_limit,
+            self.output_dir / "checkpoints",
+            self.args.num_train_epochs if self.iterative else 1,
         )
         self._apply_generation_kwargs(generation_kwargs)
-        tracking = (
-            resume_from_checkpoint is not None
-            or checkpoint_dir is not None
-            or checkpoint_interval != 1
-            or checkpoint_total_limit is not None
-        )
-        callbacks: List[Callback] = [RewardCurvePlot()]
-        resume = _checkpoint_file(resume_from_checkpoint)
-        if tracking:  # a resumed run keeps writing beside the checkpoint it resumed unless told otherwise
-            directory = checkpoint_dir or (str(Path(resume).parent) if resume else str(self.output_dir / "checkpoints"))
-            every = checkpoint_interval * (self.args.num_train_epochs if self.iterative else 1)
-            limit = (
-                dict(save_top_k=checkpoint_total_limit, monitor="step", mode="max") if checkpoint_total_limit else {}
-            )
-            callbacks.append(
-                ModelCheckpoint(
-                    dirpath=directory, save_last=True, save_on_train_epoch_end=True, every_n_epochs=every, **limit
-                )
-            )
+        callbacks: List[Callback] = [RewardCurvePlot()] + ([checkpoints] if checkpoints is not None else [])
         if getattr(self.args, "log_reward_distribution", False):
             from comlrl_lightning.callbacks.reward_distributions import (
                 RewardDistributions,
@@ -284,7 +257,7 @@ class _PreferenceTrainer:
             default_root_dir=str(self.output_dir),
             callbacks=callbacks,
             logger=logger_from_wandb_config(self.wandb_config, self.output_dir, self.args),
-            enable_checkpointing=tracking,
+            enable_checkpointing=checkpoints is not None,
             enable_progress_bar=bool(verbose),
             enable_model_summary=False,
             **mapping.trainer_options(self.args),
@@ -293,7 +266,7 @@ class _PreferenceTrainer:
             self.trainer.fit(self.module, self.datamodule, ckpt_path=resume)
         finally:  # a W&B run is complete (and its offline record flushed) when train() returns
             for logger in self.trainer.loggers:
-                if isinstance(logger, WandbLogger) and logger._experiment is not None:
+                if isinstance(logger, WandbLogger) and wandb_run_started(logger):
                     logger.experiment.finish()
 
     def evaluate(self) -> Dict[str, float]:
@@ -352,23 +325,27 @@ class _PreferenceTrainer:
                 shutil.rmtree(staging, ignore_errors=True)
 
 
+def _task_datasets(agent_model: Any, train_dataset: Any, eval_dataset: Any, reward_func: Any) -> Tuple[Any, Any]:
+    """The training and evaluation datasets, checked with the reward function; the embedded model
+    without a dataset brings its toy task (and its reward)."""
+    embedded = agent_model == EMBEDDED and train_dataset is None
+    if embedded:
+        train_dataset, eval_dataset = EMBEDDED, EMBEDDED if eval_dataset is None else eval_dataset
+    require(train_dataset is not None, "train_dataset is required.")
+    require(reward_func is not None or embedded, "reward_func must be a callable.")
+    require(
+        reward_func is None or callable(reward_func) or isinstance(reward_func, str),
+        "reward_func must be a callable.",
+    )
+    return train_dataset, eval_dataset
+
+
 def _items(dataset: Any) -> Any:
     """Datasets as the data module takes them: a ``datasets`` object as it is (the data module indexes
     it without copying), any other sequence of dicts as a list."""
     if dataset is None or isinstance(dataset, (str, os.PathLike, list, HFDataset)) or is_hf_dataset(dataset):
         return str(dataset) if isinstance(dataset, os.PathLike) else dataset
     return [dict(item) for item in dataset]
-
-
-def _checkpoint_file(path: Optional[str]) -> Optional[str]:
-    """A ``.ckpt`` file, or ``last.ckpt`` inside a folder."""
-    if path is None:
-        return None
-    candidate = Path(require_local(path, "resume_from_checkpoint", "a local checkpoint file or folder"))
-    if candidate.is_dir():
-        candidate = candidate / "last.ckpt"
-    require(candidate.is_file(), f"resume_from_checkpoint: no checkpoint at {candidate}.")
-    return str(candidate)
 
 
 class MADPOTrainer(_PreferenceTrainer):

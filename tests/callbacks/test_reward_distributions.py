@@ -30,6 +30,7 @@ from comlrl_lightning.callbacks.reward_distributions import (
     selected_rewards,
     write_record,
 )
+from comlrl_lightning.data.contract import ContractError
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.defaults import vowel_length_reward
 from tests.helpers.iterative_run import make_run
@@ -203,7 +204,9 @@ def test_the_callback_needs_an_iterative_data_module(tmp_path):
 
     trainer = make_trainer(tmp_path, callbacks=[RewardDistributions()])
     with pytest.raises(
-        OptionError, match="IterativePreferenceDataModule; this run's data module is PreferenceDataModule"
+        ContractError,
+        match=r"PreferenceDataModule does not keep the RoundSource contract .*\(missing: round_collection\); "
+        "RewardDistributions reads the rounds it builds",
     ):
         trainer.fit(MADPOModule(**ITER_MODEL), PreferenceDataModule(preference_num_candidates=2))
 

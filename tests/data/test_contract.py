@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import pytest
-from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch import Callback, LightningDataModule, LightningModule
 
 from comlrl_lightning import (
     IterativePreferenceDataModule,
     MADPOModule,
     MAGRPOModule,
     PreferenceDataModule,
+    RewardCurvePlot,
+    RewardDistributions,
     TaskDataModule,
 )
 from comlrl_lightning.data.contract import (
     ContractError,
+    DataModuleCheck,
     DataSide,
+    EvaluatedModule,
+    RoundSource,
+    data_module_checks,
     data_side,
+    evaluated_module,
     optional_data_side,
+    round_source,
     team_side,
 )
+from comlrl_lightning.defaults import vowel_length_reward
 
 
 class FakeTrainer:
@@ -93,3 +102,114 @@ def test_a_preference_data_module_refuses_a_module_without_the_contract(tmp_path
     )
     with pytest.raises(ContractError, match="Plain does not keep the TeamSide contract"):
         trainer.fit(Plain(), PreferenceDataModule(train_dataset=[{"prompt": "a"}], reward_func=lambda a, b: 0.0))
+
+
+# ----------------------------------------------------------------------------------------------
+# What observers may read: the round source, the data-module check, the evaluated module
+
+
+class UserRounds:
+    """A user's own round source: keeps RoundSource without deriving from any class of ours."""
+
+    reward_func = staticmethod(vowel_length_reward)
+
+    def round_pairs(self):
+        return 0, []
+
+    def round_collection(self):
+        return 0, None
+
+
+def test_the_iterative_data_module_and_a_users_own_class_keep_the_round_source():
+    iterative = IterativePreferenceDataModule()
+    assert round_source(iterative, "Observer") is iterative and isinstance(iterative, RoundSource)
+    assert iterative.round_collection() == (None, None)
+    mine = UserRounds()
+    assert round_source(mine, "Observer") is mine
+    callback = RewardDistributions()
+    callback.check_data_module(mine)  # the callback takes any round source with a declared reward range
+    assert callback.reward_range == (-1.0, 1.0)
+
+
+def test_a_data_module_without_rounds_is_named_with_what_it_lacks_and_who_reads_it():
+    class NoCollection:
+        reward_func = staticmethod(vowel_length_reward)
+
+        def round_pairs(self):
+            return None, None
+
+    with pytest.raises(
+        ContractError,
+        match=r"^PreferenceDataModule does not keep the RoundSource contract of comlrl_lightning.data.contract "
+        r"\(missing: round_collection\); Observer reads the rounds it builds\.$",
+    ):
+        round_source(PreferenceDataModule(), "Observer")
+    with pytest.raises(ContractError, match=r"NoCollection .*\(missing: round_collection\); RewardDistributions"):
+        RewardDistributions().check_data_module(NoCollection())
+    with pytest.raises(ContractError, match=r"missing: reward_func, round_pairs, round_collection\)"):
+        round_source(object(), "Observer")
+
+
+def test_callbacks_that_offer_a_data_module_check_are_asked_and_a_broken_one_is_named():
+    class Checks(Callback):
+        def check_data_module(self, datamodule):
+            pass
+
+    class NotAMethod(Callback):
+        check_data_module = None
+
+    class TakesNothing(Callback):
+        def check_data_module(self):
+            pass
+
+    checking, plain = Checks(), Callback()
+    assert data_module_checks([plain, checking, RewardDistributions()])[:1] == [checking]
+    assert isinstance(checking, DataModuleCheck) and not isinstance(plain, DataModuleCheck)
+    assert data_module_checks([plain]) == []
+    for broken in (NotAMethod(), TakesNothing()):
+        with pytest.raises(
+            ContractError, match=rf"^{type(broken).__name__}.check_data_module must be a method taking the data module"
+        ):
+            data_module_checks([checking, broken])
+
+
+def test_the_iterative_data_module_asks_a_users_check_before_the_team_is_loaded(tmp_path):
+    from tests.helpers.iterative_run import ITER_MODEL, make_trainer
+
+    class Refuses(Callback):
+        def __init__(self):
+            self.seen = []
+
+        def check_data_module(self, datamodule):
+            self.seen.append(datamodule)
+            raise RuntimeError("this run is not for me")
+
+    callback, module, datamodule = Refuses(), MADPOModule(**ITER_MODEL), IterativePreferenceDataModule()
+    with pytest.raises(RuntimeError, match="this run is not for me"):
+        make_trainer(tmp_path, callbacks=[callback]).fit(module, datamodule)
+    assert callback.seen == [datamodule]
+    assert module._team is None  # no model was loaded
+
+
+def test_team_modules_and_a_users_own_module_keep_the_evaluated_module():
+    class Mine(LightningModule):
+        initial_eval_reward = None
+        final_eval_reward = 0.5
+
+    ours = MADPOModule(agent_model="/nonexistent/model/path")
+    assert evaluated_module(ours, "Observer") is ours and ours._team is None
+    assert evaluated_module(Mine(), "Observer").final_eval_reward == 0.5
+    assert isinstance(Mine(), EvaluatedModule)
+
+
+def test_a_module_that_does_not_evaluate_is_named_before_a_reward_curve_is_drawn(tmp_path):
+    class Plain(LightningModule):
+        initial_eval_reward = None
+
+    with pytest.raises(
+        ContractError,
+        match=r"^Plain does not keep the EvaluatedModule contract of comlrl_lightning.data.contract "
+        r"\(missing: final_eval_reward\); RewardCurvePlot reads its evaluations\.$",
+    ):
+        RewardCurvePlot().setup(None, Plain(), "fit")
+    RewardCurvePlot().setup(None, Plain(), "validate")  # only a fit draws the curve

@@ -1,0 +1,202 @@
+"""The one door to the private parts of Lightning, transformers and torch this package relies on.
+
+A few things the package needs are not public API: a Lightning module's trainer before it is
+attached, the fit loop's batch counter, whether a sharded strategy writes distributed checkpoints,
+whether a W&B logger started its run, transformers' attention switch and checkpoint function,
+torch's tensor version counter. Each is read or written here and nowhere else
+(``tests/test_structure.py`` fails on a private access anywhere else in the package). Every
+function checks that what it touches exists and otherwise raises :class:`UnsupportedVersion`,
+naming the attribute, the installed version and the supported range (:data:`SUPPORTED`), so an
+upgrade that moves one of them breaks loudly, here, instead of quietly changing behaviour.
+Lightning, transformers and torch are imported where a function needs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
+
+if TYPE_CHECKING:
+    import torch
+    from lightning.pytorch import LightningModule, Trainer
+    from torch import nn
+
+SUPPORTED: Dict[str, str] = {
+    "lightning": ">=2.4,<2.7",
+    "transformers": ">=4.46,<6",
+    "torch": ">=2.4,<3",
+}
+"""The versions whose private parts this module knows (tested with lightning 2.6.6, transformers
+5.24.0, torch 2.13.0); the lower bounds are the package's dependency pins."""
+
+
+class UnsupportedVersion(RuntimeError):
+    """An installed library lacks a private attribute this package relies on: not a supported version."""
+
+
+def installed_version(library: str) -> str:
+    """The installed version of ``library`` (``"not installed"`` without one)."""
+    try:
+        return metadata.version(library)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def unsupported(library: str, what: str) -> UnsupportedVersion:
+    """The error for ``what`` (e.g. ``"LightningModule._trainer"``) missing from the installed ``library``."""
+    return UnsupportedVersion(
+        f"comlrl_lightning relies on {what} of {library}, which the installed {library} "
+        f"{installed_version(library)} does not have; supported: {library}{SUPPORTED[library]} "
+        f"(pip install '{library}{SUPPORTED[library]}')."
+    )
+
+
+def private(obj: Any, name: str, library: str) -> Any:
+    """``obj.<name>``, or :class:`UnsupportedVersion` naming ``type(obj).<name>`` when ``library`` has none."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise unsupported(library, f"{type(obj).__name__}.{name}") from None
+
+
+def _transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Lightning
+
+
+def attached_trainer(module: "LightningModule") -> Optional["Trainer"]:
+    """The trainer ``module`` is attached to, or ``None`` (``module.trainer`` raises when there is none)."""
+    return private(module, "_trainer", "lightning")
+
+
+def epoch_batches_processed(trainer: "Trainer") -> int:
+    """Training batches the fit loop has processed in the current epoch (counted on resume too)."""
+    loop = private(private(trainer, "fit_loop", "lightning"), "epoch_loop", "lightning")
+    return private(private(loop, "batch_progress", "lightning"), "current", "lightning").processed
+
+
+def saves_distributed_checkpoint(strategy: Any) -> bool:
+    """Whether a ``ModelParallelStrategy`` writes a checkpoint folder of shards (its ``save_distributed_checkpoint``)."""
+    return bool(private(strategy, "_save_distributed_checkpoint", "lightning"))
+
+
+def wandb_run_started(logger: Any) -> bool:
+    """Whether a ``WandbLogger`` has started its run (``logger.experiment`` would start one)."""
+    return private(logger, "_experiment", "lightning") is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# transformers
+
+
+def switches_attention(config: Any) -> bool:
+    """Whether ``config`` is a transformers config whose attention implementation can be switched per call."""
+    from transformers import PretrainedConfig
+
+    if not isinstance(config, PretrainedConfig):
+        return False
+    private(config, "_attn_implementation", "transformers")
+    return True
+
+
+@contextlib.contextmanager
+def attention_implementation(config: Any, name: str) -> Iterator[None]:
+    """Within this block, models of ``config`` attend with the registered implementation ``name``."""
+    previous = private(config, "_attn_implementation", "transformers")
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+def checkpointed_layers(model: "nn.Module") -> List["nn.Module"]:
+    """The layers of ``model`` that recompute their forward in backward through a checkpoint function.
+
+    transformers gives every module with a ``gradient_checkpointing`` flag the function; its
+    ``GradientCheckpointingLayer`` (transformers 5) must have it once the flag is on.
+    """
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:  # transformers 4: no common class of checkpointed layers
+        GradientCheckpointingLayer = ()
+    layers = []
+    for module in model.modules():
+        if not getattr(module, "gradient_checkpointing", False):
+            continue
+        if isinstance(module, GradientCheckpointingLayer):
+            private(module, "_gradient_checkpointing_func", "transformers")
+        elif not hasattr(module, "_gradient_checkpointing_func"):
+            continue
+        layers.append(module)
+    return layers
+
+
+@contextlib.contextmanager
+def checkpoint_functions_wrapped(layers: List["nn.Module"], wrap: Callable[[Callable], Callable]) -> Iterator[None]:
+    """Within this block, each layer's checkpoint function ``f`` is ``wrap(f)``; restored afterwards."""
+    own = [layer.__dict__.get("_gradient_checkpointing_func") for layer in layers]  # None: the class's own
+    for layer in layers:
+        layer._gradient_checkpointing_func = wrap(private(layer, "_gradient_checkpointing_func", "transformers"))
+    try:
+        yield
+    finally:
+        for layer, original in zip(layers, own):
+            if original is None:
+                del layer._gradient_checkpointing_func
+            else:
+                layer._gradient_checkpointing_func = original
+
+
+def takes_cache_objects(model: "nn.Module") -> bool:
+    """Whether ``model`` takes a ``Cache`` object: transformers 4 flags the models that do
+    (``_supports_cache_class``); transformers 5 dropped the flag, every model does."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel) or _transformers_major() >= 5:
+        return True
+    return bool(private(model, "_supports_cache_class", "transformers"))
+
+
+def compiles_fullgraph(model: "nn.Module") -> bool:
+    """Whether transformers marks ``model`` as compilable whole (so a ``StaticCache`` fits it);
+    ``False`` for models that are not transformers models and before transformers 5."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel) or _transformers_major() < 5:
+        return False
+    return bool(private(model, "_can_compile_fullgraph", "transformers"))
+
+
+# ----------------------------------------------------------------------------------------------
+# torch
+
+
+def version_counter(tensor: "torch.Tensor") -> int:
+    """``tensor``'s version counter: bumped by every in-place change (``copy_``, an optimizer step)."""
+    return private(tensor, "_version", "torch")
+
+
+__all__ = [
+    "SUPPORTED",
+    "UnsupportedVersion",
+    "attached_trainer",
+    "attention_implementation",
+    "checkpoint_functions_wrapped",
+    "checkpointed_layers",
+    "compiles_fullgraph",
+    "epoch_batches_processed",
+    "installed_version",
+    "private",
+    "saves_distributed_checkpoint",
+    "switches_attention",
+    "takes_cache_objects",
+    "unsupported",
+    "version_counter",
+]
