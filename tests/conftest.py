@@ -9,10 +9,70 @@ os.environ.setdefault("COMLRL_LIGHTNING_CACHE", tempfile.mkdtemp(prefix="comlrl-
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import multiprocessing.process  # noqa: E402
+import subprocess  # noqa: E402
+import traceback  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+# ----------------------------------------------------------------------------------------------
+# The everyday tier (-m "not slow") starts no process: a test that does is marked slow, or fails
+
+
+STARTED_PROCESSES: list = []
+"""What the current test started (a subprocess's program, or "a multiprocessing process")."""
+
+ONE_TIME_PROBES = {
+    "typeshed_client": "jsonargparse's stub resolver asks the interpreter for its sys.path, once per process",
+}
+"""Libraries whose own short probe process is not the test's doing (found by the caller's file path)."""
+
+_popen_init = subprocess.Popen.__init__
+_process_start = multiprocessing.process.BaseProcess.start
+
+
+def _recording_popen_init(self, args, *more, **options):
+    callers = [frame.filename for frame in traceback.extract_stack()]
+    if not any(f"{os.sep}{library}{os.sep}" in caller for caller in callers for library in ONE_TIME_PROBES):
+        program = args[0] if isinstance(args, (list, tuple)) else str(args).split()[0]
+        STARTED_PROCESSES.append(os.path.basename(str(program)))
+    _popen_init(self, args, *more, **options)
+
+
+def _recording_process_start(self):
+    STARTED_PROCESSES.append("a multiprocessing process")
+    _process_start(self)
+
+
+subprocess.Popen.__init__ = _recording_popen_init
+multiprocessing.process.BaseProcess.start = _recording_process_start
+
+
+def _check_started_processes(item: pytest.Item) -> None:
+    if STARTED_PROCESSES and item.get_closest_marker("slow") is None:
+        started = ", ".join(sorted(set(STARTED_PROCESSES)))
+        pytest.fail(f"{item.nodeid} started a process ({started}): mark it @pytest.mark.slow", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    STARTED_PROCESSES.clear()
+    result = yield  # fixtures: a module-scoped one may start processes for the tests that use it
+    _check_started_processes(item)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    STARTED_PROCESSES.clear()
+    result = yield
+    _check_started_processes(item)
+    return result
+
 
 TINY_MODEL = dict(
     agent_model="embedded",

@@ -34,6 +34,7 @@ def bench():
         sys.modules.update(saved)
 
 
+@pytest.mark.slow  # the benchmark script end to end (it also runs uname)
 def test_quick_ours_only(bench, tmp_path, capsys):
     page = tmp_path / "performance.md"
     page.write_text("# Performance\n\nintro\n")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from comlrl_lightning.cli import main
 
 TINY = [
@@ -62,6 +64,7 @@ def test_fit_with_the_shipped_config_writes_checkpoint_config_and_metrics(tmp_pa
     assert eval_steps[1:] == [2, 5, 7]
 
 
+@pytest.mark.slow
 def test_python_dash_m_entry_point_shows_help():
     result = subprocess.run(
         [sys.executable, "-m", "comlrl_lightning", "fit", "--help"], capture_output=True, text=True, timeout=120
@@ -70,6 +73,7 @@ def test_python_dash_m_entry_point_shows_help():
     assert "--model" in result.stdout and "--data" in result.stdout
 
 
+@pytest.mark.slow
 def test_wandb_offline_logger_runs_without_login(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
@@ -269,6 +273,7 @@ def test_help_lists_allowed_values_and_no_unusable_options(capsys):
     assert "{magrpo,mareinforce,maremax,marloo,maac,iac}" in text and "{task,reward_model}" in text
 
 
+@pytest.mark.slow
 def test_the_console_script_exits_zero(tmp_path):
     """``sys.exit(main())`` is what the installed script runs: main must return None (exit 0)."""
     result = subprocess.run(
@@ -289,6 +294,7 @@ def test_the_console_script_exits_zero(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_the_default_run_prints_what_a_user_needs_and_no_third_party_noise(tmp_path):
     """A real process (real stderr, Python's default warning filters), a fresh model cache (the
     embedded model is written, then loaded), Lightning's progress bar on as by default."""

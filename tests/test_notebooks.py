@@ -111,6 +111,7 @@ def test_the_notebook_folder_has_notebooks():
     assert NOTEBOOKS, f"no notebooks in {REPO / 'notebooks'}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=notebook_id)
 def test_notebook_runs_top_to_bottom(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
@@ -134,6 +135,7 @@ def test_notebook_is_stored_without_outputs(path):
     assert not dirty, f"cells {dirty} hold outputs or execution counts: strip them before committing"
 
 
+@pytest.mark.slow
 def test_the_kernel_runs_on_this_interpreter_in_the_working_directory(tmp_path):
     """The runner itself: the kernel's Python and folder, a raising cell's error, the notebook's limit."""
     probe = nbformat.v4.new_notebook(

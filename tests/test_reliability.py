@@ -128,6 +128,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 def test_two_runs_cannot_share_a_replay_folder_and_a_dead_runs_lock_does_not_block(tmp_path):
     import subprocess
     import sys

@@ -340,6 +340,7 @@ def test_a_resumed_run_reports_only_the_rounds_it_collects(observed_run, tmp_pat
     assert resumed["iteration_0003.json"] == observed_run["files"]["iteration_0003.json"]
 
 
+@pytest.mark.slow
 def test_two_processes_write_one_record_per_round_of_every_item(tmp_path):
     from collections import Counter
 

@@ -517,6 +517,7 @@ def test_cli_unknown_format_is_an_ordinary_parse_error(tmp_path, capsys):
     assert "openai_responses" in err  # the allowed values are listed
 
 
+@pytest.mark.slow
 def test_cli_reports_the_comparators_option_errors_as_one_line(tmp_path, capsys):
     err = cli_fails(tmp_path, capsys, "--data.init_args.comparator.init_args.timeout", "0").err
     assert "error: timeout must be > 0." in err

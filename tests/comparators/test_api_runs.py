@@ -96,6 +96,7 @@ def test_retried_faults_change_nothing_and_a_failed_round_is_redone_on_resume(tm
         torch.testing.assert_close(weights(module)[key], value, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_no_file_of_a_cli_run_contains_the_key(tmp_path, monkeypatch, capfd):
     """config.yaml, hparams.yaml, metrics, checkpoints, round files and wandb offline files."""
     from comlrl_lightning.cli import main

@@ -45,6 +45,8 @@ TINY_CLI = [
     "2",
     "--data.init_args.train_batch_size",
     "4",
+    "--data.init_args.replay.init_args.sample_size",  # the config's replay draws 192 pairs a round
+    "8",
     "--trainer.val_check_interval",
     "2",
     "--trainer.enable_progress_bar",

@@ -87,6 +87,7 @@ def test_resumed_run_equals_uninterrupted_run(uninterrupted, tmp_path, checkpoin
         torch.testing.assert_close(weights[key], value, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_where", ["collection", "write"])
 def test_sigkill_in_a_round_leaves_no_trusted_file_and_the_resume_redoes_the_round(uninterrupted, tmp_path, kill_where):
     result = subprocess.run(

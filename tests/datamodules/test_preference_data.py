@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from comlrl_lightning.data.loaders import EpochShuffleSampler
-from tests.conftest import TINY_DATA
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
 
 
 def constant_reward(writer, matcher):
@@ -53,6 +53,18 @@ def test_epoch_shuffle_depends_only_on_seed_and_epoch():
     assert list(a) != list(b)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The tiny base run of 3 epochs, uninterrupted: what every interrupted and resumed run must equal."""
+    from comlrl_lightning import MADPOModule, PreferenceDataModule
+
+    module, datamodule = MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA)
+    trainer = tiny_trainer(tmp_path_factory.mktemp("uninterrupted"), max_epochs=3)
+    trainer.fit(module, datamodule)
+    batches = -(-len(datamodule.pairs) // 8)  # batches of 8 pairs per epoch
+    return dict(weights=_weights(module), steps=trainer.global_step, batches=batches)
+
+
 @pytest.mark.parametrize(
     "checkpoint_options, pick",
     [
@@ -61,13 +73,12 @@ def test_epoch_shuffle_depends_only_on_seed_and_epoch():
         (dict(every_n_epochs=1, save_on_train_epoch_end=False), "epoch=0-step=4.ckpt"),  # mid-epoch, after validation
     ],
 )
-def test_interrupted_and_resumed_run_equals_uninterrupted_run(tiny_run, tmp_path, checkpoint_options, pick):
+def test_interrupted_and_resumed_run_equals_uninterrupted_run(
+    uninterrupted, tiny_run, tmp_path, checkpoint_options, pick
+):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    module, datamodule, trainer = tiny_run(trainer=dict(max_epochs=3))
-    trainer.fit(module, datamodule)
-    uninterrupted, steps = _weights(module), trainer.global_step
-    batches = -(-len(datamodule.pairs) // 8)  # batches of 8 pairs per epoch
+    uninterrupted, steps, batches = uninterrupted["weights"], uninterrupted["steps"], uninterrupted["batches"]
     assert steps == 3 * batches and batches > 4
     pick = pick.format(batches=batches)
 

@@ -21,10 +21,16 @@ from comlrl_lightning.generation.vllm import VLLMGenerator
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team
 
-needs_vllm = pytest.mark.skipif(
-    not vllm_generator.vllm_available(),
-    reason="vLLM is not installed here; .ci/vllm runs these tests in a vLLM environment",
-)
+
+def needs_vllm(test):
+    """Marked ``vllm`` (``-m vllm`` selects them; ``.ci/vllm`` runs them) and skipped where vLLM is not installed."""
+    skip = pytest.mark.skipif(
+        not vllm_generator.vllm_available(),
+        reason="vLLM is not installed here; .ci/vllm runs these tests in a vLLM environment",
+    )
+    return pytest.mark.vllm(skip(test))
+
+
 GREEDY = GenerationSettings(max_new_tokens=16, temperature=1.0, top_p=1.0, top_k=1)
 SAMPLED = GenerationSettings(max_new_tokens=12, temperature=1.0, top_p=0.9, top_k=None)
 PROMPTS = ["topic: sea\nwriter:", "topic: tree\nmatcher:", "hello"]
@@ -282,6 +288,7 @@ def test_an_iterative_run_trains_and_resumes_to_byte_identical_round_files(llama
     assert _round_files(tmp_path / "resumed") == whole
 
 
+@pytest.mark.slow
 @needs_vllm
 def test_two_ddp_processes_each_sample_their_shard_with_their_own_engine(llama, tmp_path):
     """Each rank's engine samples its shard exactly as one process sampling that shard with that rank's stream."""

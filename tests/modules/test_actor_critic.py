@@ -259,6 +259,7 @@ def _run(tmp_path, module, epochs, **trainer_options):
     return [float(r["train/value_loss"]) for r in rows if r.get("train/value_loss")]
 
 
+@pytest.mark.slow  # learning runs
 @pytest.mark.parametrize(
     "algorithm, critic",
     [
@@ -394,6 +395,7 @@ class Fingerprint(Callback):
         (self.directory / f"rank_{trainer.global_rank}.json").write_text(json.dumps(digests))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "critic", [SharedCritic(critic_type="q"), IndividualCritics(use_separate_critic=False)], ids=["maac-q", "iac-head"]
 )

@@ -257,6 +257,7 @@ def test_centralized_policy_gradient_on_the_task_reward(tmp_path, options):
     assert any(n.startswith("_team.") for n in changed)
 
 
+@pytest.mark.slow
 def test_two_process_centralized_madpo_keeps_the_replicas_identical(tmp_path):
     import hashlib
 

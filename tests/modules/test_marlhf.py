@@ -97,6 +97,7 @@ def test_choices_are_exact_names():
         MARLHFModule(preference_scoring_reward="learned")
 
 
+@pytest.mark.slow  # a learning run: 10 epochs
 def test_marlhf_improves_the_task_reward_on_the_embedded_default(tmp_path):
     module = MARLHFModule(
         **{
@@ -187,9 +188,11 @@ def _state(module):
     [
         (False, 5, [], "magrpo"),  # base: stopped in the second RL epoch, the fitted reward model is restored
         (True, 3, [1], "magrpo"),  # iterative: stopped in round 1, so only round 2's reward model is fitted after
-        (True, 11, [], "magrpo"),  # iterative: stopped in round 2, after its fit
-        (True, 3, [1], "maac"),  # actor-critic: the critic and its optimizer state resume mid-round too
-        (True, 8, [1], "iac"),  # ... and at a round's end
+        # the variants below repeat the scenario in other places and with critics: the slow tier
+        pytest.param(True, 11, [], "magrpo", marks=pytest.mark.slow),  # iterative: stopped in round 2, after its fit
+        # actor-critic: the critic and its optimizer state resume mid-round too
+        pytest.param(True, 3, [1], "maac", marks=pytest.mark.slow),
+        pytest.param(True, 8, [1], "iac", marks=pytest.mark.slow),  # ... and at a round's end
     ],
     ids=["base", "iterative-round-1", "iterative-round-2", "maac-mid-round", "iac-round-end"],
 )

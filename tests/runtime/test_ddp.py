@@ -16,6 +16,8 @@ from comlrl_lightning.data.task import Task, load_items
 from comlrl_lightning.runtime.rng import RandomStream
 from tests.conftest import TINY_DATA, TINY_MODEL
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 EVAL_ITEMS = 5  # uneven shards: rank 0 evaluates 3 items, rank 1 two
 
 

@@ -66,6 +66,7 @@ def madpo_runs(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_sharded_madpo_equals_data_parallel_with_uneven_shares(madpo_runs):
     from transformers import AutoModelForCausalLM
 
@@ -80,6 +81,7 @@ def test_sharded_madpo_equals_data_parallel_with_uneven_shares(madpo_runs):
     assert len(files) == 3 and files == round_files(madpo_runs["ddp"])
 
 
+@pytest.mark.slow
 def test_a_sharded_run_resumes_exactly(madpo_runs):
     # the checkpoint is a sharded folder, written whole (no .tmp / .old left beside it)
     folder = madpo_runs["resumed"] / "ckpt" / "last.ckpt"
@@ -104,6 +106,7 @@ def test_a_sharded_run_resumes_exactly(madpo_runs):
     assert not all(torch.equal(a, b) for a, b in zip(snapshot.state_dict().values(), initial.state_dict().values()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["magrpo", "marlhf_maac"])
 def test_sharded_policy_gradient_equals_data_parallel(tmp_path, algorithm):
     """MAGRPO with the reference KL on the task reward; MARLHF's reward model, then MAAC with a sharded critic."""
@@ -119,6 +122,7 @@ def test_sharded_policy_gradient_equals_data_parallel(tmp_path, algorithm):
     assert_close(sharded, replicated, moved(initial, replicated))
 
 
+@pytest.mark.slow
 def test_every_adapter_of_a_sharded_lora_team_moves(tmp_path):
     root = run("fsdp", "lora", tmp_path / "lora", 2)
     changed = json.loads((root / "moved.json").read_text())

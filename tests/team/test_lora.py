@@ -166,6 +166,7 @@ def test_history_comparator_with_a_lora_team(tmp_path):
     assert fit.global_step == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_adapters_train_in_lockstep_under_two_process_ddp(tmp_path, checkpointing):
     spy = AdapterGradients(tmp_path)

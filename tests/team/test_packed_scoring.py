@@ -236,6 +236,7 @@ def _repeated_gradients(team, batch, runs):
     return grads
 
 
+@pytest.mark.slow  # 18 backward passes of 128 rows on two threads
 def test_packed_gradients_repeat_bit_for_bit_on_several_threads(monkeypatch):
     """Sixteen rows share each prompt (pairs of one item), so the same keys are gathered into many
     rows; their gradients must add up in a fixed order for runs to repeat (and resume) exactly."""

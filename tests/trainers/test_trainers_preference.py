@@ -64,6 +64,7 @@ def round_files(folder: Path) -> dict:
     return {path.name: path.read_bytes() for path in sorted(folder.glob("iteration_*.json"))}
 
 
+@pytest.mark.slow
 def test_the_seeds_example_runs_unchanged_but_for_the_import(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the reference writes its outputs under the working directory
     from comlrl_lightning.trainers.configs import MADPOIterConfig
@@ -254,6 +255,7 @@ def test_objects_from_python_work(tmp_path):
     assert record["winner_reward"] == pytest.approx(2.0 * record["raw_rewards"][0])
 
 
+@pytest.mark.slow
 def test_wandb_config_logs_offline(tmp_path, monkeypatch):
     import wandb
 
