@@ -145,10 +145,14 @@ def test_every_rendered_object_can_be_imported():
 def test_the_readme_is_a_front_door():
     text = README.read_text(encoding="utf-8")
     assert len(text.encode("utf-8")) < README_MAX_BYTES, "move reference material to docs/"
-    # .ci/run runs the README's two commands
-    assert "python -m pytest -q" in text
-    assert "comlrl-lightning fit --config configs/madpo.yaml" in text
-    assert 'pip install torch==2.13.0 && pip install -e ".[test]"' in text
+    # one command sets up a fresh machine and runs the default job; the tests in their two tiers
+    # (.ci/run runs the full suite and the default run)
+    assert (
+        "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 --index-url "
+        'https://download.pytorch.org/whl/cpu && pip install -e ".[test]" && '
+        "comlrl-lightning fit --config configs/madpo.yaml\n"
+    ) in text
+    assert 'python -m pytest -q -m "not slow"   #' in text and "python -m pytest -q                 #" in text
 
 
 def test_the_link_checker_catches_what_it_should(tmp_path):

@@ -159,6 +159,14 @@ def _has(obj: Any, name: str) -> bool:
     return True
 
 
+def _takes_one_argument(function: Any) -> bool:
+    try:
+        inspect.signature(function).bind(None)  # TypeError: not callable, or not with one argument
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _check(obj: Any, protocol: type, what: str, reader: str = "") -> Any:
     if obj is None:
         raise ContractError(f"No {what} is attached to the trainer.")
@@ -203,12 +211,7 @@ def data_module_checks(callbacks: Sequence[Any]) -> List[DataModuleCheck]:
     is not a method taking the data module is an error naming it."""
     offering = [callback for callback in callbacks if _has(callback, "check_data_module")]
     for callback in offering:
-        check = callback.check_data_module
-        try:
-            takes_data_module = callable(check) and inspect.signature(check).bind(None) is not None
-        except (TypeError, ValueError):
-            takes_data_module = False
-        if not takes_data_module:
+        if not _takes_one_argument(callback.check_data_module):
             raise ContractError(
                 f"{type(callback).__name__}.check_data_module must be a method taking the data module "
                 "(the DataModuleCheck contract of comlrl_lightning.data.contract)."
