@@ -1,8 +1,8 @@
 """The one door to the private parts of Lightning, transformers and torch this package relies on.
 
 A few things the package needs are not public API: a Lightning module's trainer before it is
-attached, the fit loop's batch counter, whether a sharded strategy writes distributed checkpoints,
-whether a W&B logger started its run, transformers' attention switch and checkpoint function,
+attached, the fit loop's batch counter, a sharded strategy's configured mesh sizes and whether it
+writes distributed checkpoints, whether a W&B logger started its run, transformers' attention switch and checkpoint function,
 torch's tensor version counter. Each is read or written here and nowhere else
 (``tests/test_structure.py`` fails on a private access anywhere else in the package). Every
 function checks that what it touches exists and otherwise raises :class:`UnsupportedVersion`,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 if TYPE_CHECKING:
     import torch
@@ -84,6 +84,15 @@ def epoch_batches_processed(trainer: "Trainer") -> int:
 def saves_distributed_checkpoint(strategy: Any) -> bool:
     """Whether a ``ModelParallelStrategy`` writes a checkpoint folder of shards (its ``save_distributed_checkpoint``)."""
     return bool(private(strategy, "_save_distributed_checkpoint", "lightning"))
+
+
+def model_parallel_sizes(strategy: Any) -> Tuple[Union[int, str], Union[int, str]]:
+    """A ``ModelParallelStrategy``'s configured ``(data_parallel_size, tensor_parallel_size)``, each an
+    int or ``"auto"`` (resolved only once the strategy sets up its mesh)."""
+    return (
+        private(strategy, "_data_parallel_size", "lightning"),
+        private(strategy, "_tensor_parallel_size", "lightning"),
+    )
 
 
 def wandb_run_started(logger: Any) -> bool:
@@ -193,6 +202,7 @@ __all__ = [
     "compiles_fullgraph",
     "epoch_batches_processed",
     "installed_version",
+    "model_parallel_sizes",
     "private",
     "saves_distributed_checkpoint",
     "switches_attention",

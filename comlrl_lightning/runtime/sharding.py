@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from comlrl_lightning.options import OptionError
+from comlrl_lightning.runtime.compat import model_parallel_sizes
 
 SUPPORTED_STRATEGIES = ("SingleDeviceStrategy", "DDPStrategy", "ModelParallelStrategy")
 """What the team modules run under: one device, data parallel (``ddp``, ``ddp_spawn``, ``ddp_fork``...),
@@ -60,8 +61,7 @@ def check_mesh_plan(strategy: Any) -> None:
         return
     processes = strategy.num_nodes * strategy.num_processes
     # the strategy keeps its configured sizes privately; "auto" resolves as Lightning resolves it
-    data = getattr(strategy, "_data_parallel_size", "auto")
-    tensor = getattr(strategy, "_tensor_parallel_size", "auto")
+    data, tensor = model_parallel_sizes(strategy)
     data = strategy.num_nodes if data == "auto" else int(data)
     tensor = strategy.num_processes if tensor == "auto" else int(tensor)
     if data != processes or tensor != 1:

@@ -116,15 +116,7 @@ class _PreferenceTrainer:
             eval_aggregator=eval_aggregator,
             **marlhf_arguments,
         )
-        require(
-            num_agents in (2, self.args.num_agents),
-            f"num_agents ({num_agents}) must match args.num_agents ({self.args.num_agents}) (the role count).",
-        )
-        require(agent_model is not None or agents, "agent_model or agents is required.")
-        require(
-            agents or agent_model is None or isinstance(agent_model, (str, os.PathLike)),
-            "agent_model must be a model name or path; pass model objects as agents=[...] with tokenizer=.",
-        )
+        self._check_team(num_agents, agent_model, agents)
         train_dataset, eval_dataset = _task_datasets(agent_model, train_dataset, eval_dataset, reward_func)
         mapping.warn_ignored(self.args)
         # args and wandb_config go to the W&B run and the checkpoints: no key's value anywhere in them
@@ -150,6 +142,17 @@ class _PreferenceTrainer:
             reward_processor=reward_processor,
         )
         self.trainer: Optional[Trainer] = None
+
+    def _check_team(self, num_agents: int, agent_model: Any, agents: Optional[Sequence[Any]]) -> None:
+        require(
+            num_agents in (2, self.args.num_agents),
+            f"num_agents ({num_agents}) must match args.num_agents ({self.args.num_agents}) (the role count).",
+        )
+        require(agent_model is not None or agents, "agent_model or agents is required.")
+        require(
+            agents or agent_model is None or isinstance(agent_model, (str, os.PathLike)),
+            "agent_model must be a model name or path; pass model objects as agents=[...] with tokenizer=.",
+        )
 
     def _build_datamodule(self, adapter: Any, **data: Any) -> PreferenceDataModule:
         parts: Dict[str, Any] = {}

@@ -58,6 +58,8 @@ def test_lightning_parts_read_on_the_installed_lightning(tmp_path):
     assert compat.epoch_batches_processed(trainer) == 0
     assert compat.saves_distributed_checkpoint(ModelParallelStrategy()) is True
     assert compat.saves_distributed_checkpoint(ModelParallelStrategy(save_distributed_checkpoint=False)) is False
+    assert compat.model_parallel_sizes(ModelParallelStrategy()) == ("auto", "auto")
+    assert compat.model_parallel_sizes(ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)) == (2, 1)
     logger = WandbLogger(save_dir=str(tmp_path), offline=True)
     assert compat.wandb_run_started(logger) is False  # constructing the logger starts no run
 
@@ -131,6 +133,7 @@ class Bare:
     "read, library, attribute",
     [
         (compat.saves_distributed_checkpoint, "lightning", "_save_distributed_checkpoint"),
+        (compat.model_parallel_sizes, "lightning", "_data_parallel_size"),
         (compat.wandb_run_started, "lightning", "_experiment"),
         (compat.epoch_batches_processed, "lightning", "fit_loop"),
         (compat.version_counter, "torch", "_version"),
