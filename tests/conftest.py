@@ -26,18 +26,20 @@ torch.set_num_threads(1)
 STARTED_PROCESSES: list = []
 """What the current test started (a subprocess's program, or "a multiprocessing process")."""
 
-ONE_TIME_PROBES = {
-    "typeshed_client": "jsonargparse's stub resolver asks the interpreter for its sys.path, once per process",
+QUICK_PROCESSES = {
+    "/typeshed_client/": "jsonargparse's stub resolver asks the interpreter for its sys.path, once per process",
+    "/tests/helpers/read_only.py": "mount and umount of a read-only tmpfs for a test run as root",
 }
-"""Libraries whose own short probe process is not the test's doing (found by the caller's file path)."""
+"""Callers (a part of their file's path) whose short processes set something up and run none of the
+package's code: they leave a test in the everyday tier."""
 
 _popen_init = subprocess.Popen.__init__
 _process_start = multiprocessing.process.BaseProcess.start
 
 
 def _recording_popen_init(self, args, *more, **options):
-    callers = [frame.filename for frame in traceback.extract_stack()]
-    if not any(f"{os.sep}{library}{os.sep}" in caller for caller in callers for library in ONE_TIME_PROBES):
+    callers = [frame.filename.replace(os.sep, "/") for frame in traceback.extract_stack()]
+    if not any(quick in caller for caller in callers for quick in QUICK_PROCESSES):
         program = args[0] if isinstance(args, (list, tuple)) else str(args).split()[0]
         STARTED_PROCESSES.append(os.path.basename(str(program)))
     _popen_init(self, args, *more, **options)
