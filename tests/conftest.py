@@ -38,7 +38,7 @@ _process_start = multiprocessing.process.BaseProcess.start
 
 
 def _recording_popen_init(self, args, *more, **options):
-    callers = [frame.filename.replace(os.sep, "/") for frame in traceback.extract_stack()]
+    callers = [frame.f_code.co_filename.replace(os.sep, "/") for frame, _ in traceback.walk_stack(None)]
     if not any(quick in caller for caller in callers for quick in QUICK_PROCESSES):
         program = args[0] if isinstance(args, (list, tuple)) else str(args).split()[0]
         STARTED_PROCESSES.append(os.path.basename(str(program)))
