@@ -48,13 +48,15 @@ def build_base(folder: Path) -> int:
 
 def measure(folder: str, lora: bool) -> dict:
     torch.set_num_threads(1)
-    from comlrl_lightning import MADPOModule, madpo_loss
+    from peft import LoraConfig
+
+    from comlrl_lightning import MADPOModule, TeamOptions, madpo_loss
     from comlrl_lightning.data.pairs import PreferencePair
 
-    options = dict(agent_model=folder, num_agents=AGENTS, agent_learning_rate=1e-4)
-    if lora:
-        options.update(lora_r=8, lora_target_modules=["c_attn", "c_proj"])
-    module = MADPOModule(**options)
+    adapters = LoraConfig(r=8, lora_alpha=16, target_modules=["c_attn", "c_proj"]) if lora else None
+    module = MADPOModule(
+        team=TeamOptions(agent_model=folder, num_agents=AGENTS, lora=adapters), agent_learning_rate=1e-4
+    )
     module.configure_model()
     optimizer = module.configure_optimizers()
     generator = torch.Generator().manual_seed(0)

@@ -23,11 +23,12 @@ import torch  # noqa: E402
 common.limit_threads()
 
 
-def _module(job: Dict[str, Any], **options):
-    from comlrl_lightning import MADPOModule
+def _module(job: Dict[str, Any], memory: Any = None, **options):
+    from comlrl_lightning import MADPOModule, MemoryOptions, TeamOptions
 
+    team = TeamOptions(agents=[job["model"]] * job.get("agents", 2), memory=memory or MemoryOptions())
     module = MADPOModule(
-        agents=[job["model"]] * job.get("agents", 2),
+        team=team,
         dpo_beta=common.DPO_BETA,
         agent_learning_rate=common.LEARNING_RATE,
         score_last_token=job.get("score_last_token", False),  # True against TRL: every completion token, EOS included
@@ -63,10 +64,13 @@ def _pairs(job: Dict[str, Any], tokenizer):
 
 
 def madpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
+    from comlrl_lightning import MemoryOptions
     from comlrl_lightning.losses import madpo_loss
 
     every = job.get("checkpoint_every_n_layers")
-    module = _module(job, **({"gradient_checkpointing": True, "checkpoint_every_n_layers": every} if every else {}))
+    module = _module(
+        job, MemoryOptions(gradient_checkpointing=True, checkpoint_every_n_layers=every) if every else None
+    )
     optimizer = module.configure_optimizers()
     pool = _pairs(job, module.team.tokenizers[0])
 
@@ -166,7 +170,7 @@ def grpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
     step: sampling, the reward, scoring, backward, AdamW); the median step time after two warm-up steps."""
     from lightning.pytorch import Callback, Trainer
 
-    from comlrl_lightning import MAGRPOModule, TaskDataModule
+    from comlrl_lightning import GenerationSettings, MAGRPOModule, TaskDataModule, TaskOptions, TeamOptions
 
     times = []
 
@@ -176,16 +180,17 @@ def grpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
 
     steps = job["steps"] + 2
     module = MAGRPOModule(
-        agents=[job["model"]],
+        team=TeamOptions(agents=[job["model"]]),
         num_generations=job["generations"],
-        max_new_tokens=job["max_new_tokens"],
+        sampling=GenerationSettings(max_new_tokens=job["max_new_tokens"], **common.GENERATION),
         agent_learning_rate=common.LEARNING_RATE,
-        **common.GENERATION,
     )
     data = TaskDataModule(
-        train_dataset=common.items(job["items"] * steps),
-        formatters=[common.writer_prompt],
-        reward_func=common.vowel_reward,
+        task=TaskOptions(
+            train_dataset=common.items(job["items"] * steps),
+            formatters=[common.writer_prompt],
+            reward_func=common.vowel_reward,
+        ),
         train_batch_size=job["items"],
         eval_num_samples=0,
         num_train_epochs=1,
@@ -202,7 +207,6 @@ def grpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
-            num_sanity_val_steps=0,
             callbacks=[Clock()],
         ).fit(module, data)
     seconds = common.median_step_seconds(times, warmup=2)
@@ -221,7 +225,7 @@ def collection(job: Dict[str, Any]) -> Dict[str, Any]:
     engine (``warmup_s``), and the weights are marked updated before every timed pass, so every
     agent's weights are pushed into the engine as in a round after training.
     """
-    from comlrl_lightning import HFGenerator, PreferenceDataModule
+    from comlrl_lightning import GenerationSettings, HFGenerator, PreferenceDataModule, TaskOptions
 
     if job.get("generator") == "vllm":
         from comlrl_lightning.generation.vllm import VLLMGenerator
@@ -230,11 +234,12 @@ def collection(job: Dict[str, Any]) -> Dict[str, Any]:
         before = generator.weights_updated
     else:
         generator, before = HFGenerator(batch_size=job.get("generation_batch_size")), None
-    module = _module(job, max_new_tokens=job["max_new_tokens"], generator=generator, **common.GENERATION)
+    sampling = GenerationSettings(max_new_tokens=job["max_new_tokens"], **common.GENERATION)
+    module = _module(job, sampling=sampling, generator=generator)
     data = PreferenceDataModule(
-        train_dataset=common.items(job["items"]),
-        formatters=list(common.FORMATTERS),
-        reward_func=common.reward,
+        task=TaskOptions(
+            train_dataset=common.items(job["items"]), formatters=list(common.FORMATTERS), reward_func=common.reward
+        ),
         num_agents=2,
         preference_num_candidates=job["candidates"],
         preference_pairs_per_sample=16,
@@ -270,25 +275,26 @@ def iterative(job: Dict[str, Any]) -> Dict[str, Any]:
     from lightning.pytorch import Trainer
 
     from comlrl_lightning import (
+        GenerationSettings,
         HistoryComparator,
         IterativePreferenceDataModule,
         MADPOModule,
+        TaskOptions,
+        TeamOptions,
     )
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
         module = MADPOModule(
-            agents=[job["model"]] * 2,
+            team=TeamOptions(agents=[job["model"]] * 2),
             dpo_beta=common.DPO_BETA,
             agent_learning_rate=common.LEARNING_RATE,
-            max_new_tokens=job["max_new_tokens"],
-            **common.GENERATION,
+            sampling=GenerationSettings(max_new_tokens=job["max_new_tokens"], **common.GENERATION),
         )
         data = IterativePreferenceDataModule(
-            train_dataset=common.items(job["items"]),
-            eval_dataset=None,
-            formatters=list(common.FORMATTERS),
-            reward_func=common.reward,
+            task=TaskOptions(
+                train_dataset=common.items(job["items"]), formatters=list(common.FORMATTERS), reward_func=common.reward
+            ),
             num_iterations=job["rounds"],
             num_train_epochs=1,
             preference_num_candidates=job["candidates"],
@@ -306,7 +312,6 @@ def iterative(job: Dict[str, Any]) -> Dict[str, Any]:
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
-            num_sanity_val_steps=0,
             reload_dataloaders_every_n_epochs=1,
         )
         trainer.fit(module, data)

@@ -24,7 +24,7 @@ common.limit_threads()
 def large_vocab(job: Dict[str, Any]) -> Dict[str, Any]:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from comlrl_lightning import MADPOModule
+    from comlrl_lightning import MADPOModule, MemoryOptions, TeamOptions
     from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.defaults import build_char_tokenizer
     from comlrl_lightning.losses import madpo_loss
@@ -44,7 +44,8 @@ def large_vocab(job: Dict[str, Any]) -> Dict[str, Any]:
         torch.manual_seed(seed)
         agents.append(Qwen2ForCausalLM(config))
     tokenizer = build_char_tokenizer()  # ids only: pad = eos = 0, pairs are random ids below the vocabulary
-    module = MADPOModule(agents=agents, tokenizers=tokenizer, fused_lm_head=job["fused"], agent_learning_rate=1e-4)
+    team = TeamOptions(agents=agents, tokenizers=tokenizer, memory=MemoryOptions(fused_lm_head=job["fused"]))
+    module = MADPOModule(team=team, agent_learning_rate=1e-4)
     module.configure_model()
     optimizer = module.configure_optimizers()
     rng = random.Random(0)

@@ -39,6 +39,7 @@ from comlrl_lightning.data import (
     PreferencePair,
     ReplayRule,
     Task,
+    TaskOptions,
 )
 from comlrl_lightning.datamodules import (
     IterativePreferenceDataModule,
@@ -53,19 +54,25 @@ from comlrl_lightning.generation import (
     VLLMGenerator,
 )
 from comlrl_lightning.losses import bradley_terry_loss, madpo_loss
-from comlrl_lightning.models import IndividualCritics, SharedCritic
+from comlrl_lightning.models import (
+    IndividualCritics,
+    RewardModelFit,
+    RewardModelOptions,
+    SharedCritic,
+)
 from comlrl_lightning.modules import (
     Centralized,
     Decentralized,
     MADPOModule,
     MAGRPOModule,
     MARLHFModule,
+    ReferenceKL,
     RewardModelModule,
     TeamModule,
 )
 from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.quiet import install_noise_filters
-from comlrl_lightning.team.team import Team
+from comlrl_lightning.team import MemoryOptions, Team, TeamOptions
 
 __version__ = "0.1.0"
 
@@ -92,22 +99,28 @@ __all__ = [
     "MADPOModule",
     "MAGRPOModule",
     "MARLHFModule",
+    "MemoryOptions",
     "ModelComparator",
     "NearestKReplay",
     "OptionError",
     "ParameterSummary",
     "PreferenceDataModule",
     "PreferencePair",
+    "ReferenceKL",
     "ReplayRule",
     "RewardCurvePlot",
     "RewardDistributions",
+    "RewardModelFit",
     "RewardModelModule",
+    "RewardModelOptions",
     "RoundFilesDataModule",
     "SharedCritic",
     "Task",
+    "TaskOptions",
     "TaskDataModule",
     "Team",
     "TeamModule",
+    "TeamOptions",
     "VLLMGenerator",
     "bradley_terry_loss",
     "madpo_loss",

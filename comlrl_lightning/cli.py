@@ -2,8 +2,8 @@
 
 ``comlrl-lightning fit --config configs/madpo.yaml``. The model and data sections take a
 ``class_path`` (``comlrl_lightning.MADPOModule``, ``comlrl_lightning.PreferenceDataModule``...) so one
-command runs every algorithm. ``trainer.max_epochs`` is ``num_train_epochs x num_iterations`` of the data section, and the model's
-``num_agents`` is shared with the data module.
+command runs every algorithm. ``trainer.max_epochs`` is the data section's total epochs
+(``num_train_epochs x num_iterations``), and the model's ``team.num_agents`` is shared with the data module.
 """
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ import contextlib
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
+from comlrl_lightning.datamodules.preference import total_epochs
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.generation.vllm import engines_running
 from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
@@ -29,17 +31,31 @@ from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.sharding import check_mesh_plan
 
 
-def total_epochs(data_options) -> int:
-    """``num_train_epochs`` per round times ``num_iterations`` rounds (1 for the base data module)."""
-    return data_options.num_train_epochs * getattr(data_options, "num_iterations", 1)
+def data_total_epochs(data_options) -> int:
+    """The data section's :func:`~comlrl_lightning.datamodules.preference.total_epochs` (one round
+    for a data module without ``num_iterations``)."""
+    return total_epochs(data_options.num_train_epochs, getattr(data_options, "num_iterations", 1))
+
+
+def flat_options(options: Any, prefix: str = "") -> Dict[str, Any]:
+    """Nested options as ``{"a.b": value}`` (a namespace or a mapping; a ``class_path`` object's
+    ``init_args`` under its own name), so a saved and a given config compare option by option."""
+    if hasattr(options, "as_dict"):
+        options = options.as_dict()
+    if not isinstance(options, dict) or not options:
+        return {prefix.rstrip("."): options} if prefix else {}
+    flat: Dict[str, Any] = {}
+    for name, value in options.items():
+        flat.update(flat_options(value, prefix if name == "init_args" else f"{prefix}{name}."))
+    return flat
 
 
 class PreferenceCLI(LightningCLI):
     """LightningCLI with the links between the model, data and trainer sections."""
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.link_arguments("data.init_args", "trainer.max_epochs", compute_fn=total_epochs)
-        parser.link_arguments("model.init_args.num_agents", "data.init_args.num_agents")
+        parser.link_arguments("data.init_args", "trainer.max_epochs", compute_fn=data_total_epochs)
+        parser.link_arguments("model.init_args.team.num_agents", "data.init_args.num_agents")
         # Logs, checkpoints and plots stay together under trainer.default_root_dir, as with
         # Lightning's own default logger: a logger's save_dir follows it (loggers without one are left alone).
         parser.link_arguments("trainer.default_root_dir", "trainer.logger.init_args.save_dir")
@@ -53,6 +69,13 @@ class PreferenceCLI(LightningCLI):
         # the whole config is saved (config.yaml, hparams, checkpoints, loggers): no key's value anywhere in it
         config = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
         check_config_has_no_key(config.as_dict())
+
+    def instantiate_classes(self) -> None:
+        with warnings.catch_warnings():
+            # jsonargparse fills peft.LoraConfig's loftq_config with LoftQConfig's defaults, which
+            # peft then reports as given (and ignores) unless init_lora_weights is "loftq"
+            warnings.filterwarnings("ignore", message="`loftq_config` specified but will be ignored")
+            super().instantiate_classes()
 
     def before_fit(self) -> None:
         # before Lightning starts any process or loads any model: a mesh that does not fit the processes
@@ -75,9 +98,10 @@ class PreferenceCLI(LightningCLI):
         require_local(ckpt_path, "ckpt_path", "a local checkpoint file")
         if Path(ckpt_path).is_file():
             saved = read_checkpoint(ckpt_path).get("hyper_parameters", {})
-            given = self.config[self.config.subcommand].get("model", {}).get("init_args", {})
+            saved = flat_options({k: v for k, v in saved.items() if not k.startswith("_")})
+            given = flat_options(self.config[self.config.subcommand].get("model", {}).get("init_args", {}))
             for name, value in sorted(saved.items()):
-                if name in given and given[name] != value and not name.startswith("_"):
+                if name in given and given[name] != value:
                     rank_zero_info(
                         f"resuming with model option {name} = {given[name]!r} (the checkpoint was "
                         f"trained with {value!r}); the given options win."

@@ -6,6 +6,8 @@ training loop (Lightning or not) and tested against hand-computed values.
 
 from __future__ import annotations
 
+from typing import Dict, Literal, get_args
+
 import torch
 import torch.nn.functional as F
 
@@ -37,6 +39,12 @@ def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Te
     return -F.logsigmoid(chosen - rejected).mean()
 
 
+def bradley_terry_metrics(chosen: torch.Tensor, rejected: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """Per-pair metrics of a reward model (detached, ``[B]`` each): ``accuracy_b = [chosen_b > rejected_b]``
+    and ``margin_b = chosen_b - rejected_b``; their means over the pairs are what is logged."""
+    return {"accuracy": (chosen > rejected).float(), "margin": (chosen - rejected).detach()}
+
+
 def gathered_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk_size: int = 1024) -> torch.Tensor:
     """Log-probabilities of ``targets`` under ``logits``, computed in float32.
 
@@ -64,12 +72,14 @@ def gathered_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk_size: i
 # ------------------------------------------------------------------------------------------------
 # Policy-gradient pieces (MARLHF / MAGRPO family)
 
-ADVANTAGE_BASELINES = ("mean", "raw", "max", "rloo")
+Baseline = Literal["mean", "raw", "max", "rloo"]
+"""The group baselines of :func:`group_advantages`."""
+ADVANTAGE_BASELINES = get_args(Baseline)
 """Group baselines: MAGRPO (mean), MAREINFORCE (raw), MAReMax (max), MARLOO (leave-one-out)."""
 
 
 def group_advantages(
-    returns: torch.Tensor, baseline: str = "mean", normalize: bool = True, eps: float = 1e-6
+    returns: torch.Tensor, baseline: Baseline = "mean", normalize: bool = True, eps: float = 1e-6
 ) -> torch.Tensor:
     """Advantages of ``G`` samples of the same prompt; ``returns`` is ``[..., G]``.
 

@@ -15,7 +15,15 @@ import torch
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from comlrl_lightning import MADPOModule, PreferenceDataModule, Team, madpo_loss
+from comlrl_lightning import (
+    GenerationSettings,
+    MADPOModule,
+    PreferenceDataModule,
+    TaskOptions,
+    Team,
+    TeamOptions,
+    madpo_loss,
+)
 from comlrl_lightning.team.team import pack_sequences
 
 
@@ -38,20 +46,19 @@ class CountUpdates(Callback):
 def lightning_part(root: Path) -> dict:
     items = [{"prompt": word} for word in ("cat", "dog", "sun", "sea", "sky", "map", "pen", "cup")]
     module = MADPOModule(
-        agent_model="embedded",
-        num_agents=2,
+        team=TeamOptions(agent_model="embedded", num_agents=2),
         dpo_beta=0.1,
         agent_learning_rate=3e-3,
-        max_new_tokens=8,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
+        sampling=GenerationSettings(max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None),
     )
-    data = PreferenceDataModule(
+    task = TaskOptions(
         train_dataset=items,
         eval_dataset=items[:4],
         formatters=["write about {prompt}:", "answer about {prompt}:"],
         reward_func=joint_reward,
+    )
+    data = PreferenceDataModule(
+        task=task,
         preference_num_candidates=6,
         preference_pairs_per_sample=4,
         train_batch_size=8,
@@ -66,8 +73,7 @@ def lightning_part(root: Path) -> dict:
         callbacks=[counter],
         logger=CSVLogger(root, name="mine"),
         enable_progress_bar=False,
-        num_sanity_val_steps=0,
-        check_val_every_n_epoch=None,
+        check_val_every_n_epoch=None,  # val_check_interval counts updates across epochs
         val_check_interval=2,
         log_every_n_steps=1,
     )

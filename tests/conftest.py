@@ -77,18 +77,30 @@ def pytest_runtest_call(item):
     return result
 
 
-TINY_MODEL = dict(
-    agent_model="embedded",
-    num_agents=2,
-    max_new_tokens=6,
-    temperature=1.0,
-    top_p=1.0,
-    top_k=None,
-    agent_learning_rate=3e-3,
-)
+def tiny_team(**changes):
+    """The tiny team's options (the embedded model, 2 agents) with ``changes``."""
+    from comlrl_lightning import TeamOptions
+
+    return TeamOptions(**{"agent_model": "embedded", "num_agents": 2, **changes})
+
+
+def tiny_task(**changes):
+    """The embedded toy task's options (training and evaluation items) with ``changes``."""
+    from comlrl_lightning import TaskOptions
+
+    return TaskOptions(**{"train_dataset": "embedded", "eval_dataset": "embedded", **changes})
+
+
+def tiny_sampling(**changes):
+    """Short, plain sampling (6 new tokens, temperature 1, no top-p/top-k cut) with ``changes``."""
+    from comlrl_lightning import GenerationSettings
+
+    return GenerationSettings(**{"max_new_tokens": 6, "temperature": 1.0, "top_p": 1.0, "top_k": None, **changes})
+
+
+TINY_MODEL = dict(team=tiny_team(), sampling=tiny_sampling(), agent_learning_rate=3e-3)
 TINY_DATA = dict(
-    train_dataset="embedded",
-    eval_dataset="embedded",
+    task=tiny_task(),
     preference_num_candidates=4,
     preference_pairs_per_sample=4,
     train_batch_size=8,
@@ -109,8 +121,7 @@ def tiny_trainer(tmp_path, **overrides):
         enable_progress_bar=False,
         enable_model_summary=False,
         logger=False,
-        num_sanity_val_steps=0,
-        check_val_every_n_epoch=None,
+        check_val_every_n_epoch=None,  # val_check_interval counts updates across epochs
         val_check_interval=4,
     )
     options.update(overrides)

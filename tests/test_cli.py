@@ -12,7 +12,7 @@ import pytest
 from comlrl_lightning.cli import main
 
 TINY = [
-    "--model.init_args.max_new_tokens",
+    "--model.init_args.sampling.max_new_tokens",
     "6",
     "--data.init_args.preference_num_candidates",
     "4",
@@ -145,7 +145,7 @@ def test_marlhf_config_fits_the_reward_model_then_trains_the_policy(tmp_path):
                 *TINY,
                 "--model.init_args.num_generations",
                 "2",
-                "--model.init_args.reward_num_train_epochs",
+                "--model.init_args.reward_model.num_train_epochs",
                 "1",
                 "--data.init_args.num_train_epochs",
                 "1",
@@ -230,6 +230,8 @@ def test_optimizer_and_scheduler_classes_get_one_group_per_agent(tmp_path, monke
             "torch.optim.SGD",
             "--model.init_args.optimizer.init_args.momentum",
             "0.9",
+            "--model.init_args.optimizer.init_args.weight_decay",
+            "0.01",
             "--model.init_args.lr_scheduler",
             "torch.optim.lr_scheduler.StepLR",
             "--model.init_args.lr_scheduler.init_args.step_size",
@@ -266,7 +268,7 @@ def test_help_lists_allowed_values_and_no_unusable_options(capsys):
             ]
         )
     text = capsys.readouterr().out
-    assert "{comparator_reward,reward_gap,all,random}" in text
+    assert "{reward_gap,all,random,comparator_reward}" in text
     with pytest.raises(SystemExit):
         main(["fit", "--model.help", "comlrl_lightning.MARLHFModule"])
     text = capsys.readouterr().out
@@ -283,7 +285,7 @@ def test_the_console_script_exits_zero(tmp_path):
             "import sys; from comlrl_lightning.cli import main; "
             f"sys.exit(main(['fit', '--config', 'configs/madpo.yaml', '--trainer.default_root_dir', {str(tmp_path)!r}, "
             "'--data.init_args.num_train_epochs', '1', '--data.init_args.preference_num_candidates', '2', "
-            "'--data.init_args.eval_num_samples', '0', '--model.init_args.max_new_tokens', '4', "
+            "'--data.init_args.eval_num_samples', '0', '--model.init_args.sampling.max_new_tokens', '4', "
             "'--trainer.enable_progress_bar', 'false']))",
         ],
         cwd=Path(__file__).resolve().parents[1],
@@ -367,7 +369,7 @@ def test_errors_found_in_setup_are_one_line_with_the_exit_status_of_their_kind(t
             "--config",
             "configs/madpo.yaml",
             *common,
-            "--data.init_args.train_dataset",
+            "--data.init_args.task.train_dataset",
             str(tmp_path / "absent.jsonl"),
         ],
         2,  # a configuration error: the option names a file that is not there
@@ -381,7 +383,7 @@ def test_errors_found_in_setup_are_one_line_with_the_exit_status_of_their_kind(t
             "--config",
             "configs/madpo.yaml",
             *common,
-            "--data.init_args.train_dataset",
+            "--data.init_args.task.train_dataset",
             str(tmp_path / "bad.jsonl"),
         ],
         1,
@@ -408,7 +410,55 @@ def test_the_traceback_variable_shows_the_traceback_too(tmp_path, capsys, monkey
 
     monkeypatch.setenv("COMLRL_LIGHTNING_TRACEBACK", "1")
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "configs/madpo.yaml", "--data.init_args.train_dataset", str(tmp_path / "x.jsonl")])
+        main(["fit", "--config", "configs/madpo.yaml", "--data.init_args.task.train_dataset", str(tmp_path / "x.jsonl")])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback (most recent call last)" in err and "MissingPathError" in err
     assert err.rstrip().splitlines()[-1] == f"error: train_dataset: {tmp_path}/x.jsonl does not exist."
+
+
+def test_lora_is_a_peft_lora_config_and_round_trips_through_config_hparams_and_checkpoint(tmp_path, capsys):
+    import warnings
+
+    import pytest
+    import torch
+    import yaml
+    from peft import LoraConfig
+
+    from comlrl_lightning import MADPOModule
+    from comlrl_lightning.cli import run_cli
+    from comlrl_lightning.team.lora import LoraAgent
+
+    lora = "{class_path: peft.LoraConfig, init_args: {r: 4, lora_alpha: 16, target_modules: [c_attn]}}"
+    run = tmp_path / "run"
+    common = ["--data.init_args.num_train_epochs", "1", "--model.init_args.team.lora", lora]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = run_cli(["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(run), *TINY, *common])
+    # peft's notice about the loftq_config jsonargparse fills with defaults is not the user's to act on
+    assert not [w for w in caught if "loftq" in str(w.message)]
+
+    def check(module):
+        config = module.team_options.lora
+        assert isinstance(config, LoraConfig) and (config.r, config.lora_alpha) == (4, 16)
+        assert set(config.target_modules) == {"c_attn"}
+        assert all(isinstance(agent, LoraAgent) for agent in module.team.agents)
+        assert [agent.adapter for agent in module.team.agents] == ["agent_0", "agent_1"]
+
+    check(cli.model)
+    version = run / "lightning_logs" / "version_0"
+    # the saved config.yaml parses again, as --print_config shows it
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(version / "config.yaml"), "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["init_args"]["team"]["lora"]["class_path"] == "peft.LoraConfig"
+    assert printed["model"]["init_args"]["team"]["lora"]["init_args"]["r"] == 4
+    # hparams.yaml says it the way a config does, and a checkpoint holds plain values only
+    hparams = yaml.safe_load((version / "hparams.yaml").read_text())
+    assert hparams["team"]["lora"]["class_path"] == "peft.LoraConfig"
+    assert hparams["team"]["lora"]["init_args"]["lora_alpha"] == 16
+    (last,) = version.glob("checkpoints/last.ckpt")
+    assert (
+        torch.load(last, weights_only=True, map_location="cpu")["hyper_parameters"]["team"]["lora"]["init_args"]["r"]
+        == 4
+    )
+    check(MADPOModule.load_from_checkpoint(last))  # rebuilt from hparams through the command line's parser

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from tests.conftest import tiny_team
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "embed_in_your_project.py"
 
 
@@ -48,7 +50,7 @@ def test_bf16_mixed_precision_generates_and_trains_with_float32_log_softmax(tiny
 
 
 def test_models_can_be_loaded_in_bfloat16(tiny_run):
-    module, datamodule, trainer = tiny_run(model=dict(dtype="bfloat16"), trainer=dict(max_epochs=1))
+    module, datamodule, trainer = tiny_run(model=dict(team=tiny_team(dtype="bfloat16")), trainer=dict(max_epochs=1))
     assert next(module.team.agents[0].parameters()).dtype == torch.bfloat16
     trainer.fit(module, datamodule)
     assert trainer.global_step > 0

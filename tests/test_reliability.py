@@ -10,11 +10,11 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from comlrl_lightning import HistoryComparator, MADPOModule, PreferenceDataModule
+from comlrl_lightning import HistoryComparator, MADPOModule, PreferenceDataModule, TaskOptions
 from comlrl_lightning.cli import main, run_cli
 from comlrl_lightning.data.replay import ReplayBuffer, ReplayIndexError
 from comlrl_lightning.data.snapshots import PolicySnapshots
-from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_sampling, tiny_team, tiny_trainer
 from tests.helpers.cli_helpers import TINY_CLI
 from tests.helpers.iterative_run import make_run
 
@@ -169,9 +169,9 @@ def test_a_second_run_in_the_same_process_is_refused_and_a_finished_run_releases
 # Bad data: found when it is loaded, before any model work, with the file, line, item and field
 
 
-def _fit_with(tmp_path, **data):
-    module = MADPOModule(**{**TINY_MODEL, "agent_model": "/nonexistent/never/loaded"})  # fails if a model loads
-    return tiny_trainer(tmp_path).fit(module, PreferenceDataModule(**{**TINY_DATA, "eval_dataset": None, **data}))
+def _fit_with(tmp_path, **task):
+    module = MADPOModule(**{**TINY_MODEL, "team": tiny_team(agent_model="/nonexistent/never/loaded")})  # no load
+    return tiny_trainer(tmp_path).fit(module, PreferenceDataModule(**{**TINY_DATA, "task": TaskOptions(**task)}))
 
 
 def test_a_malformed_jsonl_line_is_named_with_file_and_line(tmp_path):
@@ -206,7 +206,7 @@ def test_items_a_formatter_cannot_prompt_are_named_before_any_model_loads(tmp_pa
 
 def test_a_missing_model_path_says_it_does_not_exist():
     with pytest.raises(FileNotFoundError, match="model path /nonexistent/model/path does not exist"):
-        MADPOModule(agent_model="/nonexistent/model/path").team
+        MADPOModule(team=tiny_team(agent_model="/nonexistent/model/path")).team
 
 
 def test_a_reward_function_that_raises_inside_is_called_once():
@@ -271,15 +271,9 @@ def test_a_full_disk_never_leaves_a_torn_checkpoint(tmp_path, monkeypatch):
 
 def test_a_prompt_that_does_not_fit_the_context_is_named_before_sampling(tmp_path):
     items = [{"prompt": "ab"}, {"prompt": "x" * 496}]  # the embedded GPT-2 has 512 positions
-    module = MADPOModule(**{**TINY_MODEL, "max_new_tokens": 20})
+    module = MADPOModule(**{**TINY_MODEL, "sampling": tiny_sampling(max_new_tokens=20)})
     data = PreferenceDataModule(
-        **{
-            **TINY_DATA,
-            "train_dataset": items,
-            "eval_dataset": None,
-            "formatters": None,
-            "reward_func": lambda a, b: [0.0],
-        }
+        **{**TINY_DATA, "task": TaskOptions(train_dataset=items, reward_func=lambda a, b: [0.0])}
     )
     with pytest.raises(
         ValueError,

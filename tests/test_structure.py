@@ -135,10 +135,6 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 """A function counts from its ``def`` line to its last line (decorators excluded, nested functions included)."""
 
-OWNED_BY_LAYOUT_OPTIONS = {"comlrl_lightning/modules/base.py"}
-"""Temporary, for issue 24: branch ``layout-options`` splits ``TeamModule`` (415 lines, a 97-line
-``__init__``) while these checks land; delete the entry once that branch is merged."""
-
 
 def relative(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
@@ -155,11 +151,7 @@ def long_functions(source: str, name: str) -> List[str]:
 
 
 def checked_modules() -> Dict[str, str]:
-    return {
-        relative(path): path.read_text(encoding="utf-8")
-        for path in MODULES.values()
-        if relative(path) not in OWNED_BY_LAYOUT_OPTIONS
-    }
+    return {relative(path): path.read_text(encoding="utf-8") for path in MODULES.values()}
 
 
 def test_no_module_is_over_400_lines():
@@ -193,10 +185,6 @@ LOOP_INTERNALS = {"fit_loop", "epoch_loop"}
 
 PUBLIC_UNDERSCORE_NAMES = {"_replace", "_asdict", "_fields", "_make"}
 """namedtuple's public methods (underscored only so they cannot clash with a field)."""
-
-PRIVATE_ACCESS_OWNED_BY_LAYOUT_OPTIONS = {("comlrl_lightning/modules/", "_trainer")}
-"""Temporary, for issue 24: ``TeamModule`` reads ``self._trainer`` (via ``compat.attached_trainer``
-once branch ``layout-options``, which owns ``modules/``, is merged; delete the entry then)."""
 
 
 def is_private(name: str) -> bool:
@@ -280,10 +268,9 @@ def private_reach_through(source: str, module: str) -> List[Reach]:
 def test_no_module_reaches_into_private_names_it_does_not_own():
     found = [
         reach
-        for name, source in {relative(path): path.read_text(encoding="utf-8") for path in MODULES.values()}.items()
+        for name, source in checked_modules().items()
         if name != COMPAT
         for reach in private_reach_through(source, name)
-        if not any(name.startswith(p) and reach.name == a for p, a in PRIVATE_ACCESS_OWNED_BY_LAYOUT_OPTIONS)
     ]
     assert not found, "go through comlrl_lightning.runtime.compat or a public name: " + "; ".join(map(str, found))
 
@@ -316,3 +303,88 @@ class Mine(Base):
         ("m.py:16", "epoch_loop"),
         ("m.py:16", "__dict__"),
     }
+
+
+# ----------------------------------------------------------------------------------------------
+# Constructors: at most 15 parameters, counting what reaches a parent through **kwargs
+
+MAX_CONSTRUCTOR_PARAMETERS = 15
+SEED_API = {"trainers/configs.py", "trainers/preference.py"}
+"""The seed's (CoMLRL's) Python API keeps the reference's config fields and trainer arguments one to
+one, so code written for the reference runs unchanged; everything it builds is held to the limit."""
+
+
+def _classes() -> Dict[str, tuple]:
+    """Every class of the package: its node and file (class names are unique across the package)."""
+    found: Dict[str, tuple] = {}
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                assert node.name not in found, f"two classes named {node.name}: the parameter count needs one"
+                found[node.name] = (node, path)
+    return found
+
+
+CLASSES = _classes()
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    return any("dataclass" in ast.unparse(decorator) for decorator in node.decorator_list)
+
+
+def _init(node: ast.ClassDef):
+    return next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+
+
+def _forwards_kwargs_to_parent(init: ast.FunctionDef) -> bool:
+    """``super().__init__(..., **kwargs)`` in ``init``: the parent's parameters are this constructor's too."""
+    for call in ast.walk(init):
+        if isinstance(call, ast.Call) and ast.unparse(call.func) == "super().__init__":
+            if any(
+                keyword.arg is None and ast.unparse(keyword.value) == init.args.kwarg.arg for keyword in call.keywords
+            ):
+                return True
+    return False
+
+
+def effective_parameters(name: str) -> list:
+    """The parameters a user can give class ``name``'s constructor: its own (dataclass fields
+    included) and, where it forwards ``**kwargs`` to its parent's, the parent's."""
+    node, _ = CLASSES[name]
+    parents = [ast.unparse(base) for base in node.bases if ast.unparse(base) in CLASSES]
+    init = _init(node)
+    if init is None and _is_dataclass(node):
+        inherited = [p for parent in parents if _is_dataclass(CLASSES[parent][0]) for p in effective_parameters(parent)]
+        own = [
+            n.target.id
+            for n in node.body
+            if isinstance(n, ast.AnnAssign)
+            and isinstance(n.target, ast.Name)
+            and "ClassVar" not in ast.unparse(n.annotation)
+        ]
+        return list(dict.fromkeys(inherited + own))
+    if init is None:
+        return effective_parameters(parents[0]) if parents else []
+    arguments = init.args
+    own = [a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs if a.arg != "self"]
+    if arguments.kwarg is not None and parents and _forwards_kwargs_to_parent(init):
+        return list(dict.fromkeys(own + effective_parameters(parents[0])))
+    return own
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, (_, path) in CLASSES.items() if str(path.relative_to(PACKAGE)) not in SEED_API)
+)
+def test_no_constructor_takes_more_than_15_parameters(name):
+    parameters = effective_parameters(name)
+    assert len(parameters) <= MAX_CONSTRUCTOR_PARAMETERS, (
+        f"{name} takes {len(parameters)} parameters (own and its parent's through **kwargs): {parameters}; "
+        "group the ones that form a unit into an options object"
+    )
+
+
+def test_the_parameter_count_follows_kwargs_to_the_parent():
+    # a negative control: the count sees what reaches TeamModule through MARLHF's and MAGRPO's **kwargs
+    marlhf = effective_parameters("MARLHFModule")
+    assert {"reward_model", "critic", "team", "sampling", "seed"} <= set(marlhf)
+    assert len(marlhf) == len(set(marlhf)) > len(effective_parameters("MAGRPOModule"))

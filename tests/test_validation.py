@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import pytest
+from peft import LoraConfig
 
-from comlrl_lightning import MADPOModule, OptionError, PreferenceDataModule
+from comlrl_lightning import (
+    GenerationSettings,
+    MADPOModule,
+    MemoryOptions,
+    OptionError,
+    PreferenceDataModule,
+    ReferenceKL,
+    RewardModelFit,
+    RewardModelOptions,
+    TeamOptions,
+)
 from comlrl_lightning.cli import main
 from comlrl_lightning.modules.collaboration import Centralized
+from tests.conftest import tiny_team
 
 DATA_RULES = [
-    (dict(num_turns=2), "MADPO currently supports num_turns=1 only."),
-    (dict(joint_mode="separate"), "joint_mode must be aligned"),
     (dict(num_train_epochs=0), "num_train_epochs must be >= 1."),
     (dict(train_batch_size=0), "train_batch_size must be >= 1."),
     (dict(eval_num_samples=-1), "eval_num_samples must be >= 0."),
@@ -27,20 +37,33 @@ MODEL_RULES = [
     (dict(dpo_beta=0.0), "dpo_beta must be > 0."),
     (dict(dpo_beta=-1.0), "dpo_beta must be > 0."),
     (
-        dict(collaboration=Centralized(), agents=["a", "b"]),
+        dict(collaboration=Centralized(), team=TeamOptions(agents=["a", "b"])),
         "agents: a centralized team has one model that writes every role (got 2).",
     ),
-    (dict(num_agents=0), "num_agents must be >= 1 or null."),
-    (dict(agents=["a", "b", "c"], num_agents=2), "num_agents (2) must match the number of agents (3)."),
-    (dict(num_turns=2), "MADPO currently supports num_turns=1 only."),
-    (dict(max_new_tokens=0), "max_new_tokens must be >= 1."),
-    (dict(temperature=0.0), "temperature must be > 0."),
-    (dict(top_p=0.0), "top_p must be in (0, 1]."),
-    (dict(top_p=1.5), "top_p must be in (0, 1]."),
-    (dict(top_k=0), "top_k must be >= 1 or null."),
-    (dict(gradient_checkpointing=True, checkpoint_every_n_layers=0), "checkpoint_every_n_layers must be >= 1."),
+    (
+        dict(team=TeamOptions(agents=["a", "b", "c"], num_agents=2)),
+        "num_agents (2) must match the number of agents (3).",
+    ),
     (dict(agent_learning_rate=0.0), "agent_learning_rate must be > 0."),
     (dict(agent_learning_rate=[1e-3, 1e-3, 1e-3]), "agent_learning_rate must be one value or one per agent (2)."),
+]
+
+OPTION_RULES = [
+    (TeamOptions, dict(num_agents=0), "num_agents must be >= 1 or null."),
+    (TeamOptions, dict(agents=["a", "b"], lora=LoraConfig(r=4)), "lora: a LoRA team needs one base model"),
+    (TeamOptions, dict(lora=LoraConfig(r=0)), "lora.r must be >= 1."),
+    (TeamOptions, dict(lora=LoraConfig(task_type="SEQ_CLS")), "lora.task_type: the agents are causal language"),
+    (MemoryOptions, dict(checkpoint_every_n_layers=0), "checkpoint_every_n_layers must be >= 1."),
+    (GenerationSettings, dict(max_new_tokens=0), "max_new_tokens must be >= 1."),
+    (GenerationSettings, dict(temperature=0.0), "temperature must be > 0."),
+    (GenerationSettings, dict(top_p=0.0), "top_p must be in (0, 1]."),
+    (GenerationSettings, dict(top_p=1.5), "top_p must be in (0, 1]."),
+    (GenerationSettings, dict(top_k=0), "top_k must be >= 1 or null."),
+    (ReferenceKL, dict(coef=-0.1), "reference_kl.coef must be >= 0."),
+    (RewardModelOptions, dict(learning_rate=0.0), "reward_model.learning_rate must be > 0."),
+    (RewardModelOptions, dict(max_length=0), "reward_model.max_length must be >= 1 or null."),
+    (RewardModelFit, dict(num_train_epochs=0), "reward_model.num_train_epochs must be >= 1."),
+    (RewardModelFit, dict(train_batch_size=0), "reward_model.train_batch_size must be >= 1."),
 ]
 
 
@@ -55,6 +78,13 @@ def test_data_module_rules(options, message):
 def test_module_rules(options, message):
     with pytest.raises(OptionError) as error:
         MADPOModule(**options)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("kind, options, message", OPTION_RULES)
+def test_option_objects_check_themselves_when_made(kind, options, message):
+    with pytest.raises(OptionError) as error:
+        kind(**options)
     assert message in str(error.value)
 
 
@@ -75,7 +105,7 @@ def test_generator_rules_and_default():
 
 def test_no_model_is_loaded_while_options_are_checked():
     # A model id that cannot exist: construction must still succeed because loading is lazy.
-    module = MADPOModule(agent_model="/nonexistent/model/path")
+    module = MADPOModule(team=TeamOptions(agent_model="/nonexistent/model/path"))
     assert module._team is None
     with pytest.raises(OSError):
         module.team
@@ -116,14 +146,16 @@ def test_cli_rejects_a_literal_api_key_option(capsys, tmp_path):
 
 
 def test_agent_devices_forms():
-    assert MADPOModule(agent_devices="cpu").agent_devices == ["cpu", "cpu"]
-    assert MADPOModule(agent_devices=["cpu"]).agent_devices == ["cpu", "cpu"]
-    assert MADPOModule(agent_devices="auto").agent_devices is None
+    assert MADPOModule(team=TeamOptions(agent_devices="cpu")).agent_devices == ["cpu", "cpu"]
+    assert MADPOModule(team=TeamOptions(agent_devices=["cpu"])).agent_devices == ["cpu", "cpu"]
+    assert MADPOModule(team=TeamOptions(agent_devices="auto")).agent_devices is None
     with pytest.raises(OptionError, match=r"agent_devices length \(3\) must be 1 or 2."):
-        MADPOModule(agent_devices=["cpu", "cpu", "cpu"])
+        MADPOModule(team=TeamOptions(agent_devices=["cpu", "cpu", "cpu"]))
 
 
 def test_agent_devices_place_each_agent(tiny_run):
-    module, datamodule, trainer = tiny_run(model=dict(agent_devices=["cpu", "cpu"]), trainer=dict(max_epochs=1))
+    module, datamodule, trainer = tiny_run(
+        model=dict(team=tiny_team(agent_devices=["cpu", "cpu"])), trainer=dict(max_epochs=1)
+    )
     trainer.fit(module, datamodule)
     assert trainer.global_step > 0 and all(str(module.team.device_of(i)) == "cpu" for i in range(2))

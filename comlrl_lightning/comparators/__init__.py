@@ -20,7 +20,7 @@ Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.generation`,
 from __future__ import annotations
 
 from comlrl_lightning.comparators.api import ApiComparator, ApiFormat
-from comlrl_lightning.comparators.api_client import ComparatorApiError
+from comlrl_lightning.comparators.api_client import ComparatorApiError, HttpOptions
 from comlrl_lightning.comparators.api_formats import API_FORMATS
 from comlrl_lightning.comparators.base import Comparator, ComparatorContext
 from comlrl_lightning.comparators.centralized import CentralizedComparator
@@ -42,5 +42,6 @@ __all__ = [
     "CurrentComparator",
     "CurrentCopyComparator",
     "HistoryComparator",
+    "HttpOptions",
     "ModelComparator",
 ]

@@ -22,10 +22,12 @@ from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence, Tup
 from comlrl_lightning.comparators.api_client import (
     ApiClient,
     ComparatorApiError,
+    HttpOptions,
     shown_url,
 )
 from comlrl_lightning.comparators.api_formats import (
     API_FORMATS,
+    ApiFormat,
     openai_batch_sizes,
     parse_response,
     request_body,
@@ -39,7 +41,6 @@ from comlrl_lightning.team.team import Team
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-ApiFormat = Literal["generic", "openai", "anthropic", "openai_responses"]
 
 
 class ApiJob(NamedTuple):
@@ -76,13 +77,8 @@ class ApiComparator(Comparator):
         response_field: dotted path of the completions in a ``generic`` response.
         extra_body: merged over the request body (``null`` values remove provider-format fields).
         max_n_per_request: cap on ``n`` per ``openai`` request (default K'; 1 for DeepSeek).
-        timeout: seconds per HTTP operation; a request that times out is retried.
-        deadline: seconds one attempt may take in all, however slowly its bytes arrive
-            (``None``: 4 x ``timeout``); an attempt past it is retried like a timeout.
-        max_response_bytes: largest decoded answer read (a larger one is an error, not retried);
-            ``concurrency`` answers are read at once, so at most their product is held.
-        concurrency: requests in flight at once, across items and candidates.
-        max_retries: retries per request on connection errors, timeouts, 408, 429 and 5xx.
+        http: how requests are sent (:class:`~comlrl_lightning.comparators.api_client.HttpOptions`:
+            ``timeout``, ``deadline``, ``max_response_bytes``, ``concurrency``, ``max_retries``).
         num_candidates: K' (``None``: K).
     """
 
@@ -103,22 +99,13 @@ class ApiComparator(Comparator):
         response_field: str = "completions",
         extra_body: Optional[Dict[str, Any]] = None,
         max_n_per_request: Optional[int] = None,
-        timeout: float = 120.0,
-        deadline: Optional[float] = None,
-        max_response_bytes: int = 4 * 2**20,
-        concurrency: int = 8,
-        max_retries: int = 4,
+        http: HttpOptions = HttpOptions(),
         num_candidates: Optional[int] = None,
     ) -> None:
         super().__init__(num_candidates)
         require(bool(url and str(url).strip()), "ApiComparator needs a url.")
         require(format in API_FORMATS, f"format must be one of: {', '.join(API_FORMATS)}.")
         at_least("max_n_per_request", max_n_per_request, 1, allow_none=True)
-        positive("timeout", timeout)
-        positive("deadline", deadline, allow_none=True)
-        at_least("max_response_bytes", max_response_bytes, 1)
-        at_least("concurrency", concurrency, 1)
-        at_least("max_retries", max_retries, 0)
         headers = dict(headers or {})
         require(all(isinstance(v, str) for v in headers.values()), "headers must map header names to strings.")
         require(extra_body is None or isinstance(extra_body, dict), "extra_body must be a mapping.")
@@ -138,9 +125,7 @@ class ApiComparator(Comparator):
         self.url, self.format, self.model = url, format, model
         self.key_env, self.key_header, self.key_prefix, self.headers = key_env, key_header, key_prefix, headers
         self.response_field, self.extra_body = response_field, dict(extra_body or {})
-        self.max_n_per_request, self.timeout = max_n_per_request, float(timeout)
-        self.deadline, self.max_response_bytes = deadline, int(max_response_bytes)
-        self.concurrency, self.max_retries = concurrency, max_retries
+        self.max_n_per_request, self.http = max_n_per_request, http
         self._client: Optional[ApiClient] = None
         self.shortfall = self.truncated = 0
         if key_env is not None:  # the key is known now: it must not be in any option either
@@ -156,20 +141,21 @@ class ApiComparator(Comparator):
     def client(self) -> ApiClient:
         """The HTTP client (made on first use, so the comparator itself stays a plain config object)."""
         if self._client is None:
+            http = self.http
             self._client = ApiClient(
                 self.url,
-                self.timeout,
+                http.timeout,
                 self.headers,
                 self.key_env,
                 self.key_header,
                 self.key_prefix,
                 anthropic=self.format == "anthropic",
-                max_retries=self.max_retries,
-                concurrency=self.concurrency,
+                max_retries=http.max_retries,
+                concurrency=http.concurrency,
                 backoff_base=self.backoff_base,
                 retry_after_cap=self.retry_after_cap,
-                deadline=self.deadline,
-                max_response_bytes=self.max_response_bytes,
+                deadline=http.deadline,
+                max_response_bytes=http.max_response_bytes,
             )
         return self._client
 

@@ -31,6 +31,7 @@ from comlrl_lightning.comparators.response_body import (
     decoded_pieces,
 )
 from comlrl_lightning.errors import ComlrlError, ConfigurationError
+from comlrl_lightning.options import at_least, positive
 
 RETRY_STATUSES = frozenset({408, 429})
 """Retried besides every 5xx: request timeout and rate limit."""
@@ -64,6 +65,34 @@ class RequestStats:
 
     requests: int = 0
     retries: int = 0
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """How an API comparator's requests are sent: its ``http`` option.
+
+    Args:
+        timeout: seconds per HTTP operation (connect, each read, write); a request that times out is retried.
+        deadline: seconds one attempt may take in all, however slowly its bytes arrive
+            (``None``: 4 x ``timeout``); an attempt past it is retried like a timeout.
+        max_response_bytes: largest decoded answer read (a larger one is an error, not retried);
+            ``concurrency`` answers are read at once, so at most their product is held.
+        concurrency: requests in flight at once, across items and candidates.
+        max_retries: retries per request on connection errors, timeouts, 408, 429 and 5xx.
+    """
+
+    timeout: float = 120.0
+    deadline: Optional[float] = None
+    max_response_bytes: int = 4 * 2**20
+    concurrency: int = 8
+    max_retries: int = 4
+
+    def __post_init__(self) -> None:
+        positive("timeout", self.timeout)
+        positive("deadline", self.deadline, allow_none=True)
+        at_least("max_response_bytes", self.max_response_bytes, 1)
+        at_least("concurrency", self.concurrency, 1)
+        at_least("max_retries", self.max_retries, 0)
 
 
 class ApiClient:

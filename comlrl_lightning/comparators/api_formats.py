@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Literal, Mapping, Optional, get_args
 
 from comlrl_lightning.comparators.redaction import redact
 from comlrl_lightning.data.chat import ChatPrompt, conversation_of
@@ -27,7 +27,9 @@ from comlrl_lightning.errors import DataError
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.options import OptionError
 
-API_FORMATS = ("generic", "openai", "anthropic", "openai_responses")
+ApiFormat = Literal["generic", "openai", "anthropic", "openai_responses"]
+"""The wire formats an API comparator speaks."""
+API_FORMATS = get_args(ApiFormat)
 ANTHROPIC_VERSION = "2023-06-01"
 GENERIC_FALLBACK_FIELDS = ("completions", "responses", "outputs", "choices")
 

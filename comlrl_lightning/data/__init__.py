@@ -31,7 +31,7 @@ from comlrl_lightning.data.replay import (
     ReplayBuffer,
     ReplayRule,
 )
-from comlrl_lightning.data.task import Task
+from comlrl_lightning.data.task import Task, TaskOptions
 
 __all__ = [
     "AllHistoryReplay",
@@ -49,4 +49,5 @@ __all__ = [
     "ReplayRule",
     "TaggedCentralizedComparatorAdapter",
     "Task",
+    "TaskOptions",
 ]

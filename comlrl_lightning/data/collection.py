@@ -130,10 +130,6 @@ def build_pairs_within(
     return result
 
 
-ITERATIVE_PAIR_SELECTIONS = ("reward_gap", "all", "random", "comparator_reward")
-"""Iterative ``pair_selection`` modes (``comparator_reward`` is the iterative default)."""
-
-
 def select_against(
     scores: Dict[str, List[float]], pair_selection: str, pairs_per_sample: Optional[int], stream: RandomStream
 ) -> List[Tuple[int, str, str]]:

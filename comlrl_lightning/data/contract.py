@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from comlrl_lightning.team.team import Team
 
 
+TrainsOn = Literal["pairs", "items"]
+"""What a team module trains on: preference pairs, or task items (it samples its own rollouts)."""
+
+
 @runtime_checkable
 class TeamSide(Protocol):
     """What a data module may ask of the module it feeds (``TeamModule`` keeps it).
@@ -50,7 +54,7 @@ class TeamSide(Protocol):
     :meth:`collection_oracle`; :meth:`log_metrics_now` reports collection metrics.
     """
 
-    trains_on: Literal["pairs", "items"]
+    trains_on: TrainsOn
     generator: "Generator"
     generation_settings: "GenerationSettings"
     num_roles: int

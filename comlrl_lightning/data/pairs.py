@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, get_args
 
 from comlrl_lightning.options import OptionError
 
-PAIR_SELECTIONS = ("reward_gap", "all", "random")
-"""Base-trainer ``pair_selection`` modes."""
+PairSelection = Literal["reward_gap", "all", "random"]
+"""How pairs within one side's candidates are chosen (``pair_selection`` of every data module)."""
+PAIR_SELECTIONS = get_args(PairSelection)
+
+IterativePairSelection = Literal[PairSelection, "comparator_reward"]
+"""``pair_selection`` of an iterative run: also ``comparator_reward`` (highest comparator score first)."""
+ITERATIVE_PAIR_SELECTIONS = get_args(IterativePairSelection)
 
 
 @dataclass
@@ -96,7 +101,7 @@ def ordered_pairs(scores: Sequence[float]) -> List[Tuple[float, int, int]]:
 
 def select_pairs(
     scores: Sequence[float],
-    pair_selection: str = "reward_gap",
+    pair_selection: PairSelection = "reward_gap",
     pairs_per_sample: Optional[int] = 16,
     rng: Optional[random.Random] = None,
 ) -> List[Tuple[int, int]]:

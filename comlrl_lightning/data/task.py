@@ -6,6 +6,7 @@ import codecs
 import copy
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Union
 
@@ -296,9 +297,74 @@ class Task:
         return task
 
 
+@dataclass(frozen=True)
+class TaskOptions:
+    """What a team learns: its task items, how each agent is prompted, and the reward (a data
+    module's ``task`` option; the reference (CoMLRL) takes these as its trainers' arguments).
+
+    Args:
+        train_dataset: task items: a list of dicts, a ``.json``/``.jsonl`` path, a Hugging Face dataset
+            name or folder (also one written by ``save_to_disk``), an
+            :class:`~comlrl_lightning.data.HFDataset` (``{path: gsm8k, name: main}``,
+            ``data_files``, ``split``), a ``datasets.Dataset`` (Python), or ``"embedded"`` (the toy task).
+            Datasets are indexed where they are, never copied into a list.
+        eval_dataset: evaluation items, same forms (``None``: no evaluation).
+        dataset_split: split for a Hugging Face ``train_dataset`` (unless it names its own).
+        eval_split: split for a Hugging Face ``eval_dataset`` (unless it names its own).
+        formatters: per-agent prompt builders: callables, import paths, or templates like
+            ``"Q: {question}"``; ``None`` uses ``item["prompt"]`` (else ``item["messages"]``) for
+            every agent (the embedded task: its own templates). A prompt is a text or a list of
+            ``{"role", "content"}`` chat messages; messages are rendered with each agent's own
+            tokenizer's chat template.
+        chat_template: render text prompts with each agent's chat template too, as one user message
+            (for instruct models); off: text prompts are given to the model as they are.
+        reward_func: task reward (callable or import path), called per joint response (the
+            embedded task: its own reward).
+        reward_processor: optional map from raw reward to the pair score (callable or import path).
+    """
+
+    train_dataset: ItemSource = EMBEDDED
+    eval_dataset: ItemSource = None
+    dataset_split: str = "train"
+    eval_split: str = "test"
+    formatters: Union[str, List[str], Callable, List[Callable], None] = None
+    chat_template: bool = False
+    reward_func: CallableSpec = None
+    reward_processor: CallableSpec = None
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the training items are the embedded toy task's."""
+        return isinstance(self.train_dataset, str) and self.train_dataset == EMBEDDED
+
+    @property
+    def formatter_specs(self) -> Union[FormatterSpec, Sequence[FormatterSpec]]:
+        """The formatters given, or the embedded task's."""
+        return embedded_formatters() if self.formatters is None and self.embedded else self.formatters
+
+    @property
+    def reward_spec(self) -> CallableSpec:
+        """The reward function given, or the embedded task's."""
+        return EMBEDDED_REWARD if self.reward_func is None and self.embedded else self.reward_func
+
+    def build(self, num_agents: int) -> "Task":
+        """The :class:`Task` of ``num_agents`` roles (formatters, oracle, chat rendering)."""
+        return Task(self.formatter_specs, self.reward_spec, self.reward_processor, num_agents, self.chat_template)
+
+    def train_items(self) -> Sequence[Dict[str, Any]]:
+        return load_items(self.train_dataset, self.dataset_split, "train")
+
+    def eval_items(self) -> Sequence[Dict[str, Any]]:
+        return load_items(self.eval_dataset, self.eval_split, "eval")
+
+
+EMBEDDED_REWARD = "comlrl_lightning.defaults.vowel_length_reward"
+"""The embedded toy task's reward function."""
+
+
 def embedded_formatters() -> List[str]:
     """The toy task's prompt templates (writer, matcher)."""
     return [WRITER_TEMPLATE, MATCHER_TEMPLATE]
 
 
-__all__ = ["Task", "load_items", "resolve_formatter", "TemplateFormatter", "embedded_formatters"]
+__all__ = ["Task", "TaskOptions", "load_items", "resolve_formatter", "TemplateFormatter", "embedded_formatters"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from jsonargparse.typing import PositiveInt
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -17,7 +17,6 @@ from comlrl_lightning.comparators import (
     CurrentComparator,
 )
 from comlrl_lightning.data.collection import (
-    ITERATIVE_PAIR_SELECTIONS,
     CollectionResult,
     build_pairs_against,
     merge_results,
@@ -26,10 +25,10 @@ from comlrl_lightning.data.collection import (
 )
 from comlrl_lightning.data.contract import TeamSide, data_module_checks, team_side
 from comlrl_lightning.data.oracle import ScoringProgress
-from comlrl_lightning.data.pairs import PreferencePair
+from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
 from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
 from comlrl_lightning.data.snapshots import PolicySnapshots
-from comlrl_lightning.datamodules.preference import PreferenceDataModule
+from comlrl_lightning.datamodules.preference import PreferenceDataModule, total_epochs
 from comlrl_lightning.options import OptionError, at_least
 from comlrl_lightning.runtime.distributed import (
     barrier,
@@ -63,7 +62,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     is loaded (:class:`~comlrl_lightning.callbacks.RewardDistributions` checks the reward range).
 
     Args:
-        num_iterations: rounds; the CLI sets ``trainer.max_epochs = num_iterations * num_train_epochs``.
+        num_iterations: rounds; the CLI sets ``trainer.max_epochs`` to :attr:`total_epochs`
+            (``num_iterations * num_train_epochs``).
         comparator: the other side of every comparison (default :class:`CurrentComparator`); see
             :mod:`comlrl_lightning.comparators` for the classes and their options.
         replay: which rounds a round trains on (default :class:`CurrentReplay`); see
@@ -90,7 +90,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         num_train_epochs: PositiveInt = 1,
         preference_num_candidates: int = 20,
         preference_pairs_per_sample: Optional[PositiveInt] = 4,
-        pair_selection: Literal["comparator_reward", "reward_gap", "all", "random"] = "comparator_reward",
+        pair_selection: IterativePairSelection = "comparator_reward",
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -120,7 +120,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
 
     @property
     def total_epochs(self) -> int:
-        return self.num_iterations * self.num_train_epochs
+        return total_epochs(self.num_train_epochs, self.num_iterations)
 
     # ------------------------------------------------------------------------------------------
     # Lightning hooks

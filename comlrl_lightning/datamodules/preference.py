@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from lightning.pytorch import Callback, LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -19,22 +19,20 @@ from comlrl_lightning.data.collection import (
 from comlrl_lightning.data.contract import TeamSide, team_side
 from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoader
 from comlrl_lightning.data.oracle import CallableSpec, ScoringProgress
-from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PreferencePair
-from comlrl_lightning.data.task import (
-    ItemSource,
-    Task,
-    check_items,
-    check_prompts_fit,
-    embedded_formatters,
-    load_items,
-)
-from comlrl_lightning.defaults import EMBEDDED
+from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PairSelection, PreferencePair
+from comlrl_lightning.data.task import Task, TaskOptions, check_items, check_prompts_fit
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.options import at_least, choice, require
 from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
+
+
+def total_epochs(num_train_epochs: int, num_iterations: int = 1) -> int:
+    """The epochs of a run: ``num_train_epochs`` per round times ``num_iterations`` rounds (one round
+    without iterations). The command line sets ``trainer.max_epochs`` from it, as does the seed's API."""
+    return num_train_epochs * num_iterations
 
 
 class DataStateCallback(Callback):
@@ -72,75 +70,43 @@ class TaskDataModule(LightningDataModule):
     modules that sample their own rollouts (``MAGRPOModule`` on the task reward); the preference
     data modules below add collection.
 
+    Correct under a plain ``Trainer()``; ``trainer.max_epochs`` should be :attr:`total_epochs` (the
+    command line links it).
+
     Args:
-        train_dataset: task items: a list of dicts, a ``.json``/``.jsonl`` path, a Hugging Face dataset
-            name or folder (also one written by ``save_to_disk``), an
-            :class:`~comlrl_lightning.data.HFDataset` (``{path: gsm8k, name: main}``,
-            ``data_files``, ``split``), a ``datasets.Dataset`` (Python), or ``"embedded"`` (the toy task).
-            Datasets are indexed where they are, never copied into a list.
-        eval_dataset: evaluation items, same forms (``None``: no evaluation).
-        dataset_split: split for a Hugging Face ``train_dataset`` (unless it names its own).
-        eval_split: split for a Hugging Face ``eval_dataset`` (unless it names its own).
-        formatters: per-agent prompt builders: callables, import paths, or templates like
-            ``"Q: {question}"``; ``None`` uses ``item["prompt"]`` (else ``item["messages"]``) for
-            every agent. A prompt is a text or a list of ``{"role", "content"}`` chat messages;
-            messages are rendered with each agent's own tokenizer's chat template.
-        chat_template: render text prompts with each agent's chat template too, as one user message
-            (for instruct models); off: text prompts are given to the model as they are.
-        reward_func: task reward (callable or import path), called per joint response.
-        reward_processor: optional map from raw reward to the pair score (callable or import path).
-        num_agents: team size (linked to the model's ``num_agents`` by the CLI; ``None``: the team's).
+        task: what the team learns (:class:`~comlrl_lightning.data.TaskOptions`): ``train_dataset``,
+            ``eval_dataset`` and their splits, ``formatters``, ``chat_template``, ``reward_func``,
+            ``reward_processor``; the default is the embedded toy task.
+        num_agents: team size (linked to the model's ``team.num_agents`` by the CLI; ``None``: the team's).
         train_batch_size: pairs (preference modules) or task items (policy-gradient modules) per step.
         num_train_epochs: epochs (the CLI sets ``trainer.max_epochs`` from it).
         eval_num_samples: evaluation items per evaluation (0: no evaluation).
         eval_batch_size: evaluation items per validation step.
-        num_turns: must be 1 (single-turn, as in the seed).
-        joint_mode: must be ``aligned`` (joint response = same candidate index across agents).
         seed: seed of the data stream (sampling, random selection, shuffles).
     """
 
     def __init__(
         self,
-        train_dataset: ItemSource = EMBEDDED,
-        eval_dataset: ItemSource = None,
-        dataset_split: str = "train",
-        eval_split: str = "test",
-        formatters: Union[str, List[str], Callable, List[Callable], None] = None,
-        reward_func: CallableSpec = None,
-        reward_processor: CallableSpec = None,
+        task: TaskOptions = TaskOptions(),
         num_agents: Optional[int] = None,
         train_batch_size: int = 2,
         num_train_epochs: int = 20,
         eval_num_samples: int = 4,
         eval_batch_size: int = 1,
-        num_turns: Literal[1] = 1,
-        joint_mode: Literal["aligned"] = "aligned",
         seed: int = 0,
-        chat_template: bool = False,
     ) -> None:
         super().__init__()
-        require(num_turns == 1, "MADPO currently supports num_turns=1 only.")
-        require(
-            joint_mode == "aligned",
-            "joint_mode must be aligned (joint responses pair the same candidate index across agents).",
-        )
         at_least("num_train_epochs", num_train_epochs, 1)
         at_least("train_batch_size", train_batch_size, 1)
         at_least("eval_num_samples", eval_num_samples, 0)
         at_least("eval_batch_size", eval_batch_size, 1)
         if num_agents is not None:
             at_least("num_agents", num_agents, 1)
-        self.train_source, self.eval_source = train_dataset, eval_dataset
-        self.dataset_split, self.eval_split = dataset_split, eval_split
-        self.formatter_specs, self.reward_func, self.reward_processor = formatters, reward_func, reward_processor
-        if formatters is None and train_dataset == EMBEDDED:
-            self.formatter_specs = embedded_formatters()
-        if reward_func is None and train_dataset == EMBEDDED:
-            self.reward_func = "comlrl_lightning.defaults.vowel_length_reward"
+        self.task_options = task
         self.num_agents = num_agents
         self.train_batch_size, self.num_train_epochs = train_batch_size, num_train_epochs
         self.eval_num_samples, self.eval_batch_size = eval_num_samples, eval_batch_size
-        self.seed, self.chat_template = seed, chat_template
+        self.seed = seed
         self.task: Optional[Task] = None
         self.train_items: Sequence[Dict[str, Any]] = []
         self.eval_items: Sequence[Dict[str, Any]] = []
@@ -163,12 +129,12 @@ class TaskDataModule(LightningDataModule):
                 f"data num_agents ({num_agents}) must match the team's {module.num_roles} roles.",
             )
             num_agents = module.num_roles
-        task = Task(self.formatter_specs, self.reward_func, self.reward_processor, num_agents or 2, self.chat_template)
+        task = self.task_options.build(num_agents or 2)
         # the task as the team sees it: prompts rendered with each agent's chat template where one
         # applies; a centralized team answers one joint prompt per item
         self.task = module.team_task(task) if module is not None else task
-        self.train_items = load_items(self.train_source, self.dataset_split, "train")
-        self.eval_items = load_items(self.eval_source, self.eval_split, "eval")
+        self.train_items = self.task_options.train_items()
+        self.eval_items = self.task_options.eval_items()
         require(bool(self.train_items), "train_dataset: training requires at least one task item.")
         check_items(self.task, self.train_items, "train")
         check_items(self.task, self.eval_items[: self.eval_num_samples], "eval")
@@ -225,6 +191,16 @@ class TaskDataModule(LightningDataModule):
     def parse_metrics(self, result: CollectionResult) -> Dict[str, float]:
         """``collect/unparsed_completions`` for a centralized team (nothing otherwise)."""
         return {"collect/unparsed_completions": float(result.unparsed)} if self.task.centralized else {}
+
+    @property
+    def total_epochs(self) -> int:
+        """The epochs of the whole run (:func:`total_epochs`)."""
+        return total_epochs(self.num_train_epochs)
+
+    @property
+    def reward_func(self) -> CallableSpec:
+        """The task's reward function (the one given, or the embedded task's)."""
+        return self.task_options.reward_spec
 
     # ------------------------------------------------------------------------------------------
     # What the team module may ask (comlrl_lightning.data.contract.DataSide)
@@ -286,7 +262,7 @@ class PreferenceDataModule(TaskDataModule):
         self,
         preference_num_candidates: int = 80,
         preference_pairs_per_sample: Optional[int] = 16,
-        pair_selection: Literal["reward_gap", "random", "all"] = "reward_gap",
+        pair_selection: PairSelection = "reward_gap",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

@@ -2,9 +2,9 @@
 
 A :class:`Generator` is chosen on the team module (``model.init_args.generator``) the way
 Lightning users choose callbacks: ``class_path`` plus its own ``init_args``. What to sample
-(``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``) stays a module option, because every
-backend and the API comparator honour it; how to sample (batching, engines, memory) belongs to
-the backend. Collection, comparators, evaluation and rollouts all sample through the module's
+(:class:`GenerationSettings`: ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``) is the
+module's ``sampling`` option, because every backend and the API comparator honour it; how to
+sample (batching, engines, memory) belongs to the backend. Collection, comparators, evaluation and rollouts all sample through the module's
 generator; :func:`sample_team` is the one loop that has every agent sample its own prompts.
 """
 
@@ -14,18 +14,35 @@ import contextlib
 from dataclasses import dataclass
 from typing import Callable, ContextManager, List, Optional, Sequence
 
+from jsonargparse.typing import PositiveFloat, PositiveInt
+
+from comlrl_lightning.options import at_least, positive, require
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerationSettings:
-    """Sampling settings shared by collection and evaluation (seed names)."""
+    """What to sample, for collection, comparators, evaluation and rollouts alike (the seed's names
+    and defaults; checked when made, so a bad value fails while the config is parsed).
 
-    max_new_tokens: int = 256
-    temperature: float = 0.6
+    Args:
+        max_new_tokens: tokens sampled per completion (>= 1).
+        temperature: sampling temperature (> 0).
+        top_p: nucleus sampling mass in (0, 1].
+        top_k: top-k sampling (``None``: off).
+    """
+
+    max_new_tokens: PositiveInt = 256
+    temperature: PositiveFloat = 0.6
     top_p: float = 0.6
-    top_k: Optional[int] = 50
+    top_k: Optional[PositiveInt] = 50
+
+    def __post_init__(self) -> None:
+        at_least("max_new_tokens", self.max_new_tokens, 1)
+        positive("temperature", self.temperature)
+        require(0 < self.top_p <= 1, "top_p must be in (0, 1].")
+        at_least("top_k", self.top_k, 1, allow_none=True)
 
 
 @dataclass

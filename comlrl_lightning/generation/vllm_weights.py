@@ -14,6 +14,7 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
+from comlrl_lightning.options import require
 from comlrl_lightning.runtime.compat import version_counter
 from comlrl_lightning.team.lora import LoraAgent
 
@@ -63,8 +64,19 @@ def agent_weights(agent: nn.Module) -> Iterator[Tuple[str, torch.Tensor]]:
     yield from merged_lora_weights(agent)
 
 
+MERGED_LORA_ONLY = ("use_dora", "modules_to_save", "trainable_token_indices")
+"""LoraConfig fields whose adapters are more than ``W + scale * B @ A``: the merge below cannot send them."""
+
+
 def merged_lora_weights(agent: LoraAgent) -> Iterator[Tuple[str, torch.Tensor]]:
     """``agent``'s adapter merged into the shared base, under the base model's parameter names."""
+    config = agent.shared.peft_config[agent.adapter]
+    for field in MERGED_LORA_ONLY:
+        require(
+            not getattr(config, field, None),
+            f"lora.{field}: the vLLM generator sends plain LoRA adapters merged into the base "
+            "(W + scale * B @ A); sample this team with HFGenerator.",
+        )
     base = agent.get_base_model()
     modules = dict(base.named_modules())
     for name, parameter in base.named_parameters(remove_duplicate=False):

@@ -17,7 +17,7 @@ the last non-padding hidden state of a backbone whose LM head is never computed.
 from __future__ import annotations
 
 import copy
-from typing import ClassVar, Dict, List, Literal, Optional, Sequence
+from typing import ClassVar, Dict, List, Literal, Optional, Sequence, get_args
 
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
@@ -31,6 +31,7 @@ from comlrl_lightning.team.loading import ModelSource, load_model, load_tokenize
 from comlrl_lightning.team.team import Team
 
 CriticType = Literal["v", "q"]
+CRITIC_TYPES = get_args(CriticType)
 
 
 class ValueHead(nn.Module):
@@ -130,7 +131,7 @@ class Critic(nn.Module):
         value_loss_coef: PositiveFloat = 0.6,
     ) -> None:
         super().__init__()
-        require(critic_type in ("v", "q"), "critic_type must be one of: v, q.")
+        require(critic_type in CRITIC_TYPES, f"critic_type must be one of: {', '.join(CRITIC_TYPES)}.")
         positive("learning_rate", learning_rate, allow_none=True)
         positive("value_loss_coef", value_loss_coef)
         self.critic_type, self.learning_rate, self.value_loss_coef = critic_type, learning_rate, float(value_loss_coef)
@@ -154,21 +155,17 @@ class Critic(nn.Module):
         """The critic loss (before ``value_loss_coef``); ``values`` and ``returns`` are ``[N, items, G]``."""
         raise NotImplementedError
 
-    def parameter_groups(self, agent_rates: Sequence[float], weight_decay: float) -> List[dict]:
-        """Optimizer groups of the critic's own parameters (a value head on an actor included)."""
+    def parameter_groups(self, agent_rates: Sequence[float]) -> List[dict]:
+        """Optimizer groups of the critic's own parameters (a value head on an actor included); the
+        optimizer's own weight decay applies, as to the agents' groups."""
         raise NotImplementedError
 
     def place(self, team: Team) -> None:
         """Move the networks to their devices (after the strategy placed the module)."""
 
 
-def _group(name: str, module: nn.Module, rate: float, weight_decay: float) -> dict:
-    return {
-        "params": [p for p in module.parameters() if p.requires_grad],
-        "lr": rate,
-        "weight_decay": weight_decay,
-        "name": name,
-    }
+def _group(name: str, module: nn.Module, rate: float) -> dict:
+    return {"params": [p for p in module.parameters() if p.requires_grad], "lr": rate, "name": name}
 
 
 class SharedCritic(Critic):
@@ -226,8 +223,8 @@ class SharedCritic(Critic):
         # the critic regresses on every agent's (KL-shaped) return, as the reference's per-agent updates
         return torch.stack([value_loss(values[i], returns[i]) for i in range(returns.shape[0])]).mean()
 
-    def parameter_groups(self, agent_rates, weight_decay):
-        return [_group("critic", self.model, self.learning_rate or agent_rates[0], weight_decay)]
+    def parameter_groups(self, agent_rates):
+        return [_group("critic", self.model, self.learning_rate or agent_rates[0])]
 
 
 class IndividualCritics(Critic):
@@ -340,11 +337,10 @@ class IndividualCritics(Critic):
             for i in range(returns.shape[0])
         )
 
-    def parameter_groups(self, agent_rates, weight_decay):
+    def parameter_groups(self, agent_rates):
         networks = self.models if self.use_separate_critic else self.heads
         return [
-            _group(f"critic_{i}", network, self.learning_rate or agent_rates[i], weight_decay)
-            for i, network in enumerate(networks)
+            _group(f"critic_{i}", network, self.learning_rate or agent_rates[i]) for i, network in enumerate(networks)
         ]
 
 

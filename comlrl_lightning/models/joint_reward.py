@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from torch import nn
 
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.losses import bradley_terry_loss
+from comlrl_lightning.options import at_least, positive
 from comlrl_lightning.team.loading import ModelSource, load_model, load_tokenizer
 
 JOINT_HEADER = "Joint multi-agent response"
@@ -86,7 +89,7 @@ def encode_joint(tokenizer, prompts: Sequence[str], completions: Sequence[str], 
     if max_length is None:
         return tokenizer(text)["input_ids"]
     if not getattr(tokenizer, "is_fast", False):
-        raise ConfigurationError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
+        raise ConfigurationError("reward_model.max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
     encoded = tokenizer(text, return_offsets_mapping=True)
     ids = list(encoded["input_ids"])
     if len(ids) <= max_length:
@@ -111,6 +114,50 @@ def last_token_states(hidden: torch.Tensor, attention_mask: torch.Tensor) -> tor
     positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
     last = (attention_mask.long() * positions).argmax(dim=-1)
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
+@dataclass(frozen=True)
+class RewardModelOptions:
+    """A joint reward model and its optimizer: the ``reward_model`` of
+    :class:`~comlrl_lightning.RewardModelModule` (and, with its fit's epochs and batch size, of
+    :class:`~comlrl_lightning.MARLHFModule`, :class:`RewardModelFit`).
+
+    Args:
+        model_name: backbone (hub id, local path or ``"embedded"``); ``None``: the team's agent 0
+            model in MARLHF, the embedded model for ``RewardModelModule``.
+        learning_rate: AdamW learning rate (> 0).
+        max_length: token budget of a joint text (prompts are shortened before responses);
+            ``None``: the whole text.
+        freeze_backbone: train only the scalar head.
+    """
+
+    model_name: Optional[str] = None
+    learning_rate: PositiveFloat = 1e-5
+    max_length: Optional[PositiveInt] = None
+    freeze_backbone: bool = False
+
+    def __post_init__(self) -> None:
+        positive("reward_model.learning_rate", self.learning_rate)
+        at_least("reward_model.max_length", self.max_length, 1, allow_none=True)
+
+
+@dataclass(frozen=True)
+class RewardModelFit(RewardModelOptions):
+    """A reward model its team module fits itself, on every round's pairs (MARLHF): the options of
+    :class:`RewardModelOptions` and the fit's own loop.
+
+    Args:
+        num_train_epochs: Bradley–Terry epochs per fit (>= 1).
+        train_batch_size: pairs per reward-model step (>= 1).
+    """
+
+    num_train_epochs: PositiveInt = 1
+    train_batch_size: PositiveInt = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("reward_model.num_train_epochs", self.num_train_epochs, 1)
+        at_least("reward_model.train_batch_size", self.train_batch_size, 1)
 
 
 class JointRewardModel(nn.Module):
@@ -144,7 +191,7 @@ class RewardScorer:
     def __init__(self, model: JointRewardModel, tokenizer, max_length: Optional[int] = None) -> None:
         if max_length is not None and not getattr(tokenizer, "is_fast", False):
             # fail at setup rather than at the first joint text over budget
-            raise ConfigurationError("reward_max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
+            raise ConfigurationError("reward_model.max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
         self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
 
     @classmethod
@@ -153,7 +200,7 @@ class RewardScorer:
     ) -> "RewardScorer":
         if tokenizer is None:
             if not isinstance(source, str):
-                raise ConfigurationError("reward_model_name must be provided when agent models are objects.")
+                raise ConfigurationError("reward_model.model_name must be provided when agent models are objects.")
             tokenizer = load_tokenizer(source)
         return cls(JointRewardModel(source, freeze_backbone), tokenizer, max_length)
 

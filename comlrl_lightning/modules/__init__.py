@@ -19,7 +19,7 @@ from comlrl_lightning.modules.collaboration import (
     Decentralized,
 )
 from comlrl_lightning.modules.madpo import MADPOModule
-from comlrl_lightning.modules.magrpo import MAGRPOModule
+from comlrl_lightning.modules.magrpo import MAGRPOModule, ReferenceKL
 from comlrl_lightning.modules.marlhf import MARLHFModule
 from comlrl_lightning.modules.reward_model import RewardModelModule
 
@@ -30,6 +30,7 @@ __all__ = [
     "MADPOModule",
     "MAGRPOModule",
     "MARLHFModule",
+    "ReferenceKL",
     "RewardModelModule",
     "TeamModule",
 ]

@@ -3,86 +3,61 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
-from jsonargparse.typing import PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
-from comlrl_lightning.data.contract import data_side, optional_data_side
+from comlrl_lightning.data.contract import TrainsOn, data_side, optional_data_side
 from comlrl_lightning.data.task import Task
-from comlrl_lightning.defaults import EMBEDDED
 from comlrl_lightning.generation.base import GenerationSettings, Generator, sample_team
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
+from comlrl_lightning.modules.hparams import PlainHyperparameters
 from comlrl_lightning.modules.optim import adamw
-from comlrl_lightning.options import at_least, positive, require
+from comlrl_lightning.options import positive, require
 from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
-from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
+from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
 from comlrl_lightning.runtime.files import check_log_files
 from comlrl_lightning.runtime.paths import confine_checkpoint_callbacks
 from comlrl_lightning.runtime.rng import RandomStream
-from comlrl_lightning.runtime.sharding import check_strategy, is_sharded, shard_model
-from comlrl_lightning.team.activation_checkpointing import (
-    enable_activation_checkpointing,
-)
-from comlrl_lightning.team.loading import load_tokenizer
-from comlrl_lightning.team.lora import agent_parameters, build_lora_agents, is_lora_team
+from comlrl_lightning.runtime.sharding import check_strategy, is_sharded
+from comlrl_lightning.team.lora import agent_parameters
+from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.team.team import Team
 
-NOT_HYPERPARAMETERS = ["agents", "tokenizers", "optimizer", "lr_scheduler", "generator", "critic", "collaboration"]
+NOT_HYPERPARAMETERS = ["optimizer", "lr_scheduler", "generator", "critic", "collaboration"]
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
 
 
-class TeamModule(LightningModule):
+class TeamModule(PlainHyperparameters, LightningModule):
     """A team of N causal-LM agents with sampling settings and task-reward evaluation.
 
+    Correct under a plain ``Trainer()``: the module evaluates the team itself before the first
+    update, so Lightning's sanity validation (an extra evaluation, before any pair is collected,
+    that every callback would see) is switched off for ``fit``.
+
     Args:
-        agent_model: model for every agent: a hub id, a local path, or ``"embedded"`` (tiny local model).
-        agents: one model per agent (hub ids / paths, or model objects from Python); overrides
-            ``agent_model`` and sets the team size (a centralized team: one model).
-        num_agents: number of roles (default: ``len(agents)``, else 2): the team size, or with a
-            centralized ``collaboration`` the roles its one model writes; must match a
-            decentralized ``agents`` list when both are given.
-        tokenizers: tokenizer object(s), one for all agents or one per agent (Python API only):
-            required for model objects; for model sources they replace the saved tokenizers (e.g.
-            to give an agent another chat template). Prompts are rendered with each agent's own.
-        dtype: torch dtype name for loaded models (``bfloat16``, ``float32``...); default: as saved.
-        agent_devices: one device per agent inside one process (``None``/``auto``: the strategy's
-            device; a device for all; a list of 1 or N). Single-process runs only: with DDP every
-            process drives one device.
+        team: the agents (:class:`~comlrl_lightning.team.TeamOptions`): ``agent_model`` or
+            ``agents``, ``num_agents``, tokenizers, ``dtype``, ``agent_devices``, ``lora`` (a
+            ``peft.LoraConfig``) and ``memory`` (activation checkpointing, the fused LM head).
         agent_learning_rate: learning rate, one for all agents or one per agent (each agent is one
             parameter group of the optimizer).
-        weight_decay: weight decay of every agent's group (AdamW's default, as the reference).
-        optimizer: the optimizer class over the agents' parameter groups (``None``: AdamW, fused
-            where torch has the kernel); e.g. ``torch.optim.SGD`` with its own ``init_args``. The
-            groups' ``lr`` and ``weight_decay`` come from the two options above.
+        optimizer: the optimizer class over the agents' parameter groups (``None``: AdamW with its
+            default weight decay, as the reference, fused where torch has the kernel); e.g.
+            ``torch.optim.SGD`` with its own ``init_args`` (``weight_decay`` among them). The groups'
+            ``lr`` comes from ``agent_learning_rate``.
         lr_scheduler: an optional learning-rate scheduler class over that optimizer, stepped every
             epoch (e.g. ``torch.optim.lr_scheduler.LinearLR``).
-        max_new_tokens: tokens sampled per completion (collection and evaluation).
-        temperature: sampling temperature (> 0).
-        top_p: nucleus sampling mass in (0, 1].
-        top_k: top-k sampling (``None``: off).
+        sampling: what to sample (:class:`~comlrl_lightning.generation.GenerationSettings`:
+            ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``) in collection, comparators,
+            evaluation and rollouts.
         generator: the generation backend (``None``: :class:`~comlrl_lightning.generation.HFGenerator`,
             Hugging Face ``generate()``); collection, comparators, evaluation and rollouts sample with it.
-        lora_r: build the team as ONE base model with one LoRA adapter of this rank per agent
-            (``None``: every agent is a full model). All agents must then share one model source.
-        lora_alpha: LoRA scaling numerator.
-        lora_dropout: dropout on the LoRA path.
-        lora_target_modules: module names that get adapters (default: peft's choice for the model type).
-        gradient_checkpointing: recompute each agent layer's activations during backward
-            (transformers' activation checkpointing, non-reentrant): the activation memory of
-            training falls to about one layer's, for about one more forward per step.
-        checkpoint_every_n_layers: with ``gradient_checkpointing``, checkpoint only every n-th
-            layer; the others keep their activations (memory traded back for speed).
-        fused_lm_head: score tokens with the fused, chunked LM head (no ``[positions, vocabulary]``
-            logits): ``None`` wherever the model's head is a plain linear layer (else the
-            materialised logits), ``True`` always (an error where it cannot), ``False`` never.
-        num_turns: must be 1.
         collaboration: how the team covers the roles: :class:`~comlrl_lightning.modules.Decentralized`
             (``None``: one agent per role) or :class:`~comlrl_lightning.modules.Centralized`
             (one model writes every role in one joint completion).
@@ -91,90 +66,28 @@ class TeamModule(LightningModule):
 
     def __init__(
         self,
-        agent_model: str = EMBEDDED,
-        agents: Optional[List[str]] = None,
-        num_agents: Optional[int] = None,
-        tokenizers: Optional[Any] = None,
-        dtype: Optional[str] = None,
-        agent_devices: DeviceSpec = None,
+        team: TeamOptions = TeamOptions(),
         agent_learning_rate: Union[float, List[float]] = 5e-6,
-        weight_decay: float = 0.01,
         optimizer: Optional[OptimizerCallable] = None,
         lr_scheduler: Optional[LRSchedulerCallable] = None,
-        max_new_tokens: PositiveInt = 256,
-        temperature: PositiveFloat = 0.6,
-        top_p: float = 0.6,
-        top_k: Optional[PositiveInt] = 50,
+        sampling: GenerationSettings = GenerationSettings(),
         generator: Optional[Generator] = None,
-        lora_r: Optional[int] = None,
-        lora_alpha: int = 16,
-        lora_dropout: float = 0.0,
-        lora_target_modules: Optional[List[str]] = None,
-        gradient_checkpointing: bool = False,
-        checkpoint_every_n_layers: int = 1,
-        fused_lm_head: Optional[bool] = None,
-        num_turns: int = 1,
         collaboration: Optional[Collaboration] = None,
         seed: int = 0,
     ) -> None:
         super().__init__()
         self.collaboration = collaboration if collaboration is not None else Decentralized()
-        if num_agents is not None:
-            at_least("num_agents", num_agents, 1, allow_none=True)
-        if self.collaboration.centralized:
-            require(
-                not agents or len(agents) == 1,
-                f"agents: a centralized team has one model that writes every role (got {len(agents or [])}).",
-            )
-        else:
-            require(
-                not (agents and num_agents is not None and num_agents != len(agents)),
-                f"num_agents ({num_agents}) must match the number of agents ({len(agents or [])}).",
-            )
-        at_least("num_turns", num_turns, 1)
-        require(num_turns == 1, "MADPO currently supports num_turns=1 only.")
-        at_least("max_new_tokens", max_new_tokens, 1)
-        positive("temperature", temperature)
-        require(0 < top_p <= 1, "top_p must be in (0, 1].")
-        if top_k is not None:
-            at_least("top_k", top_k, 1, allow_none=True)
-        at_least("checkpoint_every_n_layers", checkpoint_every_n_layers, 1)
-        if self.collaboration.centralized:
-            self.agent_sources, self.num_roles = list(agents or [agent_model]), num_agents or 2
-        else:
-            self.agent_sources = list(agents) if agents else [agent_model] * (num_agents or 2)
-            self.num_roles = len(self.agent_sources)
-        rates = (
-            agent_learning_rate
-            if isinstance(agent_learning_rate, (list, tuple))
-            else [agent_learning_rate] * len(self.agent_sources)
-        )
-        require(
-            len(rates) == len(self.agent_sources),
-            f"agent_learning_rate must be one value or one per agent ({len(self.agent_sources)}).",
-        )
-        for rate in rates:
-            positive("agent_learning_rate", rate)
-        self.learning_rates = [float(rate) for rate in rates]
+        self.team_options = team
+        self.agent_sources = team.sources(self.collaboration.centralized)
+        self.num_roles = self._roles(team)
+        self.learning_rates = self._learning_rates(agent_learning_rate)
         self.agent_devices = None
-        if agent_devices is not None and agent_devices != "auto":
-            self.agent_devices = resolve_devices(agent_devices, len(self.agent_sources), "agent_devices", [])
-        if lora_r is not None:
-            at_least("lora_r", lora_r, 1, allow_none=True)
-            require(
-                len({str(source) for source in self.agent_sources}) == 1,
-                "lora_r: a LoRA team needs one base model for all agents (use agent_model, or identical agents).",
-            )
-        self.lora_options = (
-            None
-            if lora_r is None
-            else dict(r=lora_r, alpha=lora_alpha, dropout=lora_dropout, target_modules=lora_target_modules)
-        )
-        self.tokenizer_objects = tokenizers
-        self.dtype_name = dtype
-        self.generation_settings = GenerationSettings(max_new_tokens, temperature, top_p, top_k)
+        if team.agent_devices is not None and team.agent_devices != "auto":
+            self.agent_devices = resolve_devices(team.agent_devices, self.num_agents, "agent_devices", [])
+        self.generation_settings = sampling
         self.generator: Generator = generator if generator is not None else HFGenerator()
         self.optimizer_class, self.lr_scheduler_class = optimizer, lr_scheduler
+        self.seed = seed
         # MeanMetric keeps sums, so the value is exact across processes and uneven batches
         self.eval_metrics = torch.nn.ModuleDict(
             {"eval/turn_1/reward_mean": MeanMetric(), "eval/turn_1/expected_return": MeanMetric()}
@@ -184,8 +97,33 @@ class TeamModule(LightningModule):
         self._agent_tokenizers: Optional[List[Any]] = None
         self.skipped_steps = 0  # identical on every process: they all skip together
         self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
-        if all(isinstance(source, str) for source in self.agent_sources):
-            self.hparams["agents"] = self.agent_sources
+
+    def _roles(self, team: TeamOptions) -> int:
+        """The roles the team covers (checked against ``team.agents``): every agent's, or a centralized
+        team's ``num_agents``."""
+        given = len(team.agents or [])
+        if self.collaboration.centralized:
+            require(given <= 1, f"agents: a centralized team has one model that writes every role (got {given}).")
+            return team.num_agents or 2
+        require(
+            not (team.agents and team.num_agents is not None and team.num_agents != given),
+            f"num_agents ({team.num_agents}) must match the number of agents ({given}).",
+        )
+        return len(self.agent_sources)
+
+    def _learning_rates(self, agent_learning_rate: Union[float, List[float]]) -> List[float]:
+        """One learning rate per agent (one value is every agent's), each > 0."""
+        if isinstance(agent_learning_rate, (list, tuple)):
+            rates = list(agent_learning_rate)
+        else:
+            rates = [agent_learning_rate] * self.num_agents
+        require(
+            len(rates) == self.num_agents,
+            f"agent_learning_rate must be one value or one per agent ({self.num_agents}).",
+        )
+        for rate in rates:
+            positive("agent_learning_rate", rate)
+        return [float(rate) for rate in rates]
 
     # ------------------------------------------------------------------------------------------
     # The team (built lazily, so options are validated before any model is loaded)
@@ -193,16 +131,7 @@ class TeamModule(LightningModule):
     @property
     def team(self) -> Team:
         if self._team is None:
-            if self.lora_options is None:
-                self._team = Team(self.agent_sources, self.agent_tokenizers, self.dtype_name)
-            else:
-                source = self.agent_sources[0]
-                agents = build_lora_agents(source, self.num_agents, dtype=self.dtype_name, **self.lora_options)
-                self._team = Team(agents, self.agent_tokenizers)
-            if self.hparams.gradient_checkpointing:
-                for agent in self._team.agents:
-                    enable_activation_checkpointing(agent, self.hparams.checkpoint_every_n_layers)
-            self._team.fused_head = self.hparams.fused_lm_head
+            self._team = self.team_options.build(self.agent_sources, self.agent_tokenizers)
         return self._team
 
     @property
@@ -216,15 +145,7 @@ class TeamModule(LightningModule):
         if self._team is not None:
             return self._team.tokenizers
         if self._agent_tokenizers is None:
-            if self.lora_options is None:
-                self._agent_tokenizers = Team.resolve_tokenizers(self.agent_sources, self.tokenizer_objects)
-            else:  # one base model: one tokenizer, shared by every adapter
-                shared = (
-                    self.tokenizer_objects
-                    if self.tokenizer_objects is not None
-                    else load_tokenizer(self.agent_sources[0])
-                )
-                self._agent_tokenizers = Team.resolve_tokenizers(self.agent_sources, shared)
+            self._agent_tokenizers = self.team_options.load_tokenizers(self.agent_sources)
         return self._agent_tokenizers
 
     def team_task(self, task: Task) -> Task:
@@ -245,12 +166,8 @@ class TeamModule(LightningModule):
         runs once, after the team is loaded and before it is sharded."""
 
     def shard(self, mesh) -> None:
-        """FSDP2 over ``mesh``: every agent per decoder layer and root. A LoRA team's one shared model is
-        sharded at the transformers model under peft, whose forward every call (``generate()`` too) runs."""
-        models = [self.team.agents[0].get_base_model()] if is_lora_team(self.team.agents) else list(self.team.agents)
-        for model in models:
-            shard_model(model, mesh, str(self.trainer.precision))
-        self.team.synced = True
+        """FSDP2 over ``mesh``: the team's agents (see :meth:`Team.shard`)."""
+        self.team.shard(mesh, str(self.trainer.precision))
 
     def setup(self, stage: str) -> None:
         check_strategy(self.trainer.strategy)
@@ -258,6 +175,11 @@ class TeamModule(LightningModule):
         # never loaded from a URL (unless the user chose a checkpoint IO of their own)
         install_atomic_checkpoints(self.trainer.strategy)
         check_log_files(self.trainer)  # links planted where loggers rewrite files in place are refused
+        if stage == "fit":
+            # The module evaluates before the first update itself (on_train_start). Sanity
+            # validation would sample and score the evaluation items once more, before collection,
+            # and every callback's validation hooks would see that evaluation.
+            self.trainer.num_sanity_val_steps = 0
 
     def on_fit_start(self) -> None:
         if self.agent_devices is not None:
@@ -270,9 +192,8 @@ class TeamModule(LightningModule):
 
     def parameter_groups(self) -> List[Dict[str, Any]]:
         """The optimizer's parameter groups: one per agent (modules with more parts add theirs)."""
-        decay = self.hparams.weight_decay
         return [
-            {"params": agent_parameters(agent), "lr": lr, "weight_decay": decay, "name": f"agent_{i}"}
+            {"params": agent_parameters(agent), "lr": lr, "name": f"agent_{i}"}
             for i, (agent, lr) in enumerate(zip(self.team.agents, self.learning_rates))
         ]
 
@@ -315,7 +236,7 @@ class TeamModule(LightningModule):
         rank_zero_warn(f"non-finite loss ({loss.item()}) at step {self.global_step}; update skipped.")
         return True
 
-    trains_on: Literal["pairs", "items"] = "pairs"
+    trains_on: TrainsOn = "pairs"
     """What the data module serves for training: preference pairs, or task items (rollout modules)."""
 
     def collate_pairs(self, pairs: List[Any]) -> Any:
@@ -350,7 +271,7 @@ class TeamModule(LightningModule):
 
     def _eval_stream(self, *keys: object) -> RandomStream:
         # derived from the progress, so evaluation never shifts any other sampling, and resumes exactly
-        return RandomStream.derive(self.hparams.seed, "eval", self.global_step, self.global_rank, *keys)
+        return RandomStream.derive(self.seed, "eval", self.global_step, self.global_rank, *keys)
 
     def validation_step(self, batch: List[Optional[Dict[str, Any]]], batch_idx: int) -> None:
         task = data_side(self.trainer).task

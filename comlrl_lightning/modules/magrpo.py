@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Literal, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Literal, Optional, Tuple, get_args
 
 import torch
 
 from comlrl_lightning.data.contract import data_side
 from comlrl_lightning.generation.base import Completion, sample_team
 from comlrl_lightning.losses import (
+    Baseline,
     actor_critic_advantages,
     explained_variance,
     group_advantages,
@@ -26,9 +28,30 @@ from comlrl_lightning.runtime.sharding import shard_model
 from comlrl_lightning.team.lora import is_lora_team
 from comlrl_lightning.team.team import Team, pack_sequences
 
-RL_ALGORITHMS = ("magrpo", "mareinforce", "maremax", "marloo", "maac", "iac")
-BASELINES = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
+RLAlgorithm = Literal["magrpo", "mareinforce", "maremax", "marloo", "maac", "iac"]
+"""The policy-gradient backends: four group baselines and two actor-critic ones."""
+RL_ALGORITHMS = get_args(RLAlgorithm)
+GROUP_BASELINES: Dict[str, Baseline] = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
+"""Each group-baseline algorithm and the baseline of its advantages."""
 CRITICS = {"maac": SharedCritic, "iac": IndividualCritics}
+"""Each actor-critic algorithm and its default critic."""
+
+
+@dataclass(frozen=True)
+class ReferenceKL:
+    """A penalty on each agent's k3 KL to the frozen initial policy (the team module's ``reference_kl``).
+
+    Args:
+        coef: KL coefficient (>= 0): each agent's return is reduced by ``coef x KL_i``.
+        devices: devices of the frozen reference copies (default: the agents'; a LoRA team scores
+            with its base, adapters off, and needs no copy).
+    """
+
+    coef: float = 0.1
+    devices: DeviceSpec = None
+
+    def __post_init__(self) -> None:
+        at_least("reference_kl.coef", self.coef, 0)
 
 
 class MAGRPOModule(TeamModule):
@@ -36,7 +59,7 @@ class MAGRPOModule(TeamModule):
 
     Joint response ``g`` (sample ``g`` of every agent) gets the return ``R_g`` (the task reward here;
     a learned reward model in :class:`MARLHFModule`), optionally reduced by
-    ``reference_kl_coef x KL_i`` (k3 estimate against the frozen initial policy, per agent) to ``R̃_i``.
+    ``reference_kl.coef x KL_i`` (k3 estimate against the frozen initial policy, per agent) to ``R̃_i``.
     The loss is ``sum_i mean -A_i * log pi_i(completion)``; tokens after the EOS are not scored.
 
     * Group baselines (``magrpo``: minus the mean, ``mareinforce``: raw, ``maremax``: minus the max,
@@ -52,9 +75,8 @@ class MAGRPOModule(TeamModule):
         rl_algorithm: ``magrpo``, ``mareinforce``, ``maremax``, ``marloo``, ``maac`` or ``iac``.
         num_generations: G samples per agent per item (>= 2 for the group baselines, >= 1 with a critic).
         advantage_normalization: scale (group baselines) or standardise (critics) the advantages.
-        reference_kl_enabled: penalise the k3 KL to the initial policy.
-        reference_kl_coef: KL coefficient (>= 0).
-        reference_devices: devices of the frozen reference copies (default: the agents').
+        reference_kl: penalise the k3 KL to the initial policy (:class:`ReferenceKL`: its ``coef``
+            and the reference copies' ``devices``); ``None``: no penalty.
         critic: the critic of ``maac`` / ``iac`` with its own options (``None``: the algorithm's
             default critic); refused with the group baselines.
         **kwargs: team, optimizer and sampling options of :class:`TeamModule`.
@@ -64,12 +86,10 @@ class MAGRPOModule(TeamModule):
 
     def __init__(
         self,
-        rl_algorithm: Literal["magrpo", "mareinforce", "maremax", "marloo", "maac", "iac"] = "magrpo",
+        rl_algorithm: RLAlgorithm = "magrpo",
         num_generations: int = 4,
         advantage_normalization: bool = True,
-        reference_kl_enabled: bool = False,
-        reference_kl_coef: float = 0.1,
-        reference_devices: DeviceSpec = None,
+        reference_kl: Optional[ReferenceKL] = None,
         critic: Optional[Critic] = None,
         **kwargs: Any,
     ) -> None:
@@ -79,15 +99,13 @@ class MAGRPOModule(TeamModule):
             at_least("num_generations", num_generations, 1)
         else:
             require(num_generations >= 2, "num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
-        at_least("reference_kl_coef", reference_kl_coef, 0)
         super().__init__(**kwargs)
-        if isinstance(reference_devices, list):
-            resolve_devices(reference_devices, self.num_agents, "reference_devices", [])
-        self.rl_algorithm, self.baseline = algorithm, BASELINES.get(algorithm)
+        if reference_kl is not None and isinstance(reference_kl.devices, list):
+            resolve_devices(reference_kl.devices, self.num_agents, "reference_kl.devices", [])
+        self.rl_algorithm, self.baseline = algorithm, GROUP_BASELINES.get(algorithm)
         self.num_generations = num_generations
         self.advantage_normalization = advantage_normalization
-        self.reference_kl_enabled, self.reference_kl_coef = reference_kl_enabled, float(reference_kl_coef)
-        self.reference_devices = reference_devices
+        self.reference_kl = reference_kl
         self.reference: Optional[Team] = None
         self.critic: Optional[Critic] = (
             critic if critic is not None else (CRITICS[algorithm]() if algorithm in CRITICS else None)
@@ -117,13 +135,13 @@ class MAGRPOModule(TeamModule):
     def configure_parts(self) -> None:
         super().configure_parts()
         if self.critic is not None and not self.critic.has_networks:
-            self.critic.build(self.team, self.agent_sources, self.hparams.seed)
-        if self.reference_kl_enabled and self.reference is None and not is_lora_team(self.team.agents):
+            self.critic.build(self.team, self.agent_sources, self.seed)
+        if self.reference_kl is not None and self.reference is None and not is_lora_team(self.team.agents):
             # a frozen copy of the initial policy (configure_model runs before a checkpoint is restored)
             devices = resolve_devices(
-                self.reference_devices,
+                self.reference_kl.devices,
                 self.num_agents,
-                "reference_devices",
+                "reference_kl.devices",
                 [str(self.team.device_of(i)) for i in range(self.num_agents)],
             )
             agents = [copy.deepcopy(agent).to(device) for agent, device in zip(self.team.agents, devices)]
@@ -139,7 +157,7 @@ class MAGRPOModule(TeamModule):
     def parameter_groups(self) -> List[Dict[str, Any]]:
         groups = super().parameter_groups()
         if self.critic is not None:
-            groups += self.critic.parameter_groups(self.learning_rates, self.hparams.weight_decay)
+            groups += self.critic.parameter_groups(self.learning_rates)
         return groups
 
     def reference_model(self, agent: int):
@@ -163,7 +181,7 @@ class MAGRPOModule(TeamModule):
 
     def sample_rollouts(self, prompts: List[List[str]]) -> List[List[List[Completion]]]:
         """``G`` completions per agent and item, ``[agent][item][g]``, from a stream derived from the step."""
-        stream = RandomStream.derive(self.hparams.seed, "rollout", self.global_step, self.global_rank)
+        stream = RandomStream.derive(self.seed, "rollout", self.global_step, self.global_rank)
         with self.generation_context():
             return sample_team(
                 self.generator, self.team, prompts, self.num_generations, self.generation_settings, stream
@@ -185,7 +203,7 @@ class MAGRPOModule(TeamModule):
             agent, batch["input_ids"], batch["attention_mask"], width, score_mask=score_mask
         )
         kl = None
-        if self.reference_kl_enabled:
+        if self.reference_kl is not None:
             with torch.no_grad():
                 reference = self.team.token_logprobs(
                     agent,
@@ -212,7 +230,7 @@ class MAGRPOModule(TeamModule):
         kls = [kl for _, kl in scored if kl is not None]
         # R̃_i: the joint return minus agent i's KL penalty, [N, items, G]
         shaped = torch.stack(
-            [returns - self.reference_kl_coef * kl for kl in kls] if kls else [returns] * self.num_agents
+            [returns - self.reference_kl.coef * kl for kl in kls] if kls else [returns] * self.num_agents
         )
         if self.critic is None:
             losses = [
@@ -238,7 +256,7 @@ class MAGRPOModule(TeamModule):
             metrics.update(
                 {
                     "turn_1/reference_kl_mean": kl_mean,
-                    "turn_1/reference_kl_penalty_mean": self.reference_kl_coef * kl_mean,
+                    "turn_1/reference_kl_penalty_mean": self.reference_kl.coef * kl_mean,
                 }
             )
         self.log_dict(metrics, batch_size=len(items))

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, get_args
 
 import torch
 
 from comlrl_lightning.data.contract import data_side
-from comlrl_lightning.models.joint_reward import RewardModelOracle, RewardScorer
+from comlrl_lightning.losses import bradley_terry_metrics
+from comlrl_lightning.models.joint_reward import RewardModelFit, RewardModelOracle, RewardScorer
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS
 from comlrl_lightning.modules.magrpo import MAGRPOModule
 from comlrl_lightning.modules.optim import adamw
-from comlrl_lightning.options import at_least, choice, positive
+from comlrl_lightning.options import choice
+
+ScoringReward = Literal["task", "reward_model"]
+"""What scores an iterative MARLHF run's comparisons: the task reward, or the previous round's reward model."""
+SCORING_REWARDS = get_args(ScoringReward)
 
 
 class MARLHFModule(MAGRPOModule):
@@ -28,12 +33,9 @@ class MARLHFModule(MAGRPOModule):
     or ``iac`` the policy phase is actor-critic, and the critics persist across rounds.
 
     Args:
-        reward_model_name: backbone of the reward model (default: agent 0's model).
-        reward_learning_rate: AdamW learning rate of the reward model (> 0).
-        reward_num_train_epochs: Bradley–Terry epochs per fit (>= 1).
-        reward_train_batch_size: pairs per reward-model step (>= 1).
-        reward_max_length: token budget of a joint text; prompts are shortened before responses.
-        reward_freeze_backbone: train only the scalar head.
+        reward_model: the reward model and its per-round fit (:class:`~comlrl_lightning.models.RewardModelFit`:
+            ``model_name`` (default: agent 0's model), ``learning_rate``, ``max_length``,
+            ``freeze_backbone``, ``num_train_epochs``, ``train_batch_size``).
         preference_scoring_reward: iterative collection scores comparisons with the ``task`` reward, or
             with the previous round's ``reward_model`` (the task reward while there is none).
         **kwargs: the options of :class:`MAGRPOModule` and :class:`TeamModule`.
@@ -41,28 +43,13 @@ class MARLHFModule(MAGRPOModule):
 
     def __init__(
         self,
-        reward_model_name: Optional[str] = None,
-        reward_learning_rate: float = 1e-5,
-        reward_num_train_epochs: int = 1,
-        reward_train_batch_size: int = 1,
-        reward_max_length: Optional[int] = None,
-        reward_freeze_backbone: bool = False,
-        preference_scoring_reward: Literal["task", "reward_model"] = "task",
+        reward_model: RewardModelFit = RewardModelFit(),
+        preference_scoring_reward: ScoringReward = "task",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        positive("reward_learning_rate", reward_learning_rate)
-        at_least("reward_num_train_epochs", reward_num_train_epochs, 1)
-        at_least("reward_train_batch_size", reward_train_batch_size, 1)
-        if reward_max_length is not None:
-            at_least("reward_max_length", reward_max_length, 1, allow_none=True)
-        self.preference_scoring_reward = choice(
-            "preference_scoring_reward", preference_scoring_reward, ("task", "reward_model")
-        )
-        self.reward_model_name = reward_model_name
-        self.reward_learning_rate = float(reward_learning_rate)
-        self.reward_num_train_epochs, self.reward_train_batch_size = reward_num_train_epochs, reward_train_batch_size
-        self.reward_max_length, self.reward_freeze_backbone = reward_max_length, reward_freeze_backbone
+        self.preference_scoring_reward = choice("preference_scoring_reward", preference_scoring_reward, SCORING_REWARDS)
+        self.reward_options = reward_model
         self.scorer: Optional[RewardScorer] = None
         self.reward_model: Optional[torch.nn.Module] = None
         self.fitted_round: Optional[int] = None
@@ -72,11 +59,10 @@ class MARLHFModule(MAGRPOModule):
     def configure_parts(self) -> None:
         super().configure_parts()
         if self.scorer is None:
-            source = self.reward_model_name or self.agent_sources[0]
+            options = self.reward_options
+            source = options.model_name or self.agent_sources[0]
             tokenizer = None if isinstance(source, str) else self.team.tokenizers[0]
-            self.scorer = RewardScorer.from_source(
-                source, tokenizer, self.reward_max_length, self.reward_freeze_backbone
-            )
+            self.scorer = RewardScorer.from_source(source, tokenizer, options.max_length, options.freeze_backbone)
             self.reward_model = self.scorer.model  # a submodule: moved by Lightning, saved in checkpoints
             self.reward_model.requires_grad_(False).eval()
             self._fresh_reward_state = copy.deepcopy(self.reward_model.state_dict())
@@ -103,19 +89,19 @@ class MARLHFModule(MAGRPOModule):
         """
         model = self.reward_model
         model.load_state_dict(self._fresh_reward_state)
-        generator = torch.Generator().manual_seed(self.hparams.seed * 1_000_003 + round_index)
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + round_index)
         with torch.no_grad():
             model.head.weight.copy_(
                 torch.empty_like(model.head.weight).uniform_(-1, 1, generator=generator) / model.head.in_features**0.5
             )
             model.head.bias.zero_()
         model.head.requires_grad_(True)
-        model.backbone.requires_grad_(not self.reward_freeze_backbone)
-        optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=self.reward_learning_rate)
+        model.backbone.requires_grad_(not self.reward_options.freeze_backbone)
+        optimizer = adamw([p for p in model.parameters() if p.requires_grad], lr=self.reward_options.learning_rate)
         model.train()
         metrics: Dict[str, float] = {}
         with torch.enable_grad():
-            for epoch in range(1, self.reward_num_train_epochs + 1):
+            for epoch in range(1, self.reward_options.num_train_epochs + 1):
                 metrics = self._reward_model_epoch(pairs, optimizer, generator)
                 self.log_metrics_now(
                     {**metrics, "reward_model/epoch": float(epoch), "reward_model/iteration": float(round_index + 1)}
@@ -131,15 +117,16 @@ class MARLHFModule(MAGRPOModule):
         scored winner > loser) and margin (winner score minus loser score), each taken before its step."""
         totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
         order = torch.randperm(len(pairs), generator=generator).tolist()
-        for start in range(0, len(order), self.reward_train_batch_size):
-            batch = [pairs[i] for i in order[start : start + self.reward_train_batch_size]]
+        size = self.reward_options.train_batch_size
+        for start in range(0, len(order), size):
+            batch = [pairs[i] for i in order[start : start + size]]
             loss, chosen, rejected = self.scorer.pair_loss(batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             totals["loss"] += loss.item() * len(batch)
-            totals["accuracy"] += (chosen > rejected).float().sum().item()
-            totals["margin"] += (chosen - rejected).sum().item()
+            for key, per_pair in bradley_terry_metrics(chosen, rejected).items():
+                totals[key] += per_pair.sum().item()
         return {f"reward_model/{key}": value / len(pairs) for key, value in totals.items()}
 
     # ------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The team: N causal-LM agents, their tokenizers, and batched sequence scoring.
 
 :class:`Team` holds the models and tokenizers and scores completions; where they come from is
-:mod:`.loading`. The internals that make scoring fast and memory-light live beside it: LoRA teams
+:mod:`.loading`, and what a team module is told about them (models, LoRA, memory) is
+:class:`TeamOptions` (:mod:`.options`). The internals that make scoring fast and memory-light live beside it: LoRA teams
 on one shared base (:mod:`.lora`), packed scoring without padding (:mod:`.packed_scoring`), the
 fused, chunked LM head (:mod:`.fused_head`) and activation checkpointing
 (:mod:`.activation_checkpointing`). Sampling is not here: a generator
@@ -17,6 +18,17 @@ from comlrl_lightning.team.loading import (
     load_model,
     load_tokenizer,
 )
+from comlrl_lightning.team.options import MemoryOptions, TeamOptions
 from comlrl_lightning.team.team import Team, left_pad, pack_sequences
 
-__all__ = ["ModelSource", "Team", "encode_prompt", "left_pad", "load_model", "load_tokenizer", "pack_sequences"]
+__all__ = [
+    "MemoryOptions",
+    "ModelSource",
+    "Team",
+    "TeamOptions",
+    "encode_prompt",
+    "left_pad",
+    "load_model",
+    "load_tokenizer",
+    "pack_sequences",
+]

@@ -11,12 +11,15 @@ adapter again for the recomputation of checkpointed layers in backward.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
 
 import torch
+from peft import LoraConfig
 from torch import nn
 
+from comlrl_lightning.options import require
 from comlrl_lightning.team.activation_checkpointing import recomputed_inside
 from comlrl_lightning.team.loading import ModelSource, load_model
 
@@ -71,7 +74,7 @@ class LoraAgent(_SharedModelView, nn.Module):
         return self.shared.generate(*args, **kwargs)
 
     def trainable_parameters(self) -> List[nn.Parameter]:
-        """This agent's LoRA parameters (its optimizer param group)."""
+        """This agent's adapter parameters (its optimizer param group)."""
         return [p for name, p in self.shared.named_parameters() if f".{self.adapter}." in name]
 
     def base_model_view(self) -> "BaseModelView":
@@ -101,10 +104,16 @@ class BaseModelView(_SharedModelView):
 
 
 def train_every_adapter(shared: nn.Module) -> None:
-    """``requires_grad=True`` on every agent's LoRA parameters (peft freezes the inactive ones)."""
-    for name, parameter in shared.named_parameters():
-        if "lora_" in name:
-            parameter.requires_grad_(True)
+    """``requires_grad=True`` on every agent's adapter parameters (peft freezes the inactive ones)."""
+    for parameter in adapter_parameters(shared):
+        parameter.requires_grad_(True)
+
+
+def adapter_parameters(shared: nn.Module) -> List[nn.Parameter]:
+    """Every agent's adapter parameters: those peft files under an agent's adapter name (LoRA's A and
+    B, and whatever else the config adds per adapter, such as DoRA magnitudes or ``modules_to_save`` copies)."""
+    names = {f".{name}." for name in getattr(shared, "peft_config", {})}
+    return [p for name, p in shared.named_parameters() if any(tag in name for tag in names)]
 
 
 def _merged_copy(shared: nn.Module, adapter: str) -> nn.Module:
@@ -118,31 +127,32 @@ def _merged_copy(shared: nn.Module, adapter: str) -> nn.Module:
     return clone.merge_and_unload()
 
 
-def build_lora_agents(
-    source: ModelSource,
-    num_agents: int,
-    r: int = 8,
-    alpha: int = 16,
-    dropout: float = 0.0,
-    target_modules: Optional[Sequence[str]] = None,
-    dtype: Optional[str] = None,
-) -> List[LoraAgent]:
-    """One base model (loaded once, frozen) with ``num_agents`` LoRA adapters ``agent_0 ... agent_{N-1}``."""
-    from peft import LoraConfig, get_peft_model
-
-    base = load_model(source, dtype)
-    config = LoraConfig(
-        r=r,
-        lora_alpha=alpha,
-        lora_dropout=dropout,
-        task_type="CAUSAL_LM",
-        target_modules=list(target_modules) if target_modules else None,
+def lora_for_agents(config: LoraConfig) -> LoraConfig:
+    """``config`` as every agent's adapter uses it: a copy (peft fills in what it finds on the model)
+    for a causal LM (``task_type=None`` becomes ``CAUSAL_LM``; another task type is refused)."""
+    task_type = getattr(config.task_type, "value", config.task_type)
+    require(
+        task_type in (None, "CAUSAL_LM"),
+        f"lora.task_type: the agents are causal language models (CAUSAL_LM), not {task_type}.",
     )
+    return dataclasses.replace(config, task_type="CAUSAL_LM")
+
+
+def build_lora_agents(
+    source: ModelSource, num_agents: int, config: LoraConfig, dtype: Optional[str] = None
+) -> List[LoraAgent]:
+    """One base model (loaded once, frozen) with ``num_agents`` adapters ``agent_0 ... agent_{N-1}``
+    made from ``config`` (see :func:`lora_for_agents`); every adapter's parameters are trainable."""
+    from peft import get_peft_model
+
+    config = lora_for_agents(config)
+    base = load_model(source, dtype)
     shared = get_peft_model(base, config, adapter_name=adapter_name(0))
     for index in range(1, num_agents):
         shared.add_adapter(adapter_name(index), config)
-    for name, parameter in shared.named_parameters():
-        parameter.requires_grad_("lora_" in name)
+    for parameter in shared.parameters():
+        parameter.requires_grad_(False)
+    train_every_adapter(shared)
     return [LoraAgent(shared, adapter_name(index)) for index in range(num_agents)]
 
 

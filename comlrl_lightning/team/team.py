@@ -14,6 +14,7 @@ from torch import nn
 
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.losses import gathered_logprobs
+from comlrl_lightning.runtime.sharding import shard_model
 from comlrl_lightning.team.fused_head import (
     captured_head,
     fusable_head,
@@ -27,6 +28,7 @@ from comlrl_lightning.team.loading import (
     load_tokenizer,
     prepare_tokenizer,
 )
+from comlrl_lightning.team.lora import is_lora_team
 from comlrl_lightning.team.packed_scoring import packed_token_logprobs
 
 
@@ -38,14 +40,26 @@ class Team(nn.Module):
         tokenizers: one tokenizer per agent, or one shared by all; required for model objects,
             loaded from the model source otherwise.
         dtype: torch dtype name for models loaded from a source (``"bfloat16"``...), default: as saved.
+        fused_head: score with the fused, chunked LM head: ``None`` where the head allows it,
+            ``True`` always (an error where it does not), ``False`` never (materialised logits).
+        synced: the agents are already sharded across processes (FSDP2); :meth:`shard` sets it for a
+            team it shards itself.
     """
 
-    def __init__(self, agents: Sequence[ModelSource], tokenizers=None, dtype: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        agents: Sequence[ModelSource],
+        tokenizers=None,
+        dtype: Optional[str] = None,
+        fused_head: Optional[bool] = None,
+        synced: bool = False,
+    ) -> None:
         super().__init__()
         if not agents:
             raise ConfigurationError("A team needs at least one agent.")
         self.agents = nn.ModuleList([load_model(source, dtype) for source in agents])
         self.tokenizers = self.resolve_tokenizers(agents, tokenizers)
+        self._fused_head, self._synced = fused_head, synced
 
     @staticmethod
     def resolve_tokenizers(agents: Sequence[ModelSource], tokenizers) -> list:
@@ -164,12 +178,23 @@ class Team(nn.Module):
         logprobs = linear_logprobs(hidden.reshape(-1, hidden.shape[-1]), head.weight, head.bias, targets.reshape(-1))
         return logprobs.view(targets.shape).to(home)
 
-    synced: bool = False
-    """The agents are sharded across processes (FSDP2): sampling keeps every rank in lockstep."""
+    @property
+    def synced(self) -> bool:
+        """The agents are sharded across processes (FSDP2): sampling keeps every rank in lockstep."""
+        return self._synced
 
-    fused_head: Optional[bool] = None
-    """Score with the fused, chunked LM head: ``None`` where the head allows it, ``True`` always
-    (an error where it does not), ``False`` never (materialised logits)."""
+    @property
+    def fused_head(self) -> Optional[bool]:
+        """The ``fused_head`` option the team was made with."""
+        return self._fused_head
+
+    def shard(self, mesh, precision: str = "32-true") -> None:
+        """FSDP2 over ``mesh``: every agent per decoder layer and root. A LoRA team's one shared model is
+        sharded at the transformers model under peft, whose forward every call (``generate()`` too) runs."""
+        models = [self.agents[0].get_base_model()] if is_lora_team(self.agents) else list(self.agents)
+        for model in models:
+            shard_model(model, mesh, precision)
+        self._synced = True
 
     def fused_head_of(self, model: nn.Module) -> Optional[nn.Linear]:
         """The LM head to fuse for ``model`` under :attr:`fused_head`, or ``None`` (materialised logits)."""

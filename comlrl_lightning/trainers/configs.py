@@ -10,11 +10,15 @@ becomes an option of the Lightning modules is :mod:`comlrl_lightning.trainers.ma
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, PAIR_SELECTIONS
+from comlrl_lightning.generation.base import GenerationSettings
+from comlrl_lightning.losses import ADVANTAGE_BASELINES
+from comlrl_lightning.models.critics import CRITIC_TYPES
+from comlrl_lightning.modules.magrpo import GROUP_BASELINES, RL_ALGORITHMS
+from comlrl_lightning.options import OptionError, at_least, positive, require
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.trainers.field_types import check_field_types
 
@@ -49,18 +53,12 @@ ALIASES: Dict[str, Dict[str, Tuple[str, ...]]] = {
         "openai_responses": ("openai_responses", "responses", "codex"),
     },
     "rl_algorithm": {
-        "magrpo": ("magrpo",),
+        **{name: (name,) for name in RL_ALGORITHMS},
         "mareinforce": ("mareinforce", "mareforce"),
-        "maremax": ("maremax",),
-        "marloo": ("marloo",),
-        "maac": ("maac",),
-        "iac": ("iac",),
     },
     "parallel_training": {"none": ("none", "null"), "mp": ("mp",)},
 }
 """Every name the reference accepts per field, grouped by the one name used here."""
-
-GROUP_BASELINES = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
 
 
 def normalise(field: str, value: Optional[str], default: str) -> str:
@@ -73,19 +71,11 @@ def normalise(field: str, value: Optional[str], default: str) -> str:
 
 
 def _at_least(config: Any, name: str, minimum: int, nullable: bool = False) -> None:
-    value = getattr(config, name)
-    if value is None and nullable:
-        return
-    require(value is not None and value >= minimum, f"{name} must be >= {minimum}{' or null' if nullable else ''}.")
+    at_least(name, getattr(config, name), minimum, allow_none=nullable)
 
 
 def _positive(config: Any, name: str, nullable: bool = False) -> None:
-    value = getattr(config, name)
-    if value is None and nullable:
-        return
-    require(
-        value is not None and math.isfinite(value) and value > 0, f"{name} must be > 0{' or null' if nullable else ''}."
-    )
+    positive(name, getattr(config, name), allow_none=nullable)
 
 
 @dataclass
@@ -99,10 +89,10 @@ class MADPOConfig:
     collaboration_mode: str = "decentralized"
     parallel_training: str = "none"
     agent_devices: DeviceField = None
-    max_new_tokens: int = 256
-    temperature: float = 0.6
-    top_p: float = 0.6
-    top_k: Optional[int] = 50
+    max_new_tokens: int = GenerationSettings.max_new_tokens
+    temperature: float = GenerationSettings.temperature
+    top_p: float = GenerationSettings.top_p
+    top_k: Optional[int] = GenerationSettings.top_k
     num_turns: int = 1
     discount: float = 1.0
     joint_mode: str = "aligned"
@@ -174,12 +164,12 @@ class MADPOConfig:
             "MADPO preference generation currently supports aligned joint_mode only.",
         )
         require(
-            self.advantage_mode in ("mean", "raw", "max", "rloo"),
-            "advantage_mode must be one of: mean, raw, max, rloo.",
+            self.advantage_mode in ADVANTAGE_BASELINES,
+            f"advantage_mode must be one of: {', '.join(ADVANTAGE_BASELINES)}.",
         )
 
     def _pair_selections(self) -> Tuple[str, ...]:
-        return ("reward_gap", "all", "random")
+        return PAIR_SELECTIONS
 
 
 @dataclass
@@ -220,7 +210,7 @@ class MARLHFConfig(MADPOConfig):
             self.reward_model_device = str(self.reward_model_device)
         _positive(self, "critic_learning_rate", nullable=True)
         self.critic_type = str(self.critic_type or "v").strip().lower()
-        require(self.critic_type in ("v", "q"), "critic_type must be one of: v, q.")
+        require(self.critic_type in CRITIC_TYPES, f"critic_type must be one of: {', '.join(CRITIC_TYPES)}.")
         _positive(self, "value_loss_coef")
         _positive(self, "value_clip_range", nullable=True)
         # As the reference: the group-baseline algorithms decide the advantage mode.
@@ -287,7 +277,7 @@ class _IterativeFields:
         )
 
     def _pair_selections(self) -> Tuple[str, ...]:
-        return ("reward_gap", "all", "random", "comparator_reward")
+        return ITERATIVE_PAIR_SELECTIONS
 
 
 def _check_replay(config: _IterativeFields) -> None:

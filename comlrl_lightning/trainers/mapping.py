@@ -18,6 +18,7 @@ from comlrl_lightning.comparators import (
     CurrentComparator,
     CurrentCopyComparator,
     HistoryComparator,
+    HttpOptions,
     ModelComparator,
 )
 from comlrl_lightning.data.replay import (
@@ -27,45 +28,50 @@ from comlrl_lightning.data.replay import (
     NearestKReplay,
     ReplayRule,
 )
+from comlrl_lightning.datamodules.preference import total_epochs
+from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
+from comlrl_lightning.models.joint_reward import RewardModelFit
 from comlrl_lightning.modules.collaboration import Centralized
-from comlrl_lightning.trainers.configs import GROUP_BASELINES, MADPOConfig
+from comlrl_lightning.modules.magrpo import GROUP_BASELINES, ReferenceKL
+from comlrl_lightning.team.options import TeamOptions
+from comlrl_lightning.trainers.configs import MADPOConfig
 
 FIELD_MAP: Dict[str, str] = {
     "num_train_epochs": "`data.num_train_epochs` (MADPO: epochs over the pairs; MARLHF: policy epochs; per round when iterative)",
     "agent_learning_rate": "`model.agent_learning_rate`",
     "logging_steps": "`trainer.log_every_n_steps`",
-    "num_agents": "`model.num_agents` (and the data module's)",
+    "num_agents": "`model.team.num_agents` (and the data module's)",
     "collaboration_mode": "`model.collaboration`: `Decentralized()` or `Centralized(adapter)`",
-    "parallel_training": "`none`: every agent on the first of `agent_devices`; `mp`: agent i on `agent_devices[i]` (one process, as `model.agent_devices`)",
-    "agent_devices": "`model.agent_devices`",
-    "max_new_tokens": "`model.max_new_tokens`",
-    "temperature": "`model.temperature`",
-    "top_p": "`model.top_p`",
-    "top_k": "`model.top_k`",
-    "num_turns": "`model.num_turns` and `data.num_turns` (must be 1)",
-    "joint_mode": "`data.joint_mode` (must be aligned)",
+    "parallel_training": "`none`: every agent on the first of `agent_devices`; `mp`: agent i on `agent_devices[i]` (one process, as `model.team.agent_devices`)",
+    "agent_devices": "`model.team.agent_devices`",
+    "max_new_tokens": "`model.sampling.max_new_tokens`",
+    "temperature": "`model.sampling.temperature`",
+    "top_p": "`model.sampling.top_p`",
+    "top_k": "`model.sampling.top_k`",
+    "num_turns": "must be 1: the modules train single-turn (checked by the config)",
+    "joint_mode": "must be aligned: joint responses pair the same candidate index (checked by the config)",
     "eval_interval": "`trainer.val_check_interval` in optimizer updates (0: `trainer.limit_val_batches=0`)",
     "eval_num_samples": "`data.eval_num_samples`",
     "eval_batch_size": "`data.eval_batch_size`",
     "rollout_buffer_size": "the default of `train_batch_size`",
     "train_batch_size": "`data.train_batch_size` (MADPO: pairs per update; MARLHF: task items per policy update)",
     "advantage_normalization": "`model.advantage_normalization` (MARLHF)",
-    "reference_kl_enabled": "`model.reference_kl_enabled` (MARLHF; MADPO ignores it, as the reference)",
-    "reference_kl_coef": "`model.reference_kl_coef` (MARLHF)",
-    "reference_devices": "`model.reference_devices` (MARLHF)",
+    "reference_kl_enabled": "`model.reference_kl`: a `ReferenceKL`, or null for no penalty (MARLHF; MADPO ignores it, as the reference)",
+    "reference_kl_coef": "`coef` of `model.reference_kl` (MARLHF)",
+    "reference_devices": "`devices` of `model.reference_kl` (MARLHF)",
     "preference_num_candidates": "`data.preference_num_candidates`",
     "preference_pairs_per_sample": "`data.preference_pairs_per_sample`",
     "pair_selection": "`data.pair_selection`",
     "dpo_beta": "`model.dpo_beta` (MADPO)",
     "rl_algorithm": "`model.rl_algorithm`",
     "num_generations": "`model.num_generations`",
-    "reward_model_name": "`model.reward_model_name`",
-    "reward_learning_rate": "`model.reward_learning_rate`",
-    "reward_num_train_epochs": "`model.reward_num_train_epochs`",
-    "reward_train_batch_size": "`model.reward_train_batch_size`",
-    "reward_max_length": "`model.reward_max_length`",
-    "reward_freeze_backbone": "`model.reward_freeze_backbone`",
+    "reward_model_name": "`model_name` of `model.reward_model`",
+    "reward_learning_rate": "`learning_rate` of `model.reward_model`",
+    "reward_num_train_epochs": "`num_train_epochs` of `model.reward_model`",
+    "reward_train_batch_size": "`train_batch_size` of `model.reward_model`",
+    "reward_max_length": "`max_length` of `model.reward_model`",
+    "reward_freeze_backbone": "`freeze_backbone` of `model.reward_model`",
     "critic_model_name": "`model_name` of `model.critic` (`SharedCritic` for maac, `IndividualCritics` for iac)",
     "critic_learning_rate": "`learning_rate` of `model.critic`",
     "critic_devices": "`devices` of `model.critic`",
@@ -95,7 +101,7 @@ FIELD_MAP: Dict[str, str] = {
     "comparator_api_format": "`format` of `ApiComparator` (an unknown format is an error, not silently generic)",
     "comparator_api_model": "`model` of `ApiComparator`",
     "comparator_api_max_n_per_request": "`max_n_per_request` of `ApiComparator`",
-    "comparator_api_timeout": "`timeout` of `ApiComparator`",
+    "comparator_api_timeout": "`http.timeout` of `ApiComparator`",
     "comparator_api_headers": "`headers` of `ApiComparator` (credentials in headers are refused)",
     "comparator_api_key_env": "`key_env` of `ApiComparator`",
     "comparator_api_key_header": "`key_header` of `ApiComparator`",
@@ -146,42 +152,45 @@ def _devices(spec: Any) -> Any:
     return spec if spec is None or isinstance(spec, str) else list(spec)
 
 
-def module_options(config: MADPOConfig, marlhf: bool) -> Dict[str, Any]:
-    """Keyword options of ``MADPOModule`` / ``MARLHFModule`` (team, sampling and algorithm) from ``config``."""
+def team_for(
+    config: MADPOConfig, sources: Dict[str, Any], tokenizers: Any = None, dtype: Optional[str] = None
+) -> TeamOptions:
+    """The ``team`` option: the models in ``sources`` (``agent_model`` or ``agents``), the config's
+    ``num_agents`` and its devices (``parallel_training="none"`` keeps the first, as the reference)."""
     devices = config.agent_devices
-    if devices is not None and not isinstance(devices, str):  # as the reference: "none" keeps one device
+    if devices is not None and not isinstance(devices, str):
         devices = list(devices) if config.parallel_training == "mp" else list(devices)[:1]
-    options = _same(
-        config, "num_agents", "agent_learning_rate", "max_new_tokens", "temperature", "top_p", "top_k", "num_turns"
+    return TeamOptions(
+        **sources, num_agents=config.num_agents, tokenizers=tokenizers, dtype=dtype, agent_devices=devices
     )
-    options["agent_devices"] = devices
+
+
+def module_options(config: MADPOConfig, marlhf: bool) -> Dict[str, Any]:
+    """Keyword options of ``MADPOModule`` / ``MARLHFModule`` (sampling and algorithm) from ``config``;
+    the team is :func:`team_for`'s."""
+    options: Dict[str, Any] = dict(
+        agent_learning_rate=config.agent_learning_rate,
+        sampling=GenerationSettings(**_same(config, *(f.name for f in dataclasses.fields(GenerationSettings)))),
+    )
     if not marlhf:
         return {**options, "dpo_beta": config.dpo_beta}
-    options.update(
-        _same(
-            config,
-            "rl_algorithm",
-            "num_generations",
-            "advantage_normalization",
-            "reference_kl_enabled",
-            "reference_kl_coef",
-            "reward_model_name",
-            "reward_learning_rate",
-            "reward_num_train_epochs",
-            "reward_train_batch_size",
-            "reward_max_length",
-            "reward_freeze_backbone",
-        )
+    options.update(_same(config, "rl_algorithm", "num_generations", "advantage_normalization"))
+    if config.reference_kl_enabled:
+        options["reference_kl"] = ReferenceKL(coef=config.reference_kl_coef, devices=_devices(config.reference_devices))
+    options["reward_model"] = RewardModelFit(
+        model_name=config.reward_model_name,
+        learning_rate=config.reward_learning_rate,
+        max_length=config.reward_max_length,
+        freeze_backbone=config.reward_freeze_backbone,
+        num_train_epochs=config.reward_num_train_epochs,
+        train_batch_size=config.reward_train_batch_size,
     )
-    options.update(
-        reference_devices=_devices(config.reference_devices),
-        preference_scoring_reward=getattr(config, "preference_scoring_reward", "task"),
-    )
+    options["preference_scoring_reward"] = getattr(config, "preference_scoring_reward", "task")
     return options
 
 
 def data_options(config: MADPOConfig) -> Dict[str, Any]:
-    """Keyword options of the (iterative) preference data module from ``config`` (parts excluded)."""
+    """Keyword options of the (iterative) preference data module from ``config`` (the task and parts excluded)."""
     options = _same(
         config,
         "num_agents",
@@ -189,23 +198,24 @@ def data_options(config: MADPOConfig) -> Dict[str, Any]:
         "num_train_epochs",
         "eval_num_samples",
         "eval_batch_size",
-        "num_turns",
         "preference_num_candidates",
         "preference_pairs_per_sample",
         "pair_selection",
     )
-    options["joint_mode"] = "aligned"  # the reference's "align" spelling, checked by the config
     if hasattr(config, "num_iterations"):
         options.update(_same(config, "num_iterations", "preference_replay_dir", "policy_checkpoint_dir"))
     return options
 
 
 def trainer_options(config: MADPOConfig) -> Dict[str, Any]:
-    """Keyword options of ``lightning.Trainer``: epochs, evaluation period and logging period."""
+    """Keyword options of ``lightning.Trainer``: epochs, evaluation period and logging period.
+
+    ``eval_interval`` counts optimizer updates across epochs (``check_val_every_n_epoch=None``), as
+    the reference's; the modules need no other trainer setting.
+    """
     options: Dict[str, Any] = dict(
-        max_epochs=config.num_train_epochs * getattr(config, "num_iterations", 1),
+        max_epochs=total_epochs(config.num_train_epochs, getattr(config, "num_iterations", 1)),
         log_every_n_steps=config.logging_steps,
-        num_sanity_val_steps=0,
         check_val_every_n_epoch=None,
     )
     if config.eval_interval == 0:
@@ -261,7 +271,7 @@ def comparator_for(config: Any, adapter: Any = None) -> Comparator:
             response_field=config.comparator_api_response_field,
             extra_body=config.comparator_api_extra_body,
             max_n_per_request=config.comparator_api_max_n_per_request,
-            timeout=config.comparator_api_timeout,
+            http=HttpOptions(timeout=config.comparator_api_timeout),
             num_candidates=count,
         )
     else:

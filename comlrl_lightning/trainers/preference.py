@@ -41,10 +41,12 @@ from comlrl_lightning.data.centralized_task import (
 )
 from comlrl_lightning.data.item_sources import HFDataset, is_hf_dataset
 from comlrl_lightning.data.oracle import resolve_callable
+from comlrl_lightning.data.task import TaskOptions
 from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.defaults import EMBEDDED
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
+from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.options import OptionError, require
@@ -61,7 +63,8 @@ from comlrl_lightning.trainers.configs import (
 )
 from comlrl_lightning.trainers.wandb_config import logger_from_wandb_config, output_base
 
-GENERATION_KWARGS = ("max_new_tokens", "temperature", "top_p", "top_k")
+GENERATION_KWARGS = tuple(field.name for field in dataclasses.fields(GenerationSettings))
+"""What ``train(**generation_kwargs)`` may override: the sampling settings."""
 
 UNSUPPORTED_ARGUMENTS = {
     "external_transition": "multi-turn training is not supported here (num_turns must be 1)",
@@ -135,11 +138,13 @@ class _PreferenceTrainer:
         )
         self.datamodule = self._build_datamodule(
             centralized_comparator_adapter,
-            train_dataset=_items(train_dataset),
-            eval_dataset=_items(eval_dataset),
-            formatters=formatters,
-            reward_func=reward_func,
-            reward_processor=reward_processor,
+            TaskOptions(
+                train_dataset=_items(train_dataset),
+                eval_dataset=_items(eval_dataset),
+                formatters=formatters,
+                reward_func=reward_func,
+                reward_processor=reward_processor,
+            ),
         )
         self.trainer: Optional[Trainer] = None
 
@@ -154,12 +159,12 @@ class _PreferenceTrainer:
             "agent_model must be a model name or path; pass model objects as agents=[...] with tokenizer=.",
         )
 
-    def _build_datamodule(self, adapter: Any, **data: Any) -> PreferenceDataModule:
+    def _build_datamodule(self, adapter: Any, task: TaskOptions) -> PreferenceDataModule:
         parts: Dict[str, Any] = {}
         if self.iterative:
             parts = dict(comparator=mapping.comparator_for(self.args, adapter), replay=mapping.replay_for(self.args))
         data_class = IterativePreferenceDataModule if self.iterative else PreferenceDataModule
-        datamodule = data_class(seed=self.seed, **data, **mapping.data_options(self.args), **parts)
+        datamodule = data_class(task=task, seed=self.seed, **mapping.data_options(self.args), **parts)
         if getattr(self.args, "log_reward_distribution", False):
             from comlrl_lightning.callbacks.reward_distributions import (
                 resolve_reward_range,
@@ -203,15 +208,13 @@ class _PreferenceTrainer:
         if self.module_class is MARLHFModule:
             options["critic"] = mapping.critic_for(self.args, critic_model)
         if agents and self.args.collaboration_mode == "decentralized":
-            options["num_agents"] = len(list(agents))
             require(
                 len(list(agents)) == self.args.num_agents,
                 f"num_agents ({self.args.num_agents}) must match the number of agents ({len(list(agents))}).",
             )
+        dtype = str(dtype).replace("torch.", "") if dtype is not None else None
         return self.module_class(
-            **sources,
-            tokenizers=tokenizer,
-            dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
+            team=mapping.team_for(self.args, sources, tokenizer, dtype),
             collaboration=mapping.collaboration_for(self.args, adapter),
             seed=self.seed,
             **options,

@@ -33,6 +33,7 @@ from comlrl_lightning.callbacks.reward_distributions import (
 from comlrl_lightning.data.contract import ContractError
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.defaults import vowel_length_reward
+from tests.conftest import tiny_task
 from tests.helpers.iterative_run import make_run
 
 # ----------------------------------------------------------------------------------------------
@@ -190,7 +191,9 @@ def test_an_invalid_reward_range_is_a_named_error(reward_range, message):
 @pytest.mark.parametrize("reward_range", [None, (1.0, -1.0)])
 def test_a_run_without_a_valid_reward_range_fails_before_the_model_is_loaded(tmp_path, reward_range):
     module, datamodule, trainer = make_run(
-        tmp_path, data=dict(reward_func=_reward_with_range(reward_range)), callbacks=[RewardDistributions()]
+        tmp_path,
+        data=dict(task=tiny_task(reward_func=_reward_with_range(reward_range))),
+        callbacks=[RewardDistributions()],
     )
     with pytest.raises(OptionError, match="reward_func.reward_range"):
         trainer.fit(module, datamodule)
@@ -226,7 +229,7 @@ def _data(**overrides):
         comparator=CurrentComparator(num_candidates=3),
         replay=NearestKReplay(k=2, sample_size=8),
         train_batch_size=4,
-        eval_dataset=None,
+        task=tiny_task(eval_dataset=None),
         eval_num_samples=0,
     )
     return {**options, **overrides}
@@ -358,11 +361,10 @@ def test_two_processes_write_one_record_per_round_of_every_item(tmp_path):
         default_root_dir=str(tmp_path),
         enable_progress_bar=False,
         enable_model_summary=False,
-        num_sanity_val_steps=0,
         logger=CSVLogger(tmp_path, name="csv", version=0),
         callbacks=[RewardDistributions()],
     )
-    datamodule = IterativePreferenceDataModule(**_data(num_iterations=2, num_train_epochs=1, train_dataset="embedded"))
+    datamodule = IterativePreferenceDataModule(**_data(num_iterations=2, num_train_epochs=1))
     trainer.fit(MADPOModule(**ITER_MODEL), datamodule)
     files = _files(tmp_path / "reward_distributions")
     assert sorted(files) == ["iteration_0001.json", "iteration_0002.json"]

@@ -6,6 +6,7 @@ format; nothing of the client side is mocked.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import traceback
@@ -26,6 +27,7 @@ from comlrl_lightning.comparators import (
     ApiComparator,
     ComparatorApiError,
     ComparatorContext,
+    HttpOptions,
 )
 from comlrl_lightning.comparators.api_formats import (
     ApiResponseError,
@@ -69,9 +71,16 @@ def bind(comparator, team):
     return comparator
 
 
+HTTP = {field.name for field in dataclasses.fields(HttpOptions)}
+
+
 def make(team, provider, fmt=None, backoff_base=0.01, retry_after_cap=None, **options):
-    """A bound comparator talking to ``provider``, its round started (the key is checked there)."""
-    comparator = ApiComparator(**{"url": provider.url, "format": fmt or provider.fmt, "key_env": KEY_ENV, **options})
+    """A bound comparator talking to ``provider``, its round started (the key is checked there);
+    ``options`` of :class:`HttpOptions` go to its ``http``."""
+    http = HttpOptions(**{name: options.pop(name) for name in list(options) if name in HTTP})
+    comparator = ApiComparator(
+        **{"url": provider.url, "format": fmt or provider.fmt, "key_env": KEY_ENV, "http": http, **options}
+    )
     # class attributes, not config options: set on the instance before the client is made
     comparator.backoff_base = backoff_base
     if retry_after_cap is not None:
@@ -397,10 +406,6 @@ API_RULES = [
     (dict(url=""), "ApiComparator needs a url."),
     (dict(url="   "), "ApiComparator needs a url."),
     (dict(max_n_per_request=0), "max_n_per_request must be >= 1 or null."),
-    (dict(timeout=0), "timeout must be > 0."),
-    (dict(timeout=float("inf")), "timeout must be > 0."),
-    (dict(concurrency=0), "concurrency must be >= 1."),
-    (dict(max_retries=-1), "max_retries must be >= 0."),
     (dict(num_candidates=0), "num_candidates must be >= 1 or null."),
     (dict(headers={"Authorization": "Bearer x"}), "headers must not carry a credential (Authorization)"),
     (dict(headers={"x-api-key": "x"}), "headers must not carry a credential (x-api-key)"),
@@ -412,10 +417,27 @@ API_RULES = [
 ]
 
 
+HTTP_RULES = [
+    (dict(timeout=0), "timeout must be > 0."),
+    (dict(timeout=float("inf")), "timeout must be > 0."),
+    (dict(deadline=0), "deadline must be > 0 or null."),
+    (dict(max_response_bytes=0), "max_response_bytes must be >= 1."),
+    (dict(concurrency=0), "concurrency must be >= 1."),
+    (dict(max_retries=-1), "max_retries must be >= 0."),
+]
+
+
 @pytest.mark.parametrize("options, message", API_RULES)
 def test_api_option_rules(options, message):
     with pytest.raises(OptionError) as error:
         ApiComparator(**{"url": URL, **options})
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("options, message", HTTP_RULES)
+def test_http_option_rules(options, message):
+    with pytest.raises(OptionError) as error:
+        HttpOptions(**options)
     assert message in str(error.value)
 
 
@@ -440,15 +462,15 @@ def test_defaults_and_a_lazy_client(team):
         comparator.format,
         comparator.model,
         comparator.key_env,
-        comparator.timeout,
+        comparator.http.timeout,
         comparator.key_header,
         comparator.key_prefix,
         comparator.headers,
         comparator.response_field,
         comparator.extra_body,
         comparator.max_n_per_request,
-        comparator.concurrency,
-        comparator.max_retries,
+        comparator.http.concurrency,
+        comparator.http.max_retries,
         comparator.num_candidates,
     ) == ("generic", None, None, 120.0, "Authorization", "Bearer", {}, "completions", {}, None, 8, 4, None)
     assert (ApiComparator.backoff_base, ApiComparator.retry_after_cap) == (1.0, 60.0)
@@ -519,7 +541,7 @@ def test_cli_unknown_format_is_an_ordinary_parse_error(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_reports_the_comparators_option_errors_as_one_line(tmp_path, capsys):
-    err = cli_fails(tmp_path, capsys, "--data.init_args.comparator.init_args.timeout", "0").err
+    err = cli_fails(tmp_path, capsys, "--data.init_args.comparator.init_args.http.timeout", "0").err
     assert "error: timeout must be > 0." in err
     out, err = cli_fails(tmp_path, capsys, "--data.init_args.comparator.init_args.key_env", KEY)
     assert "error: key_env must be the NAME of an environment variable" in err

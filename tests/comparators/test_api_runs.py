@@ -9,7 +9,7 @@ import torch
 import yaml
 from lightning.pytorch import Callback
 
-from comlrl_lightning.comparators import ApiComparator, ComparatorApiError
+from comlrl_lightning.comparators import ApiComparator, ComparatorApiError, HttpOptions
 from tests.helpers.fake_providers import FakeProvider, Fault
 from tests.helpers.iterative_run import make_run
 
@@ -78,7 +78,7 @@ def test_retried_faults_change_nothing_and_a_failed_round_is_redone_on_resume(tm
         )
         switch = AfterRound1(provider, Fault(402))
         module, datamodule, trainer = make_run(
-            root, data=api_data(provider, timeout=0.5), max_epochs=2, callbacks=[checkpoint, switch]
+            root, data=api_data(provider, http=HttpOptions(timeout=0.5)), max_epochs=2, callbacks=[checkpoint, switch]
         )
         datamodule.comparator.backoff_base = 0.01  # before the client is made (in the first round)
         assert datamodule.comparator.client.backoff_base == 0.01
@@ -113,7 +113,6 @@ def test_no_file_of_a_cli_run_contains_the_key(tmp_path, monkeypatch, capfd):
                 "devices": 1,
                 "default_root_dir": str(root),
                 "enable_progress_bar": False,
-                "num_sanity_val_steps": 0,
                 "check_val_every_n_epoch": None,
                 "val_check_interval": 2,
                 "logger": [
@@ -132,7 +131,10 @@ def test_no_file_of_a_cli_run_contains_the_key(tmp_path, monkeypatch, capfd):
             },
             "model": {
                 "class_path": "comlrl_lightning.MADPOModule",
-                "init_args": {"agent_model": "embedded", "num_agents": 2, "max_new_tokens": 6},
+                "init_args": {
+                    "team": {"agent_model": "embedded", "num_agents": 2},
+                    "sampling": {"max_new_tokens": 6},
+                },
             },
             "data": {
                 "class_path": "comlrl_lightning.IterativePreferenceDataModule",
@@ -140,8 +142,7 @@ def test_no_file_of_a_cli_run_contains_the_key(tmp_path, monkeypatch, capfd):
                     "comparator": api_comparator(provider),
                     "num_iterations": 2,
                     "num_train_epochs": 1,
-                    "train_dataset": "embedded",
-                    "eval_dataset": "embedded",
+                    "task": {"train_dataset": "embedded", "eval_dataset": "embedded"},
                     "preference_num_candidates": 4,
                     "train_batch_size": 8,
                     "eval_num_samples": 4,

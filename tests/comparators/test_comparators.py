@@ -31,7 +31,7 @@ from comlrl_lightning.team.team import Team
 from tests.helpers.fake_providers import FakeProvider
 
 TINY_CLI = [
-    "--model.init_args.max_new_tokens",
+    "--model.init_args.sampling.max_new_tokens",
     "4",
     "--data.init_args.num_iterations",
     "2",

@@ -13,6 +13,7 @@ from comlrl_lightning import (
     MAGRPOModule,
     PreferenceDataModule,
     TaskDataModule,
+    TaskOptions,
 )
 from comlrl_lightning.comparators import CentralizedComparator, CurrentComparator
 from comlrl_lightning.comparators.api_formats import request_body
@@ -35,7 +36,7 @@ from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Centralized
 from comlrl_lightning.team.loading import encode_prompt
-from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_sampling, tiny_task, tiny_team, tiny_trainer
 from tests.helpers.chat_helpers import TEMPLATE_A, TEMPLATE_B, rendered, tokenizer_with
 from tests.helpers.iterative_run import make_run
 
@@ -129,9 +130,10 @@ def test_a_run_with_the_option_on_and_an_agent_without_a_template_fails_before_a
             raise AssertionError("sampled")
 
     module = MADPOModule(
-        **TINY_MODEL, generator=NoSampling(), tokenizers=[tokenizer_with(TEMPLATE_A), build_char_tokenizer()]
+        **{**TINY_MODEL, "team": tiny_team(tokenizers=[tokenizer_with(TEMPLATE_A), build_char_tokenizer()])},
+        generator=NoSampling(),
     )
-    data = PreferenceDataModule(**TINY_DATA, chat_template=True)
+    data = PreferenceDataModule(**{**TINY_DATA, "task": tiny_task(chat_template=True)})
     with pytest.raises(ChatTemplateError, match="agent 1's tokenizer has no chat template"):
         tiny_trainer(tmp_path).fit(module, data)
     assert module._team is None  # not even a model was loaded
@@ -185,11 +187,13 @@ def test_a_team_with_two_chat_templates_trains_iteratively_and_its_round_files_k
     module, datamodule, trainer = make_run(
         tmp_path,
         max_epochs=2,
-        model=dict(tokenizers=tokenizers),
+        model=dict(team=tiny_team(tokenizers=tokenizers)),
         data=dict(
-            formatters=[writer_messages, "topic: {prompt}"],
-            chat_template=True,
-            reward_func=reward_seeing_prompts(seen),
+            task=tiny_task(
+                formatters=[writer_messages, "topic: {prompt}"],
+                chat_template=True,
+                reward_func=reward_seeing_prompts(seen),
+            ),
             num_iterations=2,
             num_train_epochs=1,
         ),
@@ -226,13 +230,15 @@ def test_a_centralized_team_renders_the_joint_prompt_with_its_template_and_train
     seen = []
     adapter = DelimitedAdapter(separator=";", prompt_template=None, missing="empty")
     module = MADPOModule(
-        **{**TINY_MODEL, "max_new_tokens": 8}, collaboration=Centralized(adapter), tokenizers=tokenizer_with(TEMPLATE_A)
+        **{
+            **TINY_MODEL,
+            "sampling": tiny_sampling(max_new_tokens=8),
+            "team": tiny_team(tokenizers=tokenizer_with(TEMPLATE_A)),
+        },
+        collaboration=Centralized(adapter),
     )
-    data = PreferenceDataModule(
-        **{**TINY_DATA, "num_train_epochs": 1, "eval_num_samples": 0},
-        formatters=[writer_messages, "matcher: {prompt}"],
-        reward_func=reward_seeing_prompts(seen),
-    )
+    task = tiny_task(formatters=[writer_messages, "matcher: {prompt}"], reward_func=reward_seeing_prompts(seen))
+    data = PreferenceDataModule(**{**TINY_DATA, "task": task, "num_train_epochs": 1, "eval_num_samples": 0})
     tiny_trainer(tmp_path, max_epochs=1).fit(module, data)
     (joint,) = data.task.prompts({"prompt": "ab"})
     # the roles' texts (a conversation's contents) make the joint prompt, one user turn of the model's template
@@ -245,19 +251,15 @@ def test_a_centralized_team_renders_the_joint_prompt_with_its_template_and_train
 def test_policy_gradient_rollouts_and_their_reward_see_the_rendered_prompts(tmp_path):
     seen = []
     module = MAGRPOModule(
-        **{**TINY_MODEL}, num_generations=2, tokenizers=[tokenizer_with(TEMPLATE_A), tokenizer_with(TEMPLATE_B)]
+        **{**TINY_MODEL, "team": tiny_team(tokenizers=[tokenizer_with(TEMPLATE_A), tokenizer_with(TEMPLATE_B)])},
+        num_generations=2,
     )
     # a datasets.Dataset: the item loader serves batches straight from its table
     table = datasets.Dataset.from_list(toy_items(8))
-    data = TaskDataModule(
-        train_dataset=table,
-        eval_dataset=None,
-        train_batch_size=4,
-        num_train_epochs=1,
-        formatters="topic: {prompt}",
-        chat_template=True,
-        reward_func=reward_seeing_prompts(seen),
+    task = TaskOptions(
+        train_dataset=table, formatters="topic: {prompt}", chat_template=True, reward_func=reward_seeing_prompts(seen)
     )
+    data = TaskDataModule(task=task, train_batch_size=4, num_train_epochs=1)
     tiny_trainer(tmp_path, max_epochs=1, limit_train_batches=1).fit(module, data)
     assert len(seen) == 4 * 2 and set(seen) <= {f"user: topic: {item['prompt']}\nassistant:" for item in toy_items(8)}
 

@@ -13,6 +13,8 @@ from comlrl_lightning import (
     RewardCurvePlot,
     RewardDistributions,
     TaskDataModule,
+    TaskOptions,
+    TeamOptions,
 )
 from comlrl_lightning.data.contract import (
     ContractError,
@@ -37,7 +39,7 @@ class FakeTrainer:
 
 @pytest.mark.parametrize("module", [MADPOModule, MAGRPOModule])
 def test_our_modules_keep_the_team_side_without_loading_a_model(module):
-    instance = module(agent_model="/nonexistent/model/path")
+    instance = module(team=TeamOptions(agent_model="/nonexistent/model/path"))
     assert team_side(FakeTrainer(instance)) is instance
     assert instance._team is None  # checking the contract must not build the team (isinstance on 3.11 would)
 
@@ -101,7 +103,10 @@ def test_a_preference_data_module_refuses_a_module_without_the_contract(tmp_path
         enable_checkpointing=False,
     )
     with pytest.raises(ContractError, match="Plain does not keep the TeamSide contract"):
-        trainer.fit(Plain(), PreferenceDataModule(train_dataset=[{"prompt": "a"}], reward_func=lambda a, b: 0.0))
+        trainer.fit(
+            Plain(),
+            PreferenceDataModule(task=TaskOptions(train_dataset=[{"prompt": "a"}], reward_func=lambda a, b: 0.0)),
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,7 +201,7 @@ def test_team_modules_and_a_users_own_module_keep_the_evaluated_module():
         initial_eval_reward = None
         final_eval_reward = 0.5
 
-    ours = MADPOModule(agent_model="/nonexistent/model/path")
+    ours = MADPOModule(team=TeamOptions(agent_model="/nonexistent/model/path"))
     assert evaluated_module(ours, "Observer") is ours and ours._team is None
     assert evaluated_module(Mine(), "Observer").final_eval_reward == 0.5
     assert isinstance(Mine(), EvaluatedModule)

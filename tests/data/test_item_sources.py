@@ -9,11 +9,11 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
-from comlrl_lightning import HFDataset, MADPOModule, PreferenceDataModule  # noqa: E402
+from comlrl_lightning import HFDataset, MADPOModule, PreferenceDataModule, TaskOptions  # noqa: E402
 from comlrl_lightning.data.item_sources import DatasetItems  # noqa: E402
 from comlrl_lightning.data.task import load_items  # noqa: E402
 from comlrl_lightning.runtime.distributed import shard  # noqa: E402
-from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer  # noqa: E402
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_team, tiny_trainer  # noqa: E402
 from tests.helpers.chat_helpers import TEMPLATE_A, TEMPLATE_B, tokenizer_with  # noqa: E402
 from tests.helpers.cli_helpers import TINY_CLI  # noqa: E402
 
@@ -132,16 +132,13 @@ def test_a_chat_dataset_trains_from_its_table_without_a_list_copy(tmp_path):
     two agents have different templates; the data module keeps the dataset, and sharding keeps views."""
     topics = ["sea", "moon", "tea", "rain", "sun", "ice", "oak", "elm"]
     table = datasets.Dataset.from_list([{"messages": [{"role": "user", "content": f"topic: {t}"}]} for t in topics])
-    module = MADPOModule(**TINY_MODEL, tokenizers=[tokenizer_with(TEMPLATE_A), tokenizer_with(TEMPLATE_B)])
-    data = PreferenceDataModule(
-        **{
-            **TINY_DATA,
-            "num_train_epochs": 1,
-            "train_dataset": table,
-            "eval_dataset": table,
-            "reward_func": "comlrl_lightning.defaults.vowel_length_reward",
-        }
+    module = MADPOModule(
+        **{**TINY_MODEL, "team": tiny_team(tokenizers=[tokenizer_with(TEMPLATE_A), tokenizer_with(TEMPLATE_B)])}
     )
+    task = TaskOptions(
+        train_dataset=table, eval_dataset=table, reward_func="comlrl_lightning.defaults.vowel_length_reward"
+    )
+    data = PreferenceDataModule(**{**TINY_DATA, "num_train_epochs": 1, "task": task})
     tiny_trainer(tmp_path, max_epochs=1).fit(module, data)
     assert (
         isinstance(data.train_items, DatasetItems) and data.train_items.dataset.data.table is table.data.table
@@ -179,19 +176,19 @@ def test_the_command_line_takes_a_dataset_with_data_files(tmp_path):
             str(tmp_path),
             "--trainer.accelerator",
             "cpu",
-            "--data.init_args.train_dataset",
+            "--data.init_args.task.train_dataset",
             source,
-            "--data.init_args.eval_dataset",
-            "null",
+            "--data.init_args.task",  # null in a nested option: as a mapping (jsonargparse reads --a.b.c null as "None")
+            "{eval_dataset: null}",
             "--data.init_args.num_train_epochs",
             "1",
-            "--data.init_args.reward_func",
+            "--data.init_args.task.reward_func",
             "comlrl_lightning.defaults.vowel_length_reward",
             "--trainer.logger",
             "false",
         ]
     )
-    assert cli.datamodule.train_source == HFDataset("json", data_files=train)
+    assert cli.datamodule.task_options.train_dataset == HFDataset("json", data_files=train)
     assert list(cli.datamodule.train_items) == ROWS[:8] and cli.trainer.global_step > 0
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from comlrl_lightning.data.loaders import EpochShuffleSampler
-from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_task, tiny_trainer
 
 
 def constant_reward(writer, matcher):
@@ -35,7 +35,7 @@ def test_collection_builds_pairs_with_token_ids_and_records(tiny_run):
 
 
 def test_no_non_tied_pair_ends_training_without_an_update(tiny_run, recwarn):
-    module, datamodule, trainer = tiny_run(data=dict(reward_func=constant_reward))
+    module, datamodule, trainer = tiny_run(data=dict(task=tiny_task(reward_func=constant_reward)))
     before = _weights(module)
     trainer.fit(module, datamodule)
     assert datamodule.pairs == []

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from peft import LoraConfig
 
 from comlrl_lightning import OptionError
 from comlrl_lightning.generation import vllm as vllm_generator
@@ -20,6 +21,7 @@ from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.generation.vllm import VLLMGenerator
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team
+from tests.conftest import tiny_team
 
 
 def needs_vllm(test):
@@ -119,10 +121,22 @@ def test_the_command_line_selects_it_or_fails_at_parse_time_without_vllm(tmp_pat
 
 def test_a_sharded_team_is_refused_with_the_option_to_change(monkeypatch):
     monkeypatch.setattr(vllm_generator, "vllm_available", lambda: True)
-    team = Team(["embedded"])
-    team.synced = True
+    team = Team(["embedded"], synced=True)
     with pytest.raises(OptionError, match="FSDP-sharded.*HFGenerator"):
         VLLMGenerator().generate(team, 0, ["x"], 1, GREEDY)
+
+
+@pytest.mark.parametrize(
+    "field, value", [("use_dora", True), ("modules_to_save", ["ln_f"])], ids=["dora", "modules_to_save"]
+)
+def test_lora_options_the_merged_weights_cannot_carry_are_refused_by_name(field, value):
+    from comlrl_lightning.generation.vllm_weights import merged_lora_weights
+    from comlrl_lightning.team.lora import build_lora_agents
+
+    agent = build_lora_agents("embedded", 1, LoraConfig(r=4, **{field: value}))[0]
+    with pytest.raises(OptionError, match=f"lora.{field}: the vLLM generator sends plain LoRA adapters"):
+        next(merged_lora_weights(agent))
+    assert dict(merged_lora_weights(build_lora_agents("embedded", 1, LoraConfig(r=4))[0]))  # plain LoRA merges
 
 
 # ----------------------------------------------------------------------------------------------
@@ -193,7 +207,7 @@ def test_greedy_samples_after_training_equal_hugging_face_samples_of_the_trained
     fused AdamW leaves the parameters' version counters alone (no evaluation pushes them in between)."""
     generator = VLLMGenerator()
     module, datamodule, trainer = tiny_run(
-        model=dict(agent_model=llama, agent_learning_rate=3e-2, generator=generator),
+        model=dict(team=tiny_team(agent_model=llama), agent_learning_rate=3e-2, generator=generator),
         data=dict(eval_num_samples=0),
         trainer=dict(max_epochs=1),
     )
@@ -210,7 +224,11 @@ def test_greedy_samples_after_training_equal_hugging_face_samples_of_the_trained
 def test_a_lora_team_samples_each_agent_with_its_own_merged_adapter(llama, tiny_run):
     generator = VLLMGenerator()
     module, datamodule, trainer = tiny_run(
-        model=dict(agent_model=llama, lora_r=4, agent_learning_rate=5e-2, generator=generator),
+        model=dict(
+            team=tiny_team(agent_model=llama, lora=LoraConfig(r=4, lora_alpha=16)),
+            agent_learning_rate=5e-2,
+            generator=generator,
+        ),
         trainer=dict(max_epochs=1),
     )
     trainer.fit(module, datamodule)
@@ -246,7 +264,7 @@ def test_evaluation_and_every_rollout_of_a_one_model_team_sample_with_current_we
     generator = Checking()
     adapter = DelimitedAdapter(separator=";", prompt_template="topic: {prompt}\nwriter;matcher:")
     module = MAGRPOModule(
-        **{**TINY_MODEL, "agent_model": llama, "agent_learning_rate": 3e-2, "generator": generator},
+        **{**TINY_MODEL, "team": tiny_team(agent_model=llama), "agent_learning_rate": 3e-2, "generator": generator},
         collaboration=Centralized(adapter=adapter),
         num_generations=3,
     )
@@ -269,7 +287,7 @@ def test_an_iterative_run_trains_and_resumes_to_byte_identical_round_files(llama
 
     from tests.helpers.iterative_run import make_run
 
-    model = lambda: dict(agent_model=llama, generator=VLLMGenerator())  # noqa: E731
+    model = lambda: dict(team=tiny_team(agent_model=llama), generator=VLLMGenerator())  # noqa: E731
     module, datamodule, trainer = make_run(tmp_path / "whole", model=model())
     trainer.fit(module, datamodule)
     whole = _round_files(tmp_path / "whole")
@@ -317,7 +335,7 @@ def test_two_ddp_processes_each_sample_their_shard_with_their_own_engine(llama, 
     assert ranks[0]["weights"] == ranks[1]["weights"] and ranks[0]["batches"] > 0
     assert ranks[0]["pairs"] == ranks[1]["pairs"]
 
-    module, data = MADPOModule(agent_model=llama, **DDP_MODEL), PreferenceDataModule(**DDP_DATA)
+    module, data = MADPOModule(team=tiny_team(agent_model=llama), **DDP_MODEL), PreferenceDataModule(**DDP_DATA)
     data.setup("fit")
     generator, parts = VLLMGenerator(), []
     for rank in range(2):

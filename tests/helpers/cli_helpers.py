@@ -1,7 +1,7 @@
 """Command-line sizes that keep CLI tests fast."""
 
 TINY_CLI = [
-    "--model.init_args.max_new_tokens",
+    "--model.init_args.sampling.max_new_tokens",
     "6",
     "--data.init_args.preference_num_candidates",
     "4",

@@ -17,10 +17,10 @@ from comlrl_lightning import (
     MADPOModule,
 )
 from comlrl_lightning.defaults import vowel_length_reward
+from tests.conftest import tiny_sampling, tiny_task, tiny_team
 
 ITER_DATA = dict(
-    train_dataset="embedded",
-    eval_dataset="embedded",
+    task=tiny_task(),
     num_iterations=3,
     num_train_epochs=2,
     preference_num_candidates=4,
@@ -37,9 +37,7 @@ def iter_data(**overrides):
     return {**ITER_DATA, **parts, **overrides}
 
 
-ITER_MODEL = dict(
-    agent_model="embedded", max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None, agent_learning_rate=3e-3
-)
+ITER_MODEL = dict(team=tiny_team(), sampling=tiny_sampling(), agent_learning_rate=3e-3)
 
 
 def make_trainer(root, **overrides):
@@ -53,7 +51,6 @@ def make_trainer(root, **overrides):
         enable_progress_bar=False,
         enable_model_summary=False,
         logger=False,
-        num_sanity_val_steps=0,
         check_val_every_n_epoch=None,
         val_check_interval=2,
         reload_dataloaders_every_n_epochs=1,
@@ -105,5 +102,5 @@ if __name__ == "__main__":
         dirpath=os.path.join(root, "ckpt"), save_top_k=-1, every_n_epochs=1, save_on_train_epoch_end=True
     )
     module = MADPOModule(**ITER_MODEL)
-    datamodule = KillingDataModule(kill_where, **iter_data(reward_func=vowel_length_reward))
+    datamodule = KillingDataModule(kill_where, **iter_data(task=tiny_task(reward_func=vowel_length_reward)))
     make_trainer(root, callbacks=[checkpoint]).fit(module, datamodule)

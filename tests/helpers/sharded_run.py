@@ -21,8 +21,11 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from peft import LoraConfig  # noqa: E402
+
 from comlrl_lightning import (
     CurrentComparator,
+    GenerationSettings,
     HistoryComparator,
     IterativePreferenceDataModule,
     LambdaDecayReplay,
@@ -30,23 +33,31 @@ from comlrl_lightning import (
     MAGRPOModule,
     MARLHFModule,
     PreferenceDataModule,
+    ReferenceKL,
+    RewardModelFit,
     SharedCritic,
     TaskDataModule,
+    TaskOptions,
+    TeamOptions,
 )
 from comlrl_lightning.data.task import embedded_formatters, load_items  # noqa: E402
 from comlrl_lightning.defaults import vowel_length_reward  # noqa: E402
 from comlrl_lightning.runtime.sharding import full_state_dict  # noqa: E402
 
 TASK = dict(
-    train_dataset=load_items("embedded")[:15],
-    eval_dataset="embedded",
-    formatters=embedded_formatters(),
-    reward_func=vowel_length_reward,
+    task=TaskOptions(
+        train_dataset=load_items("embedded")[:15],
+        eval_dataset="embedded",
+        formatters=embedded_formatters(),
+        reward_func=vowel_length_reward,
+    ),
     eval_num_samples=5,
     eval_batch_size=2,
 )
 SAMPLING = dict(
-    agent_model="embedded", max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None, agent_learning_rate=3e-3
+    team=TeamOptions(agent_model="embedded"),
+    sampling=GenerationSettings(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None),
+    agent_learning_rate=3e-3,
 )
 
 
@@ -85,18 +96,17 @@ def parts(algorithm: str):
             **SAMPLING,
             rl_algorithm="maac",
             num_generations=2,
-            reward_learning_rate=1e-3,
-            reward_train_batch_size=8,
+            reward_model=RewardModelFit(learning_rate=1e-3, train_batch_size=8),
             critic=SharedCritic(critic_type="q"),
         )
         return module, PreferenceDataModule(
             **TASK, preference_num_candidates=4, preference_pairs_per_sample=4, train_batch_size=2, num_train_epochs=1
         )
     if algorithm == "magrpo":
-        module = MAGRPOModule(**SAMPLING, num_generations=3, reference_kl_enabled=True, reference_kl_coef=0.05)
+        module = MAGRPOModule(**SAMPLING, num_generations=3, reference_kl=ReferenceKL(coef=0.05))
         return module, TaskDataModule(**TASK, train_batch_size=2, num_train_epochs=1)
-    lora = dict(lora_r=4, lora_target_modules=["c_attn"]) if algorithm == "lora" else {}
-    module = MADPOModule(**SAMPLING, **lora)
+    lora = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn"]) if algorithm == "lora" else None
+    module = MADPOModule(**{**SAMPLING, "team": TeamOptions(agent_model="embedded", lora=lora)})
     # a LoRA team's snapshots cannot be gathered yet under sharding: it plays against its live self
     comparator = CurrentComparator() if algorithm == "lora" else HistoryComparator(k=1)
     data = IterativePreferenceDataModule(
@@ -124,7 +134,6 @@ def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None 
         default_root_dir=str(root),
         enable_progress_bar=False,
         enable_model_summary=False,
-        num_sanity_val_steps=0,
         check_val_every_n_epoch=None,
         val_check_interval=3,
         logger=False,

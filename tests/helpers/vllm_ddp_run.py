@@ -10,12 +10,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tests.conftest import tiny_sampling, tiny_task, tiny_team
 from tests.runtime.test_ddp import RecordPerRank  # weights digest, pairs and batches per rank
 
-DDP_MODEL = dict(num_agents=2, max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None, agent_learning_rate=3e-3)
+DDP_MODEL = dict(sampling=tiny_sampling(), agent_learning_rate=3e-3)
 DDP_DATA = dict(
-    train_dataset="embedded",
-    eval_dataset="embedded",
+    task=tiny_task(),
     preference_num_candidates=4,
     preference_pairs_per_sample=4,
     train_batch_size=8,
@@ -33,7 +33,7 @@ def main(model: str, out: Path) -> None:
     from comlrl_lightning.generation.vllm import VLLMGenerator
 
     torch.set_num_threads(1)
-    module = MADPOModule(agent_model=model, generator=VLLMGenerator(), **DDP_MODEL)
+    module = MADPOModule(team=tiny_team(agent_model=model), generator=VLLMGenerator(), **DDP_MODEL)
     trainer = Trainer(
         accelerator="cpu",
         devices=2,
@@ -42,7 +42,6 @@ def main(model: str, out: Path) -> None:
         default_root_dir=str(out),
         enable_progress_bar=False,
         enable_model_summary=False,
-        num_sanity_val_steps=0,
         check_val_every_n_epoch=None,
         val_check_interval=1000,
         logger=False,

@@ -153,5 +153,5 @@ def test_a_token_budget_needs_a_fast_tokenizer():
 
     python_tokenizer = SimpleNamespace(is_fast=False)  # no character offsets to cut by
     RewardScorer(None, python_tokenizer, max_length=None)  # no budget: nothing to cut
-    with pytest.raises(ValueError, match="reward_max_length needs a fast"):
+    with pytest.raises(ValueError, match="reward_model.max_length needs a fast"):
         RewardScorer(None, python_tokenizer, max_length=8)

@@ -12,12 +12,14 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import CSVLogger
+from peft import LoraConfig
 
 from comlrl_lightning import (
     IterativePreferenceDataModule,
     MAGRPOModule,
     MARLHFModule,
     OptionError,
+    RewardModelFit,
     TaskDataModule,
 )
 from comlrl_lightning.data.replay import AllHistoryReplay
@@ -26,8 +28,9 @@ from comlrl_lightning.models.critics import (
     SharedCritic,
     maac_critic_text,
 )
+from tests.conftest import tiny_sampling, tiny_task, tiny_team
 
-TINY = dict(agent_model="embedded", max_new_tokens=5, temperature=1.0, top_p=1.0, top_k=None, num_generations=3)
+TINY = dict(team=tiny_team(), sampling=tiny_sampling(max_new_tokens=5), num_generations=3)
 PROMPTS = [["topic: ab\nwriter:", "topic: ab\nmatcher:"], ["topic: cde\nwriter:", "topic: cde\nmatcher:"]]
 RETURNS = torch.tensor([[0.3, -0.2, 0.9], [0.1, 0.4, -0.7]])  # [items, G]
 
@@ -232,8 +235,7 @@ def test_the_optimizer_has_a_group_per_critic_at_the_critic_learning_rate():
 
 def _run(tmp_path, module, epochs, **trainer_options):
     data = TaskDataModule(
-        train_dataset="embedded",
-        eval_dataset="embedded",
+        task=tiny_task(),
         train_batch_size=4,
         num_train_epochs=epochs,
         eval_num_samples=32,
@@ -246,7 +248,6 @@ def _run(tmp_path, module, epochs, **trainer_options):
         logger=CSVLogger(tmp_path),
         enable_progress_bar=False,
         enable_model_summary=False,
-        num_sanity_val_steps=0,
         check_val_every_n_epoch=None,
         val_check_interval=1000,
         enable_checkpointing=False,
@@ -271,15 +272,12 @@ def _run(tmp_path, module, epochs, **trainer_options):
 )
 def test_actor_critic_raises_the_task_reward_and_the_value_loss_falls(tmp_path, algorithm, critic):
     module = MAGRPOModule(
-        agent_model="embedded",
+        team=tiny_team(),
         rl_algorithm=algorithm,
         critic=critic,
         num_generations=8,
         agent_learning_rate=3e-3,
-        max_new_tokens=12,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
+        sampling=tiny_sampling(max_new_tokens=12),
     )
     value_losses = _run(tmp_path, module, epochs=5)
     assert module.final_eval_reward - module.initial_eval_reward > 0.5  # measured: about +0.9 on every variant
@@ -300,18 +298,14 @@ def test_critics_and_their_optimizer_state_persist_across_marlhf_rounds(tmp_path
             seen.append((trainer.current_epoch, next(pl_module.critic.parameters()).detach().clone(), None))
 
     module = MARLHFModule(
-        agent_model="embedded",
+        team=tiny_team(),
         rl_algorithm="maac",
         num_generations=2,
-        max_new_tokens=4,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        reward_train_batch_size=8,
+        sampling=tiny_sampling(max_new_tokens=4),
+        reward_model=RewardModelFit(train_batch_size=8),
     )
     data = IterativePreferenceDataModule(
-        train_dataset="embedded",
-        eval_dataset=None,
+        task=tiny_task(eval_dataset=None),
         num_iterations=2,
         num_train_epochs=1,
         preference_num_candidates=3,
@@ -327,7 +321,6 @@ def test_critics_and_their_optimizer_state_persist_across_marlhf_rounds(tmp_path
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
-        num_sanity_val_steps=0,
         callbacks=[Watch()],
     ).fit(module, data)
     (_, _, step_0), (_, end_0, _), (_, start_1, step_1), _ = seen
@@ -344,16 +337,12 @@ def test_critics_and_their_optimizer_state_persist_across_marlhf_rounds(tmp_path
 )
 def test_a_lora_team_trains_with_critics(tmp_path, critic):
     module = MAGRPOModule(
-        agent_model="embedded",
-        lora_r=4,
+        team=tiny_team(lora=LoraConfig(r=4, lora_alpha=16)),
         rl_algorithm=critic.algorithm,
         critic=critic,
         num_generations=2,
         agent_learning_rate=1e-2,
-        max_new_tokens=4,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
+        sampling=tiny_sampling(max_new_tokens=4),
     )
     module.configure_model()
     before = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
@@ -368,14 +357,11 @@ def test_a_lora_team_trains_with_critics(tmp_path, critic):
 
 def test_bf16_mixed_precision_runs(tmp_path):
     module = MAGRPOModule(
-        agent_model="embedded",
+        team=tiny_team(),
         rl_algorithm="iac",
         critic=IndividualCritics(critic_type="q"),
         num_generations=2,
-        max_new_tokens=4,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
+        sampling=tiny_sampling(max_new_tokens=4),
     )
     value_losses = _run(tmp_path, module, epochs=1, precision="bf16-mixed", limit_train_batches=2)
     assert len(value_losses) == 2 and all(torch.isfinite(torch.tensor(value_losses)))
@@ -401,17 +387,14 @@ class Fingerprint(Callback):
 )
 def test_two_process_ddp_keeps_actors_and_critics_identical(tmp_path, critic):
     module = MAGRPOModule(
-        agent_model="embedded",
+        team=tiny_team(),
         rl_algorithm=critic.algorithm,
         critic=critic,
         num_generations=2,
         agent_learning_rate=1e-2,
-        max_new_tokens=4,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
+        sampling=tiny_sampling(max_new_tokens=4),
     )
-    data = TaskDataModule(train_dataset="embedded", eval_dataset=None, train_batch_size=4, num_train_epochs=1)
+    data = TaskDataModule(task=tiny_task(eval_dataset=None), train_batch_size=4, num_train_epochs=1)
     Trainer(
         accelerator="cpu",
         devices=2,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from peft import LoraConfig
 
 from comlrl_lightning import (
     CentralizedComparator,
@@ -18,6 +19,7 @@ from comlrl_lightning import (
     MARLHFModule,
     OptionError,
     PreferenceDataModule,
+    RewardModelFit,
     TaskDataModule,
 )
 from comlrl_lightning.data.centralized_task import (
@@ -28,17 +30,13 @@ from comlrl_lightning.data.centralized_task import (
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.modules.collaboration import Centralized, Decentralized
-from tests.conftest import TINY_DATA, tiny_trainer
+from tests.conftest import TINY_DATA, tiny_sampling, tiny_task, tiny_team, tiny_trainer
 from tests.helpers.iterative_run import make_run
 
 DELIMITED = dict(separator=";", prompt_template="topic: {prompt}\nwriter;matcher:")
 TINY_CENTRAL = dict(
-    agent_model="embedded",
-    num_agents=2,
-    max_new_tokens=8,
-    temperature=1.0,
-    top_p=1.0,
-    top_k=None,
+    team=tiny_team(),
+    sampling=tiny_sampling(max_new_tokens=8),
     agent_learning_rate=3e-3,
 )
 
@@ -137,7 +135,7 @@ def test_the_margin_is_the_joint_completions_log_prob_difference_eos_included(pa
 
 def test_centralized_madpo_trains_one_model_on_the_joint_completions(tiny_run):
     module, datamodule, trainer = tiny_run(
-        model=dict(collaboration=centralized(), max_new_tokens=8), trainer=dict(max_epochs=1)
+        model=dict(collaboration=centralized(), sampling=tiny_sampling(max_new_tokens=8)), trainer=dict(max_epochs=1)
     )
     trainer.fit(module, datamodule)
     assert module.team.num_agents == 1 and module.num_roles == 2 and trainer.global_step > 0
@@ -153,7 +151,7 @@ def test_centralized_madpo_trains_one_model_on_the_joint_completions(tiny_run):
 def test_iterative_centralized_round_files_keep_the_joint_text_and_resume_exactly(tmp_path):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    model = dict(collaboration=centralized(), max_new_tokens=8)
+    model = dict(collaboration=centralized(), sampling=tiny_sampling(max_new_tokens=8))
     module, datamodule, trainer = make_run(tmp_path / "full", model=model)
     trainer.fit(module, datamodule)
     files = _round_files(tmp_path / "full")
@@ -216,15 +214,11 @@ def test_parse_failures_are_counted_in_collection_and_evaluation(tmp_path):
 
 def test_centralized_marlhf_fits_a_one_agent_reward_model_and_trains(tmp_path):
     module = MARLHFModule(
-        agent_model="embedded",
-        num_agents=2,
+        team=tiny_team(),
         collaboration=centralized(),
         num_generations=2,
-        max_new_tokens=6,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
-        reward_train_batch_size=8,
+        sampling=tiny_sampling(max_new_tokens=6),
+        reward_model=RewardModelFit(train_batch_size=8),
     )
     data = PreferenceDataModule(**{**TINY_DATA, "num_train_epochs": 1})
     tiny_trainer(tmp_path, max_epochs=1).fit(module, data)
@@ -234,26 +228,25 @@ def test_centralized_marlhf_fits_a_one_agent_reward_model_and_trains(tmp_path):
     assert score.shape == (1,)  # the joint reward model sees one "agent": joint prompt + joint text
 
 
-@pytest.mark.parametrize("options", [dict(), dict(lora_r=4), dict(rl_algorithm="maac")], ids=["full", "lora", "maac"])
+@pytest.mark.parametrize(
+    "options",
+    [dict(), dict(team=tiny_team(lora=LoraConfig(r=4, lora_alpha=16))), dict(rl_algorithm="maac")],
+    ids=["full", "lora", "maac"],
+)
 def test_centralized_policy_gradient_on_the_task_reward(tmp_path, options):
     module = MAGRPOModule(
-        agent_model="embedded",
-        num_agents=2,
+        **{"team": tiny_team(), **options},
         collaboration=centralized(),
         num_generations=2,
-        max_new_tokens=6,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=None,
+        sampling=tiny_sampling(max_new_tokens=6),
         agent_learning_rate=1e-2,
-        **options,
     )
     module.configure_model()
     before = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
-    data = TaskDataModule(train_dataset="embedded", eval_dataset=None, train_batch_size=4, num_train_epochs=1)
+    data = TaskDataModule(task=tiny_task(eval_dataset=None), train_batch_size=4, num_train_epochs=1)
     tiny_trainer(tmp_path, max_epochs=1, limit_train_batches=2).fit(module, data)
     changed = [n for n, p in module.named_parameters() if n in before and not torch.equal(p, before[n])]
-    assert changed and ("lora_r" not in options or all("lora_" in n for n in changed))
+    assert changed and ("team" not in options or all("lora_" in n for n in changed))
     assert any(n.startswith("_team.") for n in changed)
 
 

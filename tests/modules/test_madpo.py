@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peft import LoraConfig
 
-from comlrl_lightning import MADPOModule
+from comlrl_lightning import MADPOModule, MemoryOptions
+from tests.conftest import tiny_team
 
 
 class NaNOnFirstBatch(MADPOModule):
@@ -39,7 +41,7 @@ def test_finite_losses_update_every_agent(tiny_run):
 def test_policy_gradient_steps_skip_non_finite_losses_too(tmp_path, recwarn):
     from lightning.pytorch import Trainer
 
-    from comlrl_lightning import MAGRPOModule, TaskDataModule
+    from comlrl_lightning import MAGRPOModule, TaskDataModule, TaskOptions
     from tests.conftest import TINY_MODEL
 
     class NaNReturns(MAGRPOModule):
@@ -57,7 +59,7 @@ def test_policy_gradient_steps_skip_non_finite_losses_too(tmp_path, recwarn):
         enable_checkpointing=False,
         limit_val_batches=0,
         default_root_dir=str(tmp_path),
-    ).fit(module, TaskDataModule(train_dataset="embedded", train_batch_size=4, num_train_epochs=1))
+    ).fit(module, TaskDataModule(task=TaskOptions(train_dataset="embedded"), train_batch_size=4, num_train_epochs=1))
     assert module.skipped_steps == 2
     assert all(torch.equal(before[k], v) for k, v in module.team.state_dict().items())
 
@@ -73,10 +75,9 @@ def test_gradient_checkpointing_recomputes_packed_and_trains_the_same_weights(ti
     weights = []
     for enabled in (False, True):
         torch.manual_seed(0)  # the same initial LoRA adapters
-        options = dict(
-            gradient_checkpointing=enabled, checkpoint_every_n_layers=every, **({"lora_r": 4} if lora else {})
-        )
-        module, datamodule, trainer = tiny_run(model=options, trainer=dict(max_epochs=1, limit_train_batches=2))
+        memory = MemoryOptions(gradient_checkpointing=enabled, checkpoint_every_n_layers=every)
+        team = tiny_team(memory=memory, lora=LoraConfig(r=4, lora_alpha=16) if lora else None)
+        module, datamodule, trainer = tiny_run(model=dict(team=team), trainer=dict(max_epochs=1, limit_train_batches=2))
         trainer.fit(module, datamodule)
         assert all(is_checkpointing(agent) == enabled for agent in module.team.agents)
         weights.append(module.team.state_dict())

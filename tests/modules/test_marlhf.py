@@ -12,26 +12,23 @@ from comlrl_lightning import (
     IterativePreferenceDataModule,
     MAGRPOModule,
     MARLHFModule,
+    MemoryOptions,
     OptionError,
     PreferenceDataModule,
+    ReferenceKL,
+    RewardModelFit,
     TaskDataModule,
 )
 from comlrl_lightning.models.critics import IndividualCritics, SharedCritic
 from comlrl_lightning.models.joint_reward import RewardModelOracle
 from comlrl_lightning.team.activation_checkpointing import is_checkpointing
+from tests.conftest import tiny_sampling, tiny_task, tiny_team
 
-SAMPLING = dict(agent_model="embedded", max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None)
-RLHF = dict(
-    SAMPLING,
-    agent_learning_rate=3e-3,
-    num_generations=4,
-    reward_learning_rate=1e-3,
-    reward_num_train_epochs=2,
-    reward_train_batch_size=8,
-)
+SAMPLING = dict(team=tiny_team(), sampling=tiny_sampling(max_new_tokens=8))
+REWARD_MODEL = RewardModelFit(learning_rate=1e-3, num_train_epochs=2, train_batch_size=8)
+RLHF = dict(SAMPLING, agent_learning_rate=3e-3, num_generations=4, reward_model=REWARD_MODEL)
 DATA = dict(
-    train_dataset="embedded",
-    eval_dataset="embedded",
+    task=tiny_task(),
     preference_num_candidates=4,
     preference_pairs_per_sample=4,
     train_batch_size=4,
@@ -49,7 +46,6 @@ def trainer(root, **overrides):
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        num_sanity_val_steps=0,
         check_val_every_n_epoch=None,
         val_check_interval=1000,
     )
@@ -70,12 +66,7 @@ RULES = [
         "critic IndividualCritics belongs to rl_algorithm='iac', not 'maac' (use SharedCritic).",
     ),
     (dict(num_generations=1), "num_generations must be >= 2 for MAGRPO-family MARLHF backends."),
-    (dict(reference_kl_coef=-0.1), "reference_kl_coef must be >= 0."),
-    (dict(reference_devices=["cpu", "cpu", "cpu"]), "reference_devices length (3) must be 1 or 2."),
-    (dict(reward_learning_rate=0.0), "reward_learning_rate must be > 0."),
-    (dict(reward_num_train_epochs=0), "reward_num_train_epochs must be >= 1."),
-    (dict(reward_train_batch_size=0), "reward_train_batch_size must be >= 1."),
-    (dict(reward_max_length=0), "reward_max_length must be >= 1 or null."),
+    (dict(reference_kl=ReferenceKL(devices=["cpu", "cpu", "cpu"])), "reference_kl.devices length (3) must be 1 or 2."),
     (dict(preference_scoring_reward="vibes"), "preference_scoring_reward must be one of: task, reward_model."),
 ]
 
@@ -102,10 +93,9 @@ def test_marlhf_improves_the_task_reward_on_the_embedded_default(tmp_path):
     module = MARLHFModule(
         **{
             **RLHF,
-            "max_new_tokens": 16,
+            "sampling": tiny_sampling(max_new_tokens=16),
             "num_generations": 8,
-            "reward_num_train_epochs": 3,
-            "reward_train_batch_size": 16,
+            "reward_model": RewardModelFit(learning_rate=1e-3, num_train_epochs=3, train_batch_size=16),
         }
     )
     data = PreferenceDataModule(
@@ -132,13 +122,11 @@ def test_magrpo_trains_on_the_plain_task_reward_without_preferences(tmp_path):
             **SAMPLING,
             "agent_learning_rate": 3e-3,
             "rl_algorithm": "marloo",
-            "reference_kl_enabled": True,
-            "reference_kl_coef": 0.05,
+            "reference_kl": ReferenceKL(coef=0.05),
         }
     )
     data = TaskDataModule(
-        train_dataset="embedded",
-        eval_dataset="embedded",
+        task=tiny_task(),
         train_batch_size=4,
         num_train_epochs=1,
         eval_num_samples=4,
@@ -163,13 +151,12 @@ def test_policy_gradient_with_gradient_checkpointing_trains_the_same_weights(tmp
         module = MAGRPOModule(
             **{
                 **SAMPLING,
+                "team": tiny_team(memory=MemoryOptions(gradient_checkpointing=checkpointing)),
                 "agent_learning_rate": 3e-3,
-                "gradient_checkpointing": checkpointing,
-                "reference_kl_enabled": True,
-                "reference_kl_coef": 0.05,
+                "reference_kl": ReferenceKL(coef=0.05),
             }
         )
-        data = TaskDataModule(train_dataset="embedded", train_batch_size=4, num_train_epochs=1)
+        data = TaskDataModule(task=tiny_task(eval_dataset=None), train_batch_size=4, num_train_epochs=1)
         trainer(tmp_path / str(checkpointing), max_epochs=1, limit_train_batches=2, limit_val_batches=0).fit(
             module, data
         )
@@ -255,7 +242,9 @@ def test_every_reward_model_epoch_is_logged_at_the_step_of_its_fit(tmp_path):
 
     from comlrl_lightning.callbacks.curves import read_metric_rows
 
-    module = MARLHFModule(**{**RLHF, "reward_num_train_epochs": 3})
+    module = MARLHFModule(
+        **{**RLHF, "reward_model": RewardModelFit(learning_rate=1e-3, num_train_epochs=3, train_batch_size=8)}
+    )
     returned = []
     original = module.fit_reward_model
 

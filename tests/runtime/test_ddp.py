@@ -11,10 +11,10 @@ import pytest
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from comlrl_lightning import MADPOModule, PreferenceDataModule
-from comlrl_lightning.data.task import Task, load_items
+from comlrl_lightning import MADPOModule, PreferenceDataModule, ReferenceKL, RewardModelFit
+from comlrl_lightning.data.task import load_items
 from comlrl_lightning.runtime.rng import RandomStream
-from tests.conftest import TINY_DATA, TINY_MODEL
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_task
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -51,7 +51,6 @@ def _ddp_trainer(tmp_path, **overrides):
         default_root_dir=str(tmp_path),
         enable_progress_bar=False,
         enable_model_summary=False,
-        num_sanity_val_steps=0,
         check_val_every_n_epoch=None,
         val_check_interval=1000,
         logger=CSVLogger(tmp_path, name="logs"),
@@ -84,7 +83,7 @@ def test_two_process_madpo_run(tmp_path):
     # the evaluation before training equals a single-process computation on the same samples
     # (rank r's items and stream), weighted by item: rank 0 has 3 items, rank 1 two
     reference = MADPOModule(**TINY_MODEL)
-    task = Task(datamodule.formatter_specs, datamodule.reward_func, None, 2)
+    task = datamodule.task_options.build(2)
     items = load_items("embedded", role="eval")[:EVAL_ITEMS]
     rewards = []
     for rank in range(2):
@@ -129,7 +128,11 @@ def test_two_process_marlhf_run_keeps_replicas_and_reward_models_identical(tmp_p
                 digest.update(value.detach().cpu().numpy().tobytes())
             (self.directory / f"reward_{trainer.global_rank}.txt").write_text(digest.hexdigest())
 
-    module = MARLHFModule(**dict(TINY_MODEL, num_generations=2, reward_train_batch_size=8, reference_kl_enabled=True))
+    module = MARLHFModule(
+        **dict(
+            TINY_MODEL, num_generations=2, reward_model=RewardModelFit(train_batch_size=8), reference_kl=ReferenceKL()
+        )
+    )
     _ddp_trainer(tmp_path, max_epochs=1, callbacks=[RecordRewardModel(tmp_path)]).fit(
         module, PreferenceDataModule(**dict(TINY_DATA, train_batch_size=4))
     )
@@ -163,7 +166,7 @@ def test_cli_runs_with_the_plain_ddp_strategy_flag(tmp_path):
         "1",
         "--trainer.enable_progress_bar",
         "false",
-        "--model.init_args.max_new_tokens",
+        "--model.init_args.sampling.max_new_tokens",
         "4",
         "--data.init_args.preference_num_candidates",
         "3",
@@ -203,7 +206,7 @@ def test_a_collection_failure_on_one_process_stops_every_process(tmp_path):
     import torch.multiprocessing
 
     module = MADPOModule(**TINY_MODEL)
-    datamodule = PreferenceDataModule(**dict(TINY_DATA, reward_func=reward_failing_on_rank_1))
+    datamodule = PreferenceDataModule(**dict(TINY_DATA, task=tiny_task(reward_func=reward_failing_on_rank_1)))
     with pytest.raises(torch.multiprocessing.ProcessRaisedException) as error:
         _ddp_trainer(tmp_path).fit(module, datamodule)
     assert "the scoring service is down" in str(error.value)

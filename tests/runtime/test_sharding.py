@@ -198,8 +198,7 @@ def test_a_copy_of_sharded_agents_on_other_devices_is_refused():
     from comlrl_lightning.runtime.rng import RandomStream
     from comlrl_lightning.team.team import Team
 
-    team = Team([str(embedded_model_path())])
-    team.synced = True  # as after ModelParallelStrategy sharded it
+    team = Team([str(embedded_model_path())], synced=True)  # as after ModelParallelStrategy sharded it
     comparator = CurrentCopyComparator(devices="meta")
     comparator.bind(
         ComparatorContext(

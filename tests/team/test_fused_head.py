@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from peft import LoraConfig
 from torch import nn
 
 from comlrl_lightning.team.fused_head import (
@@ -63,8 +64,13 @@ def _team(kind: str, dtype=torch.float32):
     return Team([model.to(dtype)], tokenizers=tokenizer)
 
 
+def _with_head(team, fused):
+    """The same agents and tokenizers as ``team``, scored with the ``fused_head`` option ``fused``."""
+    return Team(list(team.agents), team.tokenizers, fused_head=fused)
+
+
 def _scores_and_grads(team, fused, packed):
-    team.fused_head = fused
+    team = _with_head(team, fused)
     team.zero_grad()
     batch = _batch(team.tokenizers[0])
     score_mask = batch["score_mask"] if packed else None
@@ -104,14 +110,13 @@ def test_team_scoring_with_the_fused_head_equals_the_materialised_logits(kind, d
 
 
 def test_lora_agents_score_with_the_fused_head():
-    agents = build_lora_agents("embedded", 2, r=4, alpha=8, dropout=0.0, target_modules=None)
+    agents = build_lora_agents("embedded", 2, LoraConfig(r=4, lora_alpha=8))
     team = Team(agents, tokenizers=Team(["embedded"]).tokenizers[0])
     for parameter in team.parameters():
         if parameter.requires_grad:
             parameter.data.add_(0.01 * torch.randn_like(parameter))  # LoRA B starts at zero: make it count
     assert fusable_head(team.agents[1]) is not None
     for packed in (True, False):
-        team.fused_head = None
         fused, fused_grads = _scores_and_grads(team, None, packed)
         materialised, grads = _scores_and_grads(team, False, packed)
         torch.testing.assert_close(fused, materialised, rtol=1e-5, atol=1e-5)
@@ -127,11 +132,10 @@ def test_heads_that_are_not_a_plain_linear_map_fall_back_or_are_refused():
     assert fusable_head(model) is None
     batch = _batch(team.tokenizers[0])
     width = batch["score_mask"].shape[1]
-    team.fused_head = None  # automatic: falls back to the materialised logits
-    assert team.token_logprobs(0, batch["input_ids"], batch["attention_mask"], width).shape == (6, width)
-    team.fused_head = True
+    automatic = _with_head(team, None)  # falls back to the materialised logits
+    assert automatic.token_logprobs(0, batch["input_ids"], batch["attention_mask"], width).shape == (6, width)
     with pytest.raises(ValueError, match="fused_lm_head: true needs a plain linear LM head"):
-        team.token_logprobs(0, batch["input_ids"], batch["attention_mask"], width)
+        _with_head(team, True).token_logprobs(0, batch["input_ids"], batch["attention_mask"], width)
 
     class ScaledHead(nn.Linear):
         def forward(self, x):
@@ -153,9 +157,9 @@ def test_the_captured_head_is_restored_even_after_an_error():
 
 @pytest.mark.parametrize("option", [None, True, False])
 def test_the_module_option_reaches_every_scoring_path(option):
-    from comlrl_lightning import MADPOModule
+    from comlrl_lightning import MADPOModule, MemoryOptions, TeamOptions
 
-    module = MADPOModule(agent_model="embedded", fused_lm_head=option)
+    module = MADPOModule(team=TeamOptions(memory=MemoryOptions(fused_lm_head=option)))
     assert module.team.fused_head is option
     head = module.team.agents[0].get_output_embeddings()
     widths = []

@@ -9,20 +9,25 @@ import json
 import pytest
 import torch
 from lightning.pytorch import Callback, Trainer
+from peft import LoraConfig
 
 from comlrl_lightning import (
     HistoryComparator,
     IterativePreferenceDataModule,
     MADPOModule,
     MARLHFModule,
+    MemoryOptions,
     PreferenceDataModule,
+    ReferenceKL,
+    RewardModelFit,
 )
 from comlrl_lightning.team.loading import load_tokenizer
-from comlrl_lightning.team.lora import LoraAgent, build_lora_agents
+from comlrl_lightning.team.lora import LoraAgent, adapter_parameters, build_lora_agents
 from comlrl_lightning.team.team import Team, pack_sequences
-from tests.conftest import TINY_DATA, TINY_MODEL
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_team
 
-LORA = dict(TINY_MODEL, lora_r=4, lora_target_modules=["c_attn"], agent_learning_rate=1e-2)
+ADAPTER = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn"])
+LORA = dict(TINY_MODEL, team=tiny_team(lora=ADAPTER), agent_learning_rate=1e-2)
 
 
 class AdapterGradients(Callback):
@@ -59,7 +64,6 @@ def _trainer(tmp_path, **options):
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
-        num_sanity_val_steps=0,
         limit_val_batches=0,
     )
     defaults.update(options)
@@ -67,10 +71,10 @@ def _trainer(tmp_path, **options):
 
 
 def test_a_lora_team_is_one_base_with_an_adapter_per_agent():
-    module = MADPOModule(**dict(LORA, num_agents=3))
+    module = MADPOModule(**dict(LORA, team=tiny_team(num_agents=3, lora=ADAPTER)))
     agents = module.team.agents
     assert all(isinstance(a, LoraAgent) for a in agents) and agents[0].shared is agents[2].shared
-    full = sum(p.numel() for p in MADPOModule(**dict(TINY_MODEL, num_agents=3)).team.parameters())
+    full = sum(p.numel() for p in MADPOModule(**dict(TINY_MODEL, team=tiny_team(num_agents=3))).team.parameters())
     shared = sum(p.numel() for p in module.team.parameters())
     assert shared < full / 2  # close to one model, not three
     groups = module.configure_optimizers().param_groups
@@ -79,18 +83,37 @@ def test_a_lora_team_is_one_base_with_an_adapter_per_agent():
     assert all(".agent_1." in names[id(p)] for p in groups[1]["params"])
 
 
-def test_every_agents_adapter_receives_gradients_every_step(tmp_path):
+# DoRA magnitudes and modules_to_save copies are adapter parameters too: every agent trains its own
+WIDER = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn"], use_dora=True, modules_to_save=["ln_f"])
+
+
+@pytest.mark.parametrize("adapter", [ADAPTER, WIDER], ids=["lora", "dora_and_modules_to_save"])
+def test_every_agents_adapter_receives_gradients_every_step(tmp_path, adapter):
     spy = AdapterGradients()
     _trainer(tmp_path, callbacks=[spy], limit_train_batches=3).fit(
-        MADPOModule(**LORA), PreferenceDataModule(**TINY_DATA)
+        MADPOModule(**dict(LORA, team=tiny_team(lora=adapter))), PreferenceDataModule(**TINY_DATA)
     )
     assert len(spy.steps) == 3 and all(all(step) for step in spy.steps)
+
+
+def test_every_parameter_a_lora_config_adds_belongs_to_one_agent_and_trains():
+    agents = build_lora_agents("embedded", 2, WIDER)
+    shared = agents[0].shared
+    names = {id(p): n for n, p in shared.named_parameters()}
+    for index, agent in enumerate(agents):
+        own = [names[id(p)] for p in agent.trainable_parameters()]
+        assert any("lora_magnitude_vector" in n for n in own) and any("modules_to_save" in n for n in own)
+        assert all(f".agent_{index}." in n for n in own)
+    assert all(p.requires_grad for p in adapter_parameters(shared))
+    assert sum(p.requires_grad for p in shared.parameters()) == len(adapter_parameters(shared))  # the base is frozen
+    assert agents[0].shared.peft_config["agent_1"].task_type == "CAUSAL_LM"
+    assert WIDER.task_type is None  # the given config is copied, not changed
 
 
 def test_the_set_adapter_trap_that_the_agent_view_avoids():
     # Switching adapters with plain peft between the agents' forwards freezes the earlier agent's
     # adapter, so one backward would train only the last agent.
-    agents = build_lora_agents("embedded", 2, r=4, target_modules=["c_attn"])
+    agents = build_lora_agents("embedded", 2, ADAPTER)
     shared, tokenizer = agents[0].shared, load_tokenizer("embedded")
     batch = pack_sequences([[3, 4, 5]], [[6, 7]], [2], tokenizer.pad_token_id)
     losses = []
@@ -115,7 +138,7 @@ def test_checkpointed_lora_agents_recompute_through_their_own_adapter(monkeypatc
     from comlrl_lightning.team import lora
 
     torch.manual_seed(0)
-    agents = build_lora_agents("embedded", 2, r=4, target_modules=["c_attn"])
+    agents = build_lora_agents("embedded", 2, ADAPTER)
     team = Team(agents, tokenizers=load_tokenizer("embedded")).train()
     with torch.no_grad():
         for agent, shift in zip(agents, (0.05, -0.05)):  # distinct adapters
@@ -132,7 +155,9 @@ def test_checkpointed_lora_agents_recompute_through_their_own_adapter(monkeypatc
 
 
 def test_reference_log_probs_come_from_the_base_with_adapters_disabled(tmp_path):
-    module = MARLHFModule(**dict(LORA, num_generations=2, reference_kl_enabled=True, reward_train_batch_size=8))
+    module = MARLHFModule(
+        **dict(LORA, num_generations=2, reference_kl=ReferenceKL(), reward_model=RewardModelFit(train_batch_size=8))
+    )
     spy = AdapterGradients()
     _trainer(tmp_path, limit_train_batches=2, callbacks=[spy]).fit(
         module, PreferenceDataModule(**dict(TINY_DATA, train_batch_size=4))
@@ -171,7 +196,10 @@ def test_history_comparator_with_a_lora_team(tmp_path):
 def test_adapters_train_in_lockstep_under_two_process_ddp(tmp_path, checkpointing):
     spy = AdapterGradients(tmp_path)
     _trainer(tmp_path, devices=2, strategy="ddp_fork", callbacks=[spy]).fit(
-        MADPOModule(**LORA, gradient_checkpointing=checkpointing), PreferenceDataModule(**TINY_DATA)
+        MADPOModule(
+            **dict(LORA, team=tiny_team(lora=ADAPTER, memory=MemoryOptions(gradient_checkpointing=checkpointing)))
+        ),
+        PreferenceDataModule(**TINY_DATA),
     )
     ranks = [json.loads((tmp_path / f"lora_{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["weights"] == ranks[1]["weights"]

@@ -6,6 +6,7 @@ import contextlib
 
 import pytest
 import torch
+from peft import LoraConfig
 from torch.utils.checkpoint import CheckpointError
 
 from comlrl_lightning.defaults import build_char_tokenizer
@@ -172,7 +173,9 @@ def test_nothing_scored_or_no_prompt_means_no_layout():
 def test_lora_agents_are_scored_packed_through_their_adapter():
     from comlrl_lightning.team.lora import build_lora_agents
 
-    team = Team(build_lora_agents("embedded", 2, r=4), tokenizers=Team(["embedded"]).tokenizers[0])
+    team = Team(
+        build_lora_agents("embedded", 2, LoraConfig(r=4, lora_alpha=16)), tokenizers=Team(["embedded"]).tokenizers[0]
+    )
     batch = _batch(team.tokenizers[0])
     with torch.no_grad():
         for adapter in team.agents[1].trainable_parameters():

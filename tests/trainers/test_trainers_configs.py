@@ -328,6 +328,7 @@ def built(config) -> dict:
     """Everything the trainers build from a config, as comparable values."""
     marlhf = isinstance(config, MARLHFConfig)
     parts = dict(
+        team=mapping.team_for(config, {"agent_model": "embedded"}),
         module=mapping.module_options(config, marlhf),
         data=mapping.data_options(config),
         trainer=mapping.trainer_options(config),
@@ -371,8 +372,8 @@ CHANGES = {  # field -> (config class, base options, new value)
     "train_batch_size": (MADPOConfig, {}, 8),
     "advantage_normalization": (MARLHFConfig, {}, False),
     "reference_kl_enabled": (MARLHFConfig, {}, True),
-    "reference_kl_coef": (MARLHFConfig, {}, 0.5),
-    "reference_devices": (MARLHFConfig, {}, "cpu"),
+    "reference_kl_coef": (MARLHFConfig, dict(reference_kl_enabled=True), 0.5),  # the penalty's: no penalty, no coef
+    "reference_devices": (MARLHFConfig, dict(reference_kl_enabled=True), "cpu"),
     "preference_num_candidates": (MADPOConfig, {}, 4),
     "preference_pairs_per_sample": (MADPOConfig, {}, 2),
     "pair_selection": (MADPOConfig, {}, "random"),

@@ -101,7 +101,6 @@ def test_a_facade_run_equals_the_same_run_from_the_command_line(tmp_path):
             default_root_dir=str(tmp_path / "cli"),
             val_check_interval=4,
             check_val_every_n_epoch=None,
-            num_sanity_val_steps=0,
             log_every_n_steps=1,
             enable_progress_bar=False,
             enable_checkpointing=False,
@@ -109,12 +108,8 @@ def test_a_facade_run_equals_the_same_run_from_the_command_line(tmp_path):
         "model": {
             "class_path": "comlrl_lightning.MADPOModule",
             "init_args": dict(
-                agent_model="embedded",
-                num_agents=2,
-                max_new_tokens=6,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=None,
+                team=dict(agent_model="embedded", num_agents=2),
+                sampling=dict(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None),
                 agent_learning_rate=3e-3,
                 seed=5,
             ),
@@ -122,8 +117,7 @@ def test_a_facade_run_equals_the_same_run_from_the_command_line(tmp_path):
         "data": {
             "class_path": "comlrl_lightning.IterativePreferenceDataModule",
             "init_args": dict(
-                train_dataset="embedded",
-                eval_dataset="embedded",
+                task=dict(train_dataset="embedded", eval_dataset="embedded"),
                 num_iterations=2,
                 num_train_epochs=1,
                 preference_num_candidates=4,

@@ -1,0 +1,69 @@
+"""Hyperparameters as plain values: what a config file says, never an object.
+
+A module made from Python gets its options as objects (a ``TeamOptions``, a ``peft.LoraConfig``...);
+Lightning would store those objects in ``hparams``, so ``hparams.yaml`` would hold Python tags and a
+checkpoint would no longer load with ``torch.load(weights_only=True)``. :class:`PlainHyperparameters`
+stores them the way the command line does: a nested option as a mapping, a class chosen by
+``class_path`` as ``class_path`` plus ``init_args``; objects that no config can say (models,
+tokenizers) are left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+from typing import Any, Mapping
+
+from lightning.pytorch.core.mixins import HyperparametersMixin
+
+OBJECT = object()
+"""What :func:`plain` returns for a value no config file can hold."""
+
+
+def is_nested_options(value: Any) -> bool:
+    """A dataclass all of whose bases are dataclasses: a config gives it as a mapping (jsonargparse's
+    nested options); any other class is chosen by ``class_path``."""
+    return dataclasses.is_dataclass(value) and all(
+        dataclasses.is_dataclass(base) for base in type(value).__mro__ if base is not object
+    )
+
+
+def plain(value: Any) -> Any:
+    """``value`` as a config file would say it, or :data:`OBJECT`. Enums become their values, sets
+    sorted lists, mappings and dataclass fields lose their entries that are objects."""
+    if isinstance(value, enum.Enum):  # first: a str or int enum is not a plain str or int
+        return plain(value.value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (set, frozenset)):
+        value = sorted(value, key=str)
+    if isinstance(value, (list, tuple)):
+        items = [plain(item) for item in value]
+        return OBJECT if any(item is OBJECT for item in items) else items
+    if isinstance(value, Mapping):
+        return {str(key): item for key, item in ((k, plain(v)) for k, v in value.items()) if item is not OBJECT}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = plain({field.name: getattr(value, field.name) for field in dataclasses.fields(value) if field.init})
+        if is_nested_options(value):
+            return fields
+        return {"class_path": f"{type(value).__module__}.{type(value).__qualname__}", "init_args": fields}
+    return OBJECT
+
+
+class PlainHyperparameters(HyperparametersMixin):
+    """``save_hyperparameters`` that stores every option as a plain value (see :func:`plain`)."""
+
+    def save_hyperparameters(self, *args: Any, ignore: Any = None, frame: Any = None, logger: bool = True) -> None:
+        # the caller's frame, as Lightning's own would take it: it reads the caller's __init__ arguments
+        frame = frame if frame is not None else inspect.currentframe().f_back
+        super().save_hyperparameters(*args, ignore=ignore, frame=frame, logger=logger)
+        for key, value in list(self.hparams.items()):
+            rendered = plain(value)
+            if rendered is OBJECT:
+                del self.hparams[key]
+            else:
+                self.hparams[key] = rendered
+
+
+__all__ = ["OBJECT", "PlainHyperparameters", "is_nested_options", "plain"]

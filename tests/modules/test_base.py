@@ -1,0 +1,82 @@
+"""TeamModule under a plain ``Trainer()``: Lightning's defaults, no settings the modules rely on."""
+
+from __future__ import annotations
+
+from lightning.pytorch import Callback, Trainer
+
+from comlrl_lightning import (
+    GenerationSettings,
+    IterativePreferenceDataModule,
+    MADPOModule,
+    PreferenceDataModule,
+    TaskOptions,
+    TeamOptions,
+)
+
+
+class WhatACallbackSees(Callback):
+    """Records every sanity check and every evaluation a user's callback is shown."""
+
+    def __init__(self) -> None:
+        self.sanity_checks, self.evaluations, self.collected_before = 0, [], []
+
+    def on_sanity_check_start(self, trainer, pl_module) -> None:
+        self.sanity_checks += 1
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        # whether any pair was collected before this evaluation
+        self.collected_before.append(getattr(trainer.datamodule, "pairs", None) is not None)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        metric = trainer.callback_metrics.get("eval/turn_1/reward_mean")
+        self.evaluations.append(
+            (trainer.sanity_checking, trainer.global_step, None if metric is None else float(metric))
+        )
+
+
+def _module():
+    sampling = GenerationSettings(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None)
+    return MADPOModule(team=TeamOptions(agent_model="embedded"), sampling=sampling, agent_learning_rate=3e-3)
+
+
+def _plain_trainer(root, callback, epochs):
+    # Lightning's defaults but for the run's length, its folder and a quiet console
+    return Trainer(max_epochs=epochs, default_root_dir=str(root), callbacks=[callback], enable_progress_bar=False)
+
+
+TASK = TaskOptions(train_dataset="embedded", eval_dataset="embedded")
+SIZES = dict(preference_num_candidates=4, preference_pairs_per_sample=4, train_batch_size=8, eval_num_samples=4)
+
+
+def test_a_plain_trainer_shows_callbacks_one_evaluation_per_epoch_and_none_before_collection(tmp_path):
+    seen = WhatACallbackSees()
+    module, data = _module(), PreferenceDataModule(task=TASK, num_train_epochs=2, **SIZES, eval_batch_size=4)
+    trainer = _plain_trainer(tmp_path, seen, epochs=2)
+    trainer.fit(module, data)
+    steps_per_epoch = trainer.global_step // 2
+    assert seen.sanity_checks == 0  # Lightning's default would evaluate twice before any pair is collected
+    assert [(sanity, step) for sanity, step, _ in seen.evaluations] == [
+        (False, steps_per_epoch),
+        (False, 2 * steps_per_epoch),
+    ]
+    assert all(value is not None for _, _, value in seen.evaluations) and all(seen.collected_before)
+    assert module.initial_eval_reward is not None  # the module's own evaluation before the first update
+    assert trainer.num_sanity_val_steps == 0
+
+
+def test_a_plain_trainer_runs_every_round_of_an_iterative_data_module(tmp_path):
+    seen = WhatACallbackSees()
+    data = IterativePreferenceDataModule(task=TASK, num_iterations=2, num_train_epochs=1, **SIZES, eval_batch_size=4)
+    trainer = _plain_trainer(tmp_path, seen, epochs=data.total_epochs)
+    trainer.fit(_module(), data)
+    files = sorted(p.name for p in (tmp_path / "preference_replay").glob("iteration_*.json"))
+    assert files == ["iteration_0001.json", "iteration_0002.json"]  # a round per epoch, without reload settings
+    assert seen.sanity_checks == 0 and [sanity for sanity, _, _ in seen.evaluations] == [False, False]
+
+
+def test_validate_alone_evaluates_with_the_plain_defaults_too(tmp_path):
+    data = PreferenceDataModule(task=TASK, **SIZES, eval_batch_size=4)
+    results = Trainer(default_root_dir=str(tmp_path), enable_progress_bar=False, logger=False).validate(
+        _module(), data, verbose=False
+    )
+    assert set(results[0]) >= {"eval/turn_1/reward_mean", "eval/turn_1/expected_return"}
