@@ -377,7 +377,7 @@ def test_remote_checkpoint_sources_in_every_spelling_are_refused_before_any_requ
                 )
             for source in (spelling.replace("last.ckpt", "model"), f"hf://{spelling.split('://')[1]}"):
                 with pytest.raises(ConfigurationError, match="model source '.*' is remote"):
-                    MADPOModule(**{**TINY_MODEL, "agent_model": source}).team
+                    MADPOModule(**{**TINY_MODEL, "team": tiny_team(agent_model=source)}).team
     finally:
         server.shutdown()
         server.server_close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Literal, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from comlrl_lightning.comparators.api_client import (
     ApiClient,
@@ -35,12 +35,10 @@ from comlrl_lightning.comparators.api_formats import (
 from comlrl_lightning.comparators.base import Comparator
 from comlrl_lightning.comparators.credentials import USE_KEY_ENV, check_no_credentials, check_no_key
 from comlrl_lightning.generation.base import Completion, GenerationSettings
-from comlrl_lightning.options import at_least, positive, require
+from comlrl_lightning.options import at_least, require
 from comlrl_lightning.team.team import Team
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 
 
 class ApiJob(NamedTuple):

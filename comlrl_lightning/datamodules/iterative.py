@@ -146,12 +146,13 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             folders.append(self.snapshots.directory)
         module = team_side(self.trainer)
         # before the folders are locked and the binding below loads the team: FSDP2 cannot gather a LoRA
-        # team's snapshots (lora_options is TeamModule's; a module without it is taken as full models)
-        if self.snapshots is not None and is_sharded(self.trainer.strategy) and getattr(module, "lora_options", None):
+        # team's snapshots (team_options is TeamModule's; a module without it is taken as full models)
+        lora = getattr(getattr(module, "team_options", None), "lora", None)
+        if self.snapshots is not None and is_sharded(self.trainer.strategy) and lora is not None:
             raise OptionError(
                 "comparator / policy_checkpoint_dir: policy snapshots (HistoryComparator, policy_checkpoint_dir) "
                 "of a LoRA team are not supported under ModelParallelStrategy; use another comparator, "
-                "full models (no lora_r), or DDP for this team."
+                "full models (no team.lora), or DDP for this team."
             )
         if self.trainer.is_global_zero:  # one run per folder; the other ranks are this run
             self.folder_locks = [FolderLock(folder).acquire() for folder in folders]

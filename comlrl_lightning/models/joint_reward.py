@@ -89,7 +89,9 @@ def encode_joint(tokenizer, prompts: Sequence[str], completions: Sequence[str], 
     if max_length is None:
         return tokenizer(text)["input_ids"]
     if not getattr(tokenizer, "is_fast", False):
-        raise ConfigurationError("reward_model.max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
+        raise ConfigurationError(
+            "reward_model.max_length needs a fast (Rust) tokenizer: cutting uses character offsets."
+        )
     encoded = tokenizer(text, return_offsets_mapping=True)
     ids = list(encoded["input_ids"])
     if len(ids) <= max_length:
@@ -191,7 +193,9 @@ class RewardScorer:
     def __init__(self, model: JointRewardModel, tokenizer, max_length: Optional[int] = None) -> None:
         if max_length is not None and not getattr(tokenizer, "is_fast", False):
             # fail at setup rather than at the first joint text over budget
-            raise ConfigurationError("reward_model.max_length needs a fast (Rust) tokenizer: cutting uses character offsets.")
+            raise ConfigurationError(
+                "reward_model.max_length needs a fast (Rust) tokenizer: cutting uses character offsets."
+            )
         self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
 
     @classmethod

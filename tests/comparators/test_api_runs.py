@@ -219,7 +219,11 @@ def test_a_run_against_a_gzip_bomb_peaks_within_100_mb_of_a_normal_run(tmp_path)
         (("data", "comparator", "extra_body"), {"user": KEY}, "comparator.init_args.extra_body.user holds the value"),
         (("data", "comparator", "headers"), {"X-Anything": KEY}, "headers.X-Anything holds the value of"),
         (("data", "comparator", "url"), "PATH", "url holds the value of COMLRL_TEST_API_KEY"),
-        (("model", "agent_model"), KEY, "model.init_args.agent_model holds the value of COMLRL_TEST_API_KEY"),
+        (
+            ("model", "team", "agent_model"),
+            KEY,
+            "model.init_args.team.agent_model holds the value of COMLRL_TEST_API_KEY",
+        ),
     ],
     ids=["extra-body-name", "extra-body-bearer", "extra-body-value", "header-value", "url-path", "another-section"],
 )
@@ -238,7 +242,7 @@ def test_a_key_anywhere_in_the_config_stops_the_run_before_any_file_is_written(
                 "default_root_dir": str(root),
                 "logger": {"class_path": "lightning.pytorch.loggers.WandbLogger", "init_args": {"offline": True}},
             },
-            "model": {"class_path": "comlrl_lightning.MADPOModule", "init_args": {"agent_model": "embedded"}},
+            "model": {"class_path": "comlrl_lightning.MADPOModule", "init_args": {"team": {"agent_model": "embedded"}}},
             "data": {
                 "class_path": "comlrl_lightning.IterativePreferenceDataModule",
                 "init_args": {"comparator": comparator},
@@ -246,6 +250,7 @@ def test_a_key_anywhere_in_the_config_stops_the_run_before_any_file_is_written(
         }
         section = config[where[0]]["init_args"]
         section = section["comparator"]["init_args"] if where[1] == "comparator" else section
+        section = section["team"] if where[1] == "team" else section
         section[where[-1]] = provider.url.replace("/v1/", f"/{KEY}/v1/") if value == "PATH" else value
         path = tmp_path / "config.yaml"
         path.write_text(yaml.safe_dump(config))

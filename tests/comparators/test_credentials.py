@@ -73,7 +73,7 @@ def test_a_key_set_after_the_comparator_was_made_is_checked_when_the_round_start
 def test_the_whole_config_is_searched_for_every_named_keys_value(monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
     config = {
-        "model": {"init_args": {"agent_model": "embedded"}},
+        "model": {"init_args": {"team": {"agent_model": "embedded"}}},
         "data": {"init_args": {"comparator": {"init_args": {"key_env": KEY_ENV}}, "preference_replay_dir": KEY}},
     }
     with pytest.raises(

@@ -244,7 +244,7 @@ def test_tensor_parallelism_is_refused_with_the_sizes_to_set():
 # Misconfigured sharded runs: named before any process starts or any model loads
 
 FSDP_TINY = [
-    "--model.init_args.max_new_tokens",
+    "--model.init_args.sampling.max_new_tokens",
     "4",
     "--data.init_args.num_iterations",
     "1",
@@ -312,7 +312,8 @@ def test_a_mesh_that_does_not_fit_the_processes_is_named_before_any_process_star
 def test_a_sharded_lora_team_with_the_history_comparator_is_named_before_any_model_loads(tmp_path):
     """Two real processes (gloo): each names the problem in setup, before the comparator loads the team."""
     command = [sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo_iter_fsdp.yaml"]
-    command += ["--trainer.default_root_dir", str(tmp_path), "--model.init_args.lora_r", "4", *FSDP_TINY]
+    lora = "{class_path: peft.LoraConfig, init_args: {r: 4}}"
+    command += ["--trainer.default_root_dir", str(tmp_path), "--model.init_args.team.lora", lora, *FSDP_TINY]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
