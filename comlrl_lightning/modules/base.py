@@ -20,6 +20,7 @@ from comlrl_lightning.modules.hparams import PlainHyperparameters
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.options import positive, require
 from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
+from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
 from comlrl_lightning.runtime.files import check_log_files
@@ -158,7 +159,7 @@ class TeamModule(PlainHyperparameters, LightningModule):
         # from_pretrained returns models in eval mode; training runs in train mode like the reference.
         self.team.train(self.training)
         self.configure_parts()
-        if self._trainer is not None and is_sharded(self.trainer.strategy) and not self.team.synced:
+        if attached_trainer(self) is not None and is_sharded(self.trainer.strategy) and not self.team.synced:
             self.shard(self.device_mesh["data_parallel"])
 
     def configure_parts(self) -> None:
@@ -246,7 +247,7 @@ class TeamModule(PlainHyperparameters, LightningModule):
     @contextlib.contextmanager
     def generation_context(self) -> Iterator[None]:
         """Sampling outside the training step: eval mode, no grad, the precision plugin's autocast."""
-        trainer = self._trainer
+        trainer = attached_trainer(self)
         precision = trainer.precision_plugin.forward_context() if trainer is not None else contextlib.nullcontext()
         with torch.no_grad(), precision:
             yield
@@ -333,7 +334,7 @@ class TeamModule(PlainHyperparameters, LightningModule):
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         # before the callbacks read their state: Lightning's ModelCheckpoint would delete the files
         # its saved paths name, so a path outside its folder is dropped (with a warning naming it)
-        if self._trainer is not None:
+        if attached_trainer(self) is not None:
             confine_checkpoint_callbacks(checkpoint, self.trainer.checkpoint_callbacks)
         self.generator.weights_updated()
 

@@ -24,7 +24,7 @@ SIZES = [
     "2",
     "--data.init_args.num_train_epochs",
     "1",
-    "--model.init_args.max_new_tokens",
+    "--model.init_args.sampling.max_new_tokens",
     "4",
     "--data.init_args.preference_num_candidates",
     "3",
