@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 from lightning.pytorch import Callback, Trainer
+from lightning.pytorch.loggers import Logger
 
 from comlrl_lightning import (
     GenerationSettings,
@@ -80,3 +82,71 @@ def test_validate_alone_evaluates_with_the_plain_defaults_too(tmp_path):
         _module(), data, verbose=False
     )
     assert set(results[0]) >= {"eval/turn_1/reward_mean", "eval/turn_1/expected_return"}
+
+
+class EvalRows(Logger):
+    """Every row the loggers get, in order: ``(step, metrics)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows = []
+
+    @property
+    def name(self) -> str:
+        return "rows"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.rows.append((step, dict(metrics)))
+
+
+class CountsValidations(WhatACallbackSees):
+    def __init__(self) -> None:
+        super().__init__()
+        self.validation_ends = 0
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self.validation_ends += 1
+
+
+@pytest.mark.parametrize("iterative", [False, True], ids=["single-shot", "iterative"])
+def test_the_readme_snippet_under_a_plain_trainer_evaluates_once_before_training_and_never_in_a_sanity_check(
+    iterative,
+):
+    # README's "Your own task": Trainer(max_epochs=data.total_epochs), all else Lightning's defaults
+    if iterative:
+        data = IterativePreferenceDataModule(
+            task=TASK, num_iterations=2, num_train_epochs=1, **SIZES, eval_batch_size=4
+        )
+    else:
+        data = PreferenceDataModule(task=TASK, num_train_epochs=2, **SIZES, eval_batch_size=4)
+    seen, rows, module = CountsValidations(), EvalRows(), _module()
+    trainer = Trainer(
+        max_epochs=data.total_epochs,
+        logger=rows,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        callbacks=[seen],
+    )
+    trainer.fit(module, data)
+    assert seen.sanity_checks == 0 and seen.validation_ends == data.total_epochs  # one per epoch, none before
+    assert all(seen.collected_before)  # no evaluation before the first collection
+    evaluations = [(step, m["eval/turn_1/reward_mean"]) for step, m in rows.rows if "eval/turn_1/reward_mean" in m]
+    first_training = next(i for i, (_, m) in enumerate(rows.rows) if any(k.startswith("train/") for k in m))
+    before = [row for row in rows.rows[:first_training] if "eval/turn_1/reward_mean" in row[1]]
+    assert before == [
+        (
+            0,
+            {
+                "eval/turn_1/reward_mean": module.initial_eval_reward,
+                "eval/turn_1/expected_return": module.initial_eval_reward,
+            },
+        )
+    ]
+    assert evaluations[-1] == (trainer.global_step - 1, module.final_eval_reward)
