@@ -4,11 +4,18 @@
 ``class_path`` (``comlrl_lightning.MADPOModule``, ``comlrl_lightning.PreferenceDataModule``...) so one
 command runs every algorithm. ``trainer.max_epochs`` is the data section's total epochs
 (``num_train_epochs x num_iterations``), and the model's ``team.num_agents`` is shared with the data module.
+
+Resuming: ``--ckpt_path`` takes a checkpoint file or a folder of checkpoints (the one with the most
+progress); the run continues in the CSV log folder and the W&B run of the checkpoint. Every run
+records itself in its checkpoints (:class:`~comlrl_lightning.callbacks.CheckpointRecord`), and
+Lightning's default ``ModelCheckpoint`` is a :class:`~comlrl_lightning.callbacks.ResumableCheckpoint`.
+A logger without a ``save_dir`` writes under ``trainer.default_root_dir``; one given is used.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 import traceback
@@ -16,19 +23,26 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
+from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.datamodules.preference import total_epochs
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.generation.vllm import engines_running
 from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
+from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, run_record
 from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import refuse_non_regular
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.sharding import check_mesh_plan
+
+CSV_LOGGER = "comlrl_lightning.callbacks.ResumableCSVLogger"
 
 
 def data_total_epochs(data_options) -> int:
@@ -56,19 +70,47 @@ class PreferenceCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.init_args", "trainer.max_epochs", compute_fn=data_total_epochs)
         parser.link_arguments("model.init_args.team.num_agents", "data.init_args.num_agents")
-        # Logs, checkpoints and plots stay together under trainer.default_root_dir, as with
-        # Lightning's own default logger: a logger's save_dir follows it (loggers without one are left alone).
-        parser.link_arguments("trainer.default_root_dir", "trainer.logger.init_args.save_dir")
-        # A CSV logger unless the config names one: Lightning's default (logger: true) would print
-        # a notice about TensorBoard not being installed.
-        parser.set_defaults(
-            {"trainer.logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "."}}}
-        )
+        # A CSV logger that a resumed run continues, unless the config names one: Lightning's default
+        # (logger: true) would print a notice about TensorBoard not being installed.
+        parser.set_defaults({"trainer.logger": {"class_path": CSV_LOGGER}})
 
     def before_instantiate_classes(self) -> None:
+        """No key's value in the config; a logger without a ``save_dir`` writes under
+        ``trainer.default_root_dir`` (one given is kept); a resumed run continues the CSV log folder
+        and the W&B run of its checkpoint."""
         # the whole config is saved (config.yaml, hparams, checkpoints, loggers): no key's value anywhere in it
         config = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
         check_config_has_no_key(config.as_dict())
+        root = config["trainer"].get("default_root_dir")
+        record = getattr(self, "resumed_record", {})
+        logs, identity = record.get("logs") or {}, record.get("wandb") or {}
+        for logger in _logger_sections(config["trainer"].get("logger")):
+            init = logger.get("init_args")
+            if init is None:
+                continue
+            if "save_dir" in init and init["save_dir"] is None and root is not None:
+                init["save_dir"] = str(root)
+            kind = _class_of(logger["class_path"])
+            if issubclass(kind, ResumableCSVLogger) and init.get("version") is None and _same_csv_folder(init, logs):
+                init["version"] = logs["version"]
+            if issubclass(kind, WandbLogger) and identity and not (init.get("id") or init.get("version")):
+                init["id"] = identity["id"]
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The trainer, with a :class:`CheckpointRecord` and, in place of Lightning's default
+        ``ModelCheckpoint``, a :class:`ResumableCheckpoint` (a configured checkpoint callback is kept)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        given = config["trainer"].get("callbacks") or []
+        given = given if isinstance(given, list) else [given]
+        if not any(isinstance(callback, ModelCheckpoint) for callback in given):
+            trainer.callbacks = [
+                ResumableCheckpoint() if type(callback) is ModelCheckpoint else callback
+                for callback in trainer.callbacks
+            ]
+        if not any(isinstance(callback, CheckpointRecord) for callback in trainer.callbacks):
+            trainer.callbacks.insert(0, CheckpointRecord())
+        return trainer
 
     def instantiate_classes(self) -> None:
         with warnings.catch_warnings():
@@ -84,28 +126,35 @@ class PreferenceCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """Resuming keeps the options of this command line and config, and says what changed.
 
-        LightningCLI would overwrite them silently with the hyperparameters saved in the checkpoint
+        A folder is resolved to its checkpoint with the most progress. LightningCLI would overwrite
+        the options silently with the hyperparameters saved in the checkpoint
         (``--model.init_args.dpo_beta 7`` would train on with 0.1). Here the given options win and
         every model option that differs from the checkpoint's is printed with both values. A remote
         checkpoint (a URL, an fsspec chain) is refused: Lightning would load it with
         ``weights_only=False``, i.e. run code from the network.
         """
+        self.resumed_record: Dict[str, Any] = {}
         if not self.config.get("subcommand"):
             return
-        ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
-        if not ckpt_path:
+        section = self.config[self.config.subcommand]
+        ckpt_path = section.get("ckpt_path")
+        if not ckpt_path or ckpt_path in ("last", "best", "hpc", "registry"):
             return
         require_local(ckpt_path, "ckpt_path", "a local checkpoint file")
-        if Path(ckpt_path).is_file():
-            saved = read_checkpoint(ckpt_path).get("hyper_parameters", {})
-            saved = flat_options({k: v for k, v in saved.items() if not k.startswith("_")})
-            given = flat_options(self.config[self.config.subcommand].get("model", {}).get("init_args", {}))
-            for name, value in sorted(saved.items()):
-                if name in given and given[name] != value:
-                    rank_zero_info(
-                        f"resuming with model option {name} = {given[name]!r} (the checkpoint was "
-                        f"trained with {value!r}); the given options win."
-                    )
+        path = resolve_checkpoint(ckpt_path)
+        section["ckpt_path"] = str(path)
+        if not path.is_file():  # a sharded checkpoint (a folder): Lightning reads it
+            return
+        loaded = read_checkpoint(path)
+        self.resumed_record = run_record(loaded, path) or {}
+        saved = flat_options({k: v for k, v in loaded.get("hyper_parameters", {}).items() if not k.startswith("_")})
+        given = flat_options(section.get("model", {}).get("init_args", {}))
+        for name, value in sorted(saved.items()):
+            if name in given and given[name] != value:
+                rank_zero_info(
+                    f"resuming with model option {name} = {given[name]!r} (the checkpoint was "
+                    f"trained with {value!r}); the given options win."
+                )
 
 
 class SaveConfigInPlace(SaveConfigCallback):
@@ -118,6 +167,25 @@ class SaveConfigInPlace(SaveConfigCallback):
             if log_dir is not None and trainer.is_global_zero:
                 refuse_non_regular(Path(log_dir) / self.config_filename, "the run's config")
         super().setup(trainer, pl_module, stage)
+
+
+def _logger_sections(logger: Any) -> List[Any]:
+    """The ``class_path`` / ``init_args`` sections of ``trainer.logger`` (one, a list, or none)."""
+    sections = logger if isinstance(logger, list) else [logger]
+    return [section for section in sections if hasattr(section, "get") and section.get("class_path")]
+
+
+def _class_of(class_path: str) -> type:
+    module, _, name = str(class_path).rpartition(".")
+    found = getattr(importlib.import_module(module), name, None) if module else None
+    return found if isinstance(found, type) else object
+
+
+def _same_csv_folder(init: Any, logs: Dict[str, Any]) -> bool:
+    """The configured CSV log is the checkpoint's: same folder and name (the version is then the checkpoint's)."""
+    if not logs or init.get("save_dir") is None:
+        return False
+    return str(Path(init["save_dir"]).absolute()) == logs.get("save_dir") and init.get("name") == logs.get("name")
 
 
 def library_error(error: BaseException) -> Optional[ComlrlError]:

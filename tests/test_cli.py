@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -464,3 +465,93 @@ def test_lora_is_a_peft_lora_config_and_round_trips_through_config_hparams_and_c
         == 4
     )
     check(MADPOModule.load_from_checkpoint(last))  # rebuilt from hparams through the command line's parser
+
+
+ITER_TINY = [
+    *TINY,
+    "--data.init_args.num_train_epochs",
+    "1",
+    "--data.init_args.replay.init_args.sample_size",
+    "16",
+    "--data.init_args.comparator.init_args.num_candidates",
+    "3",
+]
+
+
+def test_a_logger_save_dir_given_on_the_command_line_is_used(tmp_path):
+    root, logs = tmp_path / "root", tmp_path / "logs"
+    main(["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(root), *TINY])
+    assert (root / "lightning_logs" / "version_0" / "metrics.csv").is_file()  # no save_dir: the root's
+    main(
+        [
+            "fit",
+            "--config",
+            "configs/madpo.yaml",
+            "--trainer.default_root_dir",
+            str(tmp_path / "root2"),
+            *TINY,
+            "--trainer.logger.save_dir",
+            str(logs),
+        ]
+    )
+    assert (logs / "lightning_logs" / "version_0" / "metrics.csv").is_file()
+    assert not (tmp_path / "root2" / "lightning_logs").exists()
+
+
+@pytest.mark.slow
+def test_a_cli_folder_resume_takes_the_newest_checkpoint_and_continues_the_log(tmp_path):
+    import warnings
+
+    from comlrl_lightning.runtime.quiet import install_noise_filters
+
+    def fit(root, rounds, *extra):
+        return main(
+            [
+                "fit",
+                "--config",
+                "configs/madpo_iter.yaml",
+                "--trainer.default_root_dir",
+                str(root),
+                *ITER_TINY,
+                "--data.init_args.num_iterations",
+                str(rounds),
+                *extra,
+            ]
+        )
+
+    fit(tmp_path / "whole", 3)
+    run = tmp_path / "run"
+    checkpoints = run / "lightning_logs" / "version_0" / "checkpoints"
+    with warnings.catch_warnings(record=True) as fresh:
+        install_noise_filters()
+        fit(run, 2)
+    first = _metrics(run)
+    # a resume from the folder, with other checkpoint options (keep every epoch's checkpoint now)
+    callbacks = [
+        {"class_path": "comlrl_lightning.callbacks.RewardCurvePlot"},
+        {
+            "class_path": "comlrl_lightning.callbacks.ResumableCheckpoint",
+            "init_args": {"save_last": True, "save_top_k": -1, "save_on_train_epoch_end": True},
+        },
+    ]
+    with warnings.catch_warnings(record=True) as caught:
+        install_noise_filters()
+        fit(run, 3, "--ckpt_path", str(checkpoints), f"--trainer.callbacks={json.dumps(callbacks)}")
+    # the resume warns about nothing the fresh run did not (no "not empty" folder, no missing callbacks)
+    assert {str(w.message)[:60] for w in caught} <= {str(w.message)[:60] for w in fresh}
+    assert sorted(p.name for p in (run / "lightning_logs").iterdir()) == ["version_0"]
+    assert not list(checkpoints.glob("*-v*.ckpt"))  # last.ckpt holds the newest state, no copies beside it
+    from comlrl_lightning.runtime.checkpoint_metadata import newest_checkpoint, read_checkpoint_metadata
+
+    assert newest_checkpoint(checkpoints).name == "last.ckpt"
+    assert read_checkpoint_metadata(checkpoints / "last.ckpt")["progress"]["epochs"] == 3
+    rows = _metrics(run)
+    assert rows[: len(first)] == first and [
+        r["iter/current_iteration"] for r in rows if r.get("iter/current_iteration")
+    ] == [
+        "1.0",
+        "2.0",
+        "3.0",
+    ]
+    whole = {p.name: p.read_bytes() for p in (tmp_path / "whole" / "preference_replay").glob("iteration_*.json")}
+    assert {p.name: p.read_bytes() for p in (run / "preference_replay").glob("iteration_*.json")} == whole

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
@@ -20,7 +20,8 @@ class RewardCurvePlot(Callback):
 
     Points come from the module's evaluations before the first update and after the last (the
     :class:`~comlrl_lightning.data.contract.EvaluatedModule` contract, checked when fitting starts)
-    and from every validation loop.
+    and from every validation loop. They are part of every checkpoint, so the plot of a resumed
+    run covers the whole run.
 
     Args:
         filename: image name inside the trainer's log dir (or ``default_root_dir`` without a logger).
@@ -33,6 +34,16 @@ class RewardCurvePlot(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             evaluated_module(pl_module, "RewardCurvePlot")
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(filename=self.filename)  # two plots of one run keep their own points
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"points": [[step, value] for step, value in self.points]}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self.points = [(int(step), float(value)) for step, value in state_dict.get("points", [])]
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # after the module's on_train_start, which runs the evaluation before the first update

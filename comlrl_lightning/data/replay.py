@@ -14,7 +14,8 @@ The buffer samples only from its *index*: the list of non-empty rounds this run 
 checkpoint restored), each with the sha256 of its bytes. Files that merely sit in the folder,
 e.g. from an older run pointed at the same directory, are never imported: history comes only
 from a checkpoint, and every indexed file is verified on resume and on every read, so a moved,
-edited or truncated file fails loudly instead of silently changing what is trained on.
+edited or truncated file fails loudly instead of silently changing what is trained on (unless the
+checkpoint carries the file: :meth:`ReplayBuffer.assets`, then a resume puts it back, verified).
 
 All randomness comes from the ``random.Random`` the caller passes in (the reference draws from the
 unseeded global ``random``), so a resumed run draws exactly what an uninterrupted one would.
@@ -36,6 +37,7 @@ from jsonargparse.typing import ClosedUnitInterval, PositiveInt
 from comlrl_lightning.data.round_records import RecordIndex, encode_round
 from comlrl_lightning.errors import RunStateError
 from comlrl_lightning.options import at_least, require
+from comlrl_lightning.runtime.checkpoint_assets import AssetError, CheckpointAssets, asset
 from comlrl_lightning.runtime.files import write_atomically
 from comlrl_lightning.runtime.paths import resolves_inside
 
@@ -349,16 +351,31 @@ class ReplayBuffer:
         self._records[shard.filename] = index
         return pairs
 
+    def assets(self) -> List[Dict[str, Any]]:
+        """The indexed round files, for a checkpoint to carry (group ``preference_replay``)."""
+        return [
+            asset(
+                "preference_replay", shard.filename, self.round_path(shard.iteration), shard.sha256, self._length(shard)
+            )
+            for shard in self.shards
+        ]
+
+    def _length(self, shard: Shard) -> int:
+        """A round file's length in bytes: its last record's end plus the closing ``]}``."""
+        index = self._record_index(shard)
+        return index.offsets[-1] + index.lengths[-1] + 2
+
     def state_dict(self) -> Dict[str, Any]:
         """The index as plain types (loadable with ``torch.load(weights_only=True)``)."""
         return {"version": 1, "directory": str(self.directory), "shards": [asdict(s) for s in self.shards]}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any], assets: Optional[CheckpointAssets] = None) -> None:
         """Restore the index and verify every shard file at once.
 
         The saved ``directory`` is informational: files are looked up in the directory given to
-        ``__init__``, so a run folder that was moved still resumes. A missing or corrupt file raises
-        :class:`ReplayIndexError` naming it, and the current index is left unchanged.
+        ``__init__``, so a run folder that was moved still resumes; a file missing there or differing
+        from the index is first put back from ``assets`` (the restored checkpoint's asset folder).
+        A file found in neither raises :class:`ReplayIndexError` naming it; the index is then unchanged.
         """
         shards = [
             Shard(int(s["iteration"]), str(s["filename"]), int(s["num_pairs"]), str(s["sha256"]))
@@ -371,6 +388,11 @@ class ReplayBuffer:
                     f"{shard.iteration}, which is not a round file of {self.directory}."
                 )
         for shard in shards:
+            if assets is not None:
+                try:
+                    assets.ensure("preference_replay", shard.filename, shard.sha256, self.directory)
+                except AssetError as error:
+                    raise ReplayIndexError(f"Replay round file of iteration {shard.iteration}: {error}") from None
             self.read_records(shard)
         self.shards = shards
 

@@ -6,7 +6,9 @@ Layout (the reference's): ``<dir>/initial/agent_{i}`` is the policy before round
 therefore ``initial`` for ``r = 0`` and ``iteration_{r-1:04d}`` otherwise.
 
 Snapshots are written atomically (a staging folder renamed into place), so a crash never leaves a
-half-written snapshot under its final name.
+half-written snapshot under its final name. The sha256 of every file is taken as it is written and
+kept in the index, so a checkpoint carries the snapshots it names (:meth:`PolicySnapshots.assets`)
+and a resume puts back, verified, any that are missing (:meth:`PolicySnapshots.load_state_dict`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from typing import Any, Dict, List, Optional
 
 from comlrl_lightning.errors import DataError, MissingRunFileError, RunStateError
 from comlrl_lightning.options import OptionError
+from comlrl_lightning.runtime.checkpoint_assets import (
+    AssetError,
+    CheckpointAssets,
+    asset,
+    checked_name,
+    tree_digests,
+)
 from comlrl_lightning.runtime.paths import resolves_inside
 from comlrl_lightning.runtime.quiet import transformers_bars_off
 from comlrl_lightning.runtime.sharding import full_state_dict
@@ -53,6 +62,8 @@ class PolicySnapshots:
         self.directory = Path(directory)
         self.keep_all = keep_all
         self.saved: List[str] = []
+        self.files: Dict[str, Dict[str, Dict[str, Any]]] = {}  # per snapshot: {file: {"sha256", "size"}}
+        self.unrestorable: Dict[str, str] = {}  # snapshots a restored checkpoint names but cannot put back
 
     def path(self, round_start: int) -> Path:
         return self.directory / snapshot_name(round_start)
@@ -85,6 +96,7 @@ class PolicySnapshots:
                     state = {"state_dict": states[index]} if states is not None else {}
                     agent.save_pretrained(staging / f"agent_{index}", **state)
                     tokenizer.save_pretrained(staging / f"agent_{index}")
+            files = tree_digests(staging)
             if target.exists():
                 shutil.rmtree(target)
             os.replace(staging, target)
@@ -92,6 +104,7 @@ class PolicySnapshots:
             shutil.rmtree(staging, ignore_errors=True)
         if target.name not in self.saved:
             self.saved.append(target.name)
+        self.files[target.name] = files
         return target
 
     def load(self, round_start: int, tokenizers: list, agent_indices: Optional[List[int]] = None) -> Team:
@@ -117,36 +130,64 @@ class PolicySnapshots:
             if round_start_of(name) < oldest_needed:
                 shutil.rmtree(self.directory / name, ignore_errors=True)
                 self.saved.remove(name)
+                self.files.pop(name, None)
+
+    def assets(self) -> List[Dict[str, Any]]:
+        """Every file of every indexed snapshot, for a checkpoint to carry (group ``policy_snapshots``)."""
+        return [
+            asset("policy_snapshots", f"{name}/{file}", self.directory / name / file, info["sha256"], info["size"])
+            for name in self.saved
+            for file, info in self.files.get(name, {}).items()
+        ]
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"saved": list(self.saved)}
+        return {"saved": list(self.saved), "files": {name: dict(files) for name, files in self.files.items()}}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restore the index. A checkpoint is data: every name must be a snapshot of this folder
-        (``initial`` or ``iteration_NNNN``), since :meth:`prune` deletes what the index names; a
-        snapshot that is a link leading out of the folder is dropped with a warning naming it."""
-        for name in state["saved"]:
+    def load_state_dict(self, state: Dict[str, Any], assets: Optional[CheckpointAssets] = None) -> None:
+        """Restore the index, putting back from ``assets`` every file of an indexed snapshot that is
+        missing from the folder or differs from its recorded sha256.
+
+        A checkpoint is data: every name must be a snapshot of this folder (``initial`` or
+        ``iteration_NNNN``, since :meth:`prune` deletes what the index names) and every file a plain
+        relative path inside it; a snapshot that is a link leading out of the folder is dropped with a
+        warning naming it (never loaded, restored into or pruned).
+        """
+        files = {str(name): dict(listing) for name, listing in (state.get("files") or {}).items()}
+        for name in list(state["saved"]) + list(files):
             if not _SNAPSHOT_NAME.fullmatch(str(name)):
                 raise DataError(
                     f"The checkpoint's snapshot index names {str(name)!r}, which is not a policy snapshot "
                     f"of {self.directory}; refusing to use (or prune) it."
                 )
-        # Snapshots pruned after this checkpoint was written are simply gone; require() checks
-        # the ones a resumed run actually needs.
-        self.saved = []
-        for name in state["saved"]:
+        for listing in files.values():
+            for file in listing:
+                checked_name(file)
+        # Snapshots pruned after a checkpoint without assets was written are simply gone;
+        # require() checks the ones a resumed run actually needs.
+        self.saved, self.unrestorable = [], {}
+        for name in [str(name) for name in state["saved"]]:
             if (self.directory / name).exists() and not resolves_inside(name, self.directory):
                 warnings.warn(
                     f"Policy snapshot {self.directory / name} leads outside {self.directory} (a link); dropped from "
                     "the snapshot index, never loaded or pruned.",
                     stacklevel=2,
                 )
-            elif (self.directory / name).is_dir():
+                continue
+            try:
+                for file, info in files.get(name, {}).items() if assets is not None else ():
+                    assets.ensure("policy_snapshots", f"{name}/{file}", str(info["sha256"]), self.directory)
+            except AssetError as error:  # an error only if a resumed run needs it (require)
+                self.unrestorable[name] = str(error)
+                continue
+            if (self.directory / name).is_dir():
                 self.saved.append(name)
+        self.files = {name: files[name] for name in self.saved if name in files}
 
     def require(self, round_start: int) -> None:
         """Fail now, naming the folder, if the snapshot of ``round_start`` is missing."""
         path = self.path(round_start)
+        if path.name in self.unrestorable:
+            raise MissingRunFileError(f"Policy snapshot {path} is needed to resume: {self.unrestorable[path.name]}")
         if not path.is_dir() or not resolves_inside(path.name, self.directory):
             raise MissingRunFileError(
                 f"Policy snapshot {path} is missing: the history comparator needs it to resume. "

@@ -30,6 +30,7 @@ from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
 from comlrl_lightning.data.snapshots import PolicySnapshots
 from comlrl_lightning.datamodules.preference import PreferenceDataModule, total_epochs
 from comlrl_lightning.options import OptionError, at_least
+from comlrl_lightning.runtime.checkpoint_assets import CheckpointAssets
 from comlrl_lightning.runtime.distributed import (
     barrier,
     gather_objects,
@@ -38,6 +39,7 @@ from comlrl_lightning.runtime.distributed import (
     shard,
 )
 from comlrl_lightning.runtime.folder_lock import FolderLock
+from comlrl_lightning.runtime.paths import is_remote
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream, derived_seed
 from comlrl_lightning.runtime.sharding import is_sharded
@@ -300,6 +302,11 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         """
         return (None, None) if self.last_collection is None else (self.built_round, self.last_collection)
 
+    def checkpoint_assets(self) -> List[Dict[str, Any]]:
+        """The indexed round files and the indexed policy snapshots."""
+        assets = self.replay.assets() if self.replay is not None else []
+        return assets + (self.snapshots.assets() if self.snapshots is not None else [])
+
     def data_state_dict(self) -> Dict[str, Any]:
         state = super().data_state_dict()
         state.update(
@@ -314,14 +321,19 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         super().load_data_state_dict(state)
         self.built_round = state["built_round"]
         self.last_collection = None  # the restored round was collected by another process
+        # files missing here (another machine, another replay folder) come back from the checkpoint's assets
+        path = self.trainer.ckpt_path if self.trainer is not None else None
+        assets = CheckpointAssets.of_checkpoint(None if path is None or is_remote(str(path)) else path)
         if state.get("replay") is not None:
-            self.replay.load_state_dict(state["replay"])
+            self.replay.load_state_dict(state["replay"], assets)
         self.comparator.load_state_dict(state.get("comparator") or {})
         if state.get("snapshots") is not None and self.snapshots is not None:
-            self.snapshots.load_state_dict(state["snapshots"])
+            self.snapshots.load_state_dict(state["snapshots"], assets)
             needed = self.comparator.snapshot_round(self.built_round + 1) if self.built_round is not None else None
             if needed is not None:
                 self.snapshots.require(needed)
+        if assets.restored:
+            rank_zero_info(f"restored {len(assets.restored)} files of the run from {assets.folder}")
 
 
 __all__ = ["IterativePreferenceDataModule"]

@@ -23,6 +23,7 @@ from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PairSelection, Preferen
 from comlrl_lightning.data.task import Task, TaskOptions, check_items, check_prompts_fit
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.options import at_least, choice, require
+from comlrl_lightning.runtime.checkpoint_assets import ASSETS_KEY
 from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
 from comlrl_lightning.runtime.progress import Progress
@@ -43,6 +44,8 @@ class DataStateCallback(Callback):
     and restart its replay history. A callback's state is filed under its ``state_key`` instead:
     the data module registers this one in ``setup`` (before Lightning restores a checkpoint) and
     it carries :meth:`TaskDataModule.data_state_dict` in and out. Nothing else reads or rewrites it.
+    It also hands the checkpoint the files that state names (:meth:`TaskDataModule.checkpoint_assets`),
+    which the checkpoint IO keeps beside the checkpoint.
     """
 
     state_key = "comlrl_lightning.data"
@@ -55,6 +58,11 @@ class DataStateCallback(Callback):
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         self.datamodule.load_data_state_dict(state_dict)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: Dict[str, Any]) -> None:
+        assets = self.datamodule.checkpoint_assets()
+        if assets:
+            checkpoint.setdefault(ASSETS_KEY, []).extend(assets)
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         self.datamodule.release_folders()
@@ -218,6 +226,10 @@ class TaskDataModule(LightningDataModule):
 
     def release_folders(self) -> None:
         """Release the locks on this run's folders (at the end of a run, also a failed one)."""
+
+    def checkpoint_assets(self) -> List[Dict[str, Any]]:
+        """The files the data state names (round files, snapshots), for a checkpoint to carry beside it."""
+        return []
 
     state_kind = "task"
     """What kind of data state a checkpoint holds; another kind cannot resume this data module."""

@@ -321,7 +321,8 @@ class TeamModule(PlainHyperparameters, LightningModule):
     final_eval_reward: Optional[float] = None
 
     def on_train_start(self) -> None:
-        if self.global_step == 0:
+        # a run resumed from a checkpoint taken before the first update evaluated before it already
+        if self.global_step == 0 and self.trainer.ckpt_path is None:
             self.initial_eval_reward = self.evaluate_now("before training")
 
     def on_train_end(self) -> None:

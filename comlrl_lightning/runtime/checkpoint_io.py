@@ -8,6 +8,11 @@ writes the bytes to a temporary file in the checkpoint's own folder, flushes and
 only then renames it onto the final name (and fsyncs the folder): the final name always holds a
 complete checkpoint, the previous one or the new one. The team modules install it by themselves
 when the strategy uses Lightning's default checkpoint IO.
+
+It also keeps a checkpoint self-contained: the files its state refers to (round files, policy
+snapshots, listed under :data:`~comlrl_lightning.runtime.checkpoint_assets.ASSETS_KEY`) are placed
+in the checkpoint's asset folder before the checkpoint is written, and removed with it
+(:mod:`comlrl_lightning.runtime.checkpoint_assets`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,12 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from comlrl_lightning.errors import DataError
+from comlrl_lightning.runtime.checkpoint_assets import (
+    ASSETS_KEY,
+    asset_folder,
+    remove_assets,
+    write_assets,
+)
 from comlrl_lightning.runtime.compat import saves_distributed_checkpoint
 from comlrl_lightning.runtime.files import fsync_directory, write_atomically
 from comlrl_lightning.runtime.paths import is_remote, require_local
@@ -51,9 +62,27 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None or is_remote(str(path)):  # remote stores keep Lightning's own path
             return super().save_checkpoint(checkpoint, path, storage_options)
+        # the files first: a checkpoint is never in place before the files it names
+        write_checkpoint_assets(checkpoint, Path(path))
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         write_atomically(Path(path), buffer.getbuffer())
+
+    def remove_checkpoint(self, path: Any) -> None:
+        super().remove_checkpoint(path)
+        if not is_remote(str(path)):
+            remove_assets(path)
+
+
+def write_checkpoint_assets(checkpoint: Dict[str, Any], path: Path) -> None:
+    """Take the asset list out of ``checkpoint`` and place its files in the asset folder of ``path``
+    (a checkpoint that names no files gets none: an earlier one's folder under that name goes)."""
+    entries = checkpoint.pop(ASSETS_KEY, None)
+    if entries is None:
+        remove_assets(path)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_assets(entries, asset_folder(path))
 
 
 _UNREADABLE = (pickle.UnpicklingError, EOFError, KeyError, UnicodeDecodeError, zipfile.BadZipFile)
@@ -113,6 +142,8 @@ def _write_folders_atomically(strategy) -> None:
         if strategy.global_rank == 0:
             for leftover in (staging, previous):
                 _remove(leftover)
+            write_checkpoint_assets(checkpoint, target)
+        checkpoint.pop(ASSETS_KEY, None)  # every rank: the list is not part of the sharded state
         strategy.barrier()
         save(checkpoint, staging, storage_options)
         strategy.barrier()
@@ -135,4 +166,11 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-__all__ = ["AtomicCheckpointIO", "checked_checkpoint", "install", "is_remote", "read_checkpoint"]
+__all__ = [
+    "AtomicCheckpointIO",
+    "checked_checkpoint",
+    "install",
+    "is_remote",
+    "read_checkpoint",
+    "write_checkpoint_assets",
+]

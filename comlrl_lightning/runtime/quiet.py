@@ -7,13 +7,20 @@
   training, for modules that keep parts in eval mode on purpose (MAGRPO/MARLHF: a frozen reward
   model or reference copy, and critics left in eval mode as the reference leaves them); filtered
   by its text once such a module starts fitting, so it stays off for the rest of the process.
-* :func:`install_noise_filters` (run when the package is imported): two exact messages of
+* :func:`install_noise_filters` (run when the package is imported): exact messages of
   Lightning that are no fault of the run, each matched by its text:
 
-  - the "💡 Tip" that advertises a commercial logger, printed by every ``Trainer`` that has no
-    ``LitLogger`` (Lightning offers no switch for it);
+  - the "💡 Tip"s that advertise a commercial logger or model registry, printed by every ``Trainer``
+    that has no ``LitLogger`` or uses ``ModelCheckpoint`` (Lightning offers no switch for them);
   - the ``FutureWarning`` that newer torch raises inside Lightning's own ``_pytree`` helper
     (``isinstance(treespec, LeafSpec)`` is deprecated): Lightning's code, not the user's.
+
+* :class:`ResumeLines`: Lightning's two lines around a resume ("Restoring states from the
+  checkpoint path at ...", "Restored all states from the checkpoint at ..."), while a callback that
+  prints one line of its own instead (:class:`~comlrl_lightning.callbacks.CheckpointRecord`) is
+  part of a running trainer; and the warning that a checkpoint holds the state of a
+  ``ModelCheckpoint`` (or subclass) the trainer does not have, when that is all it says (a resumed run may change
+  its checkpoint options: the new callback starts its own bookkeeping).
 
 Every other warning and log record passes unchanged; errors are never touched.
 """
@@ -29,7 +36,15 @@ from typing import Iterator
 from torch import nn
 
 LIGHTNING_RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"
-COMMERCIAL_LOGGER_TIP = re.compile(r"^💡 Tip: .*\blitlogger\b", re.DOTALL)
+COMMERCIAL_LOGGER_TIP = re.compile(r"^💡 Tip: .*\b(litlogger|litmodels)\b", re.DOTALL)
+RESUME_LINES = re.compile(
+    r"^(Restoring states from the checkpoint path at |Restored all states from the checkpoint at )"
+)
+ONLY_MODEL_CHECKPOINT_STATES = (
+    r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided "
+    r"during `Trainer` instantiation\. Please add the following callbacks: "
+    r"\[(\"\w*Checkpoint\{[^\]\"]*\}\"(, )?)+\]\.$"
+)
 PYTREE_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 EVAL_MODE_AT_START = r"Found \d+ module\(s\) in eval mode at the start of training"
 
@@ -65,11 +80,23 @@ class DropCommercialLoggerTip(logging.Filter):
         return not COMMERCIAL_LOGGER_TIP.search(record.getMessage())
 
 
+class ResumeLines(logging.Filter):
+    """Drops Lightning's resume lines while :attr:`replaced` counts running trainers whose callback
+    prints its own; passes every other record."""
+
+    replaced = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (ResumeLines.replaced > 0 and RESUME_LINES.search(record.getMessage()))
+
+
 def install_noise_filters() -> None:
-    """Add the two filters described in the module docstring (once; repeated calls change nothing)."""
+    """Add the filters described in the module docstring (once; repeated calls change nothing)."""
     logger = logging.getLogger(LIGHTNING_RANK_ZERO_LOGGER)
-    if not any(isinstance(existing, DropCommercialLoggerTip) for existing in logger.filters):
-        logger.addFilter(DropCommercialLoggerTip())
+    for kind in (DropCommercialLoggerTip, ResumeLines):
+        if not any(isinstance(existing, kind) for existing in logger.filters):
+            logger.addFilter(kind())
+    warnings.filterwarnings("ignore", message=ONLY_MODEL_CHECKPOINT_STATES)
     # filterwarnings moves an identical filter to the front instead of adding a second one
     warnings.filterwarnings(
         "ignore", message=PYTREE_DEPRECATION, category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree"
@@ -85,4 +112,10 @@ def expect_eval_mode_parts(module: nn.Module) -> None:
         warnings.filterwarnings("ignore", message=EVAL_MODE_AT_START, category=PossibleUserWarning)
 
 
-__all__ = ["transformers_bars_off", "install_noise_filters", "expect_eval_mode_parts", "DropCommercialLoggerTip"]
+__all__ = [
+    "DropCommercialLoggerTip",
+    "ResumeLines",
+    "expect_eval_mode_parts",
+    "install_noise_filters",
+    "transformers_bars_off",
+]

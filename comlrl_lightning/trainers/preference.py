@@ -50,11 +50,12 @@ from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
 from comlrl_lightning.runtime.compat import wandb_run_started
 from comlrl_lightning.runtime.files import ensure_writable_folder
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
-from comlrl_lightning.trainers.checkpoints import checkpointing
+from comlrl_lightning.trainers.checkpoints import CheckpointMethods
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
     MADPOIterConfig,
@@ -76,8 +77,9 @@ UNSUPPORTED_ARGUMENTS = {
 """Constructor arguments of the reference this library does not take, and what to do instead."""
 
 
-class _PreferenceTrainer:
-    """What the four trainers share: building the parts, ``train()`` and ``save_model()``.
+class _PreferenceTrainer(CheckpointMethods):
+    """What the four trainers share: building the parts, ``train()``, ``save_model()`` and the
+    checkpoint methods (:class:`~comlrl_lightning.trainers.checkpoints.CheckpointMethods`).
 
     The constructor takes the reference's arguments (models, tokenizer, datasets, reward function,
     formatters, ``args``). Beyond the reference it accepts import paths for ``reward_func``,
@@ -230,26 +232,23 @@ class _PreferenceTrainer:
         checkpoint_total_limit: Optional[int] = None,
         **generation_kwargs: Any,
     ) -> None:
-        """Run ``lightning.Trainer.fit``; checkpoints (``last.ckpt`` and one per commit) go to ``checkpoint_dir``.
+        """Run ``lightning.Trainer.fit``, writing ``checkpoint_dir/checkpoint-{N}`` at the reference's commits.
 
-        A commit is an epoch (base trainers) or a round (iterative trainers); a checkpoint is kept
-        every ``checkpoint_interval`` commits, the newest ``checkpoint_total_limit`` of them.
-        ``resume_from_checkpoint`` is a ``.ckpt`` file or a folder holding ``last.ckpt``; the run
-        continues exactly where it stopped (raise ``num_iterations`` to extend a finished run), and
-        its checkpoints go on in that folder unless ``checkpoint_dir`` says otherwise.
-        ``generation_kwargs`` override the sampling settings (``max_new_tokens``, ``temperature``,
-        ``top_p``, ``top_k``; ``do_sample=True`` is accepted).
+        A commit is the end of pair collection and of every epoch (base trainers) or the end of a
+        round (iterative trainers); commit ``N`` is written every ``checkpoint_interval`` commits and
+        at the last one, and ``checkpoint_total_limit`` keeps this run's newest ones (``None``: all).
+        Each ``checkpoint-N`` carries the files it needs (see :mod:`comlrl_lightning.trainers.checkpoints`).
+        ``resume_from_checkpoint`` is a ``checkpoint-N`` folder, a ``.ckpt`` file, or a folder of
+        checkpoints (the one with the most progress); the run continues exactly where it stopped
+        (raise ``num_iterations`` to extend a finished run), with the same logs and W&B run, and its
+        checkpoints go on beside the one it resumed unless ``checkpoint_dir`` says otherwise.
+        Checkpoint options may differ from the earlier parts of the run. ``generation_kwargs``
+        override the sampling settings (``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``;
+        ``do_sample=True`` is accepted).
         """
-        resume, checkpoints = checkpointing(
-            resume_from_checkpoint,
-            checkpoint_dir,
-            checkpoint_interval,
-            checkpoint_total_limit,
-            self.output_dir / "checkpoints",
-            self.args.num_train_epochs if self.iterative else 1,
-        )
+        plan = self.checkpoint_plan(resume_from_checkpoint, checkpoint_dir, checkpoint_interval, checkpoint_total_limit)
         self._apply_generation_kwargs(generation_kwargs)
-        callbacks: List[Callback] = [RewardCurvePlot()] + ([checkpoints] if checkpoints is not None else [])
+        callbacks: List[Callback] = [RewardCurvePlot(), *plan.callbacks]
         if getattr(self.args, "log_reward_distribution", False):
             from comlrl_lightning.callbacks.reward_distributions import (
                 RewardDistributions,
@@ -262,14 +261,14 @@ class _PreferenceTrainer:
             devices=1,
             default_root_dir=str(self.output_dir),
             callbacks=callbacks,
-            logger=logger_from_wandb_config(self.wandb_config, self.output_dir, self.args),
-            enable_checkpointing=checkpoints is not None,
+            logger=logger_from_wandb_config(self.wandb_config, self.output_dir, self.args, plan.metadata),
+            enable_checkpointing=plan.tracking,
             enable_progress_bar=bool(verbose),
             enable_model_summary=False,
             **mapping.trainer_options(self.args),
         )
         try:
-            self.trainer.fit(self.module, self.datamodule, ckpt_path=resume)
+            self.trainer.fit(self.module, self.datamodule, ckpt_path=plan.resume)
         finally:  # a W&B run is complete (and its offline record flushed) when train() returns
             for logger in self.trainer.loggers:
                 if isinstance(logger, WandbLogger) and wandb_run_started(logger):
@@ -282,6 +281,7 @@ class _PreferenceTrainer:
         trainer = Trainer(
             accelerator="auto",
             devices=1,
+            default_root_dir=str(self.output_dir),  # an iterative data module's folders: the run's, not the cwd
             logger=False,
             enable_checkpointing=False,
             enable_progress_bar=False,
@@ -391,4 +391,5 @@ __all__ = [
     "MARLHFIterTrainer",
     "MARLHFTrainer",
     "TaggedCentralizedComparatorAdapter",
+    "read_checkpoint_metadata",
 ]

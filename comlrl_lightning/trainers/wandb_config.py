@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.loggers import Logger, WandbLogger
 
+from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger
 from comlrl_lightning.options import require
 
 WANDB_KEYS = (
@@ -36,17 +37,32 @@ def output_base(wandb_config: Dict[str, Any]) -> Path:
     return Path(base or os.getcwd()).absolute()
 
 
-def logger_from_wandb_config(wandb_config: Dict[str, Any], output_dir: Path, args: Any) -> List[Logger]:
+def logger_from_wandb_config(
+    wandb_config: Dict[str, Any], output_dir: Path, args: Any, resumed: Optional[Dict[str, Any]] = None
+) -> List[Logger]:
     """A CSV logger (``<output_dir>/lightning_logs/version_N/metrics.csv``) and, when ``wandb_config``
     names a project or run, a ``WandbLogger`` with the config's fields and ``args`` as its config.
 
     The W&B key is read by wandb from its own environment (``WANDB_API_KEY``); ``mode="offline"``
-    (or ``WANDB_MODE=offline``) runs without a login.
+    (or ``WANDB_MODE=offline``) runs without a login. ``resumed`` is the metadata of the checkpoint a
+    run resumes (:func:`~comlrl_lightning.runtime.checkpoint_metadata.read_checkpoint_metadata`): the
+    CSV log continues in its version folder (when it lies in this ``output_dir``), and the W&B run
+    continues under its id unless ``wandb_config`` names an ``id`` or ``resume`` itself (as the reference).
     """
-    loggers: List[Logger] = [CSVLogger(save_dir=str(output_dir))]
+    logs = (resumed or {}).get("logs") or {}
+    same_folder = logs.get("save_dir") == str(output_dir) and logs.get("name") == "lightning_logs"
+    loggers: List[Logger] = [
+        ResumableCSVLogger(save_dir=str(output_dir), version=logs["version"] if same_folder else None)
+    ]
     if not any(key in wandb_config for key in ("project", "entity", "name", "run_name", "id")):
         return loggers
     options = {key: wandb_config[key] for key in ("project", "entity", "tags", "id", "resume") if key in wandb_config}
+    identity = (resumed or {}).get("wandb")
+    if identity and "id" not in wandb_config and "resume" not in wandb_config:
+        options.update(id=identity["id"], resume="allow")
+        for key in ("project", "entity"):
+            if identity.get(key) and not options.get(key):
+                options[key] = identity[key]
     wandb = WandbLogger(
         name=wandb_config.get("name") or wandb_config.get("run_name"),
         save_dir=str(wandb_config.get("dir") or output_dir),

@@ -21,9 +21,10 @@ def _record(message: str) -> logging.LogRecord:
     return logging.LogRecord(LIGHTNING_RANK_ZERO_LOGGER, logging.INFO, __file__, 1, message, None, None)
 
 
-def test_only_the_commercial_logger_tip_is_dropped():
+def test_only_the_commercial_logger_and_registry_tips_are_dropped():
     drop = DropCommercialLoggerTip()
     assert not drop.filter(_record("💡 Tip: For seamless cloud logging, try installing [litlogger](https://x) ..."))
+    assert not drop.filter(_record("💡 Tip: For seamless cloud uploads ..., try installing [litmodels](https://x)"))
     assert drop.filter(_record("GPU available: False, used: False"))
     assert drop.filter(_record("💡 Tip: some other advice"))  # other tips are not ours to hide
     lightning_logger = logging.getLogger(LIGHTNING_RANK_ZERO_LOGGER)
@@ -66,3 +67,38 @@ def test_the_eval_mode_warning_is_filtered_only_for_a_module_with_eval_mode_part
         assert len(caught) == 2
         with pytest.warns(UserWarning, match="other"):
             warnings.warn("any other warning still shows", UserWarning)
+
+
+def test_lightnings_resume_lines_are_dropped_only_while_a_checkpoint_record_replaces_them():
+    from comlrl_lightning.runtime.quiet import ResumeLines
+
+    lines = ResumeLines()
+    restoring = _record("Restoring states from the checkpoint path at /x/last.ckpt")
+    restored = _record("Restored all states from the checkpoint at /x/last.ckpt")
+    assert lines.filter(restoring) and lines.filter(restored)  # no CheckpointRecord running: Lightning's lines
+    ResumeLines.replaced += 1
+    try:
+        assert not lines.filter(restoring) and not lines.filter(restored)
+        assert lines.filter(_record("Loaded model weights from the checkpoint at /x/last.ckpt"))
+    finally:
+        ResumeLines.replaced -= 1
+
+
+def test_the_missing_callbacks_warning_is_filtered_only_when_it_names_checkpoint_callbacks_alone():
+    from comlrl_lightning.runtime.quiet import install_noise_filters
+
+    def warn(keys: str) -> None:
+        warnings.warn(
+            "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided "
+            f"during `Trainer` instantiation. Please add the following callbacks: [{keys}]."
+        )
+
+    checkpoint = "\"ModelCheckpoint{'monitor': 'step', 'mode': 'max', 'every_n_epochs': 1}\""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        install_noise_filters()
+        warn(checkpoint)
+        warn(checkpoint.replace("ModelCheckpoint", "ResumableCheckpoint") + ", " + checkpoint)
+        warn(checkpoint + ", \"RewardCurvePlot{'filename': 'x.png'}\"")  # a plot's points would be lost: shown
+        warn("'EarlyStopping{}'")
+    assert len(caught) == 2 and "RewardCurvePlot" in str(caught[0].message)

@@ -161,6 +161,7 @@ def test_decoder_layers_are_the_repeated_blocks():
 
 def test_a_sharded_checkpoint_folder_is_replaced_whole(tmp_path):
     """A save that dies half-way leaves the previous checkpoint folder in place, complete."""
+    from comlrl_lightning.runtime.checkpoint_assets import ASSETS_KEY
     from comlrl_lightning.runtime.checkpoint_io import _write_folders_atomically
 
     class OneProcessStrategy:
@@ -173,6 +174,7 @@ def test_a_sharded_checkpoint_folder_is_replaced_whole(tmp_path):
             pass
 
         def save_checkpoint(self, checkpoint, path, storage_options=None):
+            assert ASSETS_KEY not in checkpoint
             path.mkdir(parents=True)
             (path / "__0_0.distcp").write_text(checkpoint["weights"])
             if checkpoint.get("die"):
@@ -189,6 +191,22 @@ def test_a_sharded_checkpoint_folder_is_replaced_whole(tmp_path):
     strategy.save_checkpoint({"weights": "new"}, target)
     assert (target / "__0_0.distcp").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # the failed save's staging is gone
+    # the files the state names go beside the folder, and not into the sharded state
+    import hashlib
+
+    from comlrl_lightning.runtime.checkpoint_assets import asset
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "iteration_0001.json").write_bytes(b"{}")
+    entry = asset(
+        "preference_replay",
+        "iteration_0001.json",
+        tmp_path / "run" / "iteration_0001.json",
+        hashlib.sha256(b"{}").hexdigest(),
+        2,
+    )
+    strategy.save_checkpoint({"weights": "newer", ASSETS_KEY: [entry], "die": False}, target)
+    assert (tmp_path / "last.assets" / "preference_replay" / "iteration_0001.json").read_bytes() == b"{}"
 
 
 def test_a_copy_of_sharded_agents_on_other_devices_is_refused():

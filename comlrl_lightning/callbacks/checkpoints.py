@@ -1,0 +1,168 @@
+"""Checkpoints a run can trust on resume: who wrote them, how far they got, and logs that continue.
+
+:class:`CheckpointRecord` writes the run record into every checkpoint (read back with
+:func:`~comlrl_lightning.runtime.checkpoint_metadata.read_checkpoint_metadata`) and, on resume,
+continues the run's CSV log and prints one line saying where the run continues.
+:class:`ResumableCheckpoint` is Lightning's ``ModelCheckpoint`` for runs that resume: a resumed run
+overwrites its own files (``last.ckpt`` stays the newest state, never ``last-v1.ckpt``) and is not
+warned that its own checkpoint folder is not empty. The seed API and the CLI add both.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
+
+from comlrl_lightning.runtime.checkpoint_metadata import (
+    METADATA_KEY,
+    METADATA_VERSION,
+    Progress,
+    checkpoint_progress,
+    run_record,
+)
+from comlrl_lightning.runtime.quiet import ResumeLines
+
+NOT_EMPTY = "exists and is not empty"
+
+
+class CheckpointRecord(Callback):
+    """The run record in every checkpoint; on resume, the run's identity, its log, one line of where it is.
+
+    The record (under ``"comlrl_lightning.checkpoint"``) holds the format version, ``trainer_class``,
+    the commit ``sequence``, the ``run_id`` (new for a fresh run, kept by every resume), the W&B run
+    (``id``, ``project``, ``entity``) and the CSV log (folder and row count; the log is flushed first).
+    On resume the record's identity is taken over, rows a
+    :class:`~comlrl_lightning.callbacks.ResumableCSVLogger` wrote after the checkpoint are dropped (the
+    run logs them again), and instead of Lightning's two lines one says where the run continues.
+
+    Args:
+        trainer_class: what writes the run (the seed trainer's class name; ``None``: the module's class name).
+        run_id: the run's id (``None``: a new one, or the resumed checkpoint's).
+    """
+
+    def __init__(self, trainer_class: Optional[str] = None, run_id: Optional[str] = None) -> None:
+        self.trainer_class = trainer_class
+        self.run_id = run_id or uuid.uuid4().hex
+        self.sequence = 0
+        self.wandb: Optional[Dict[str, str]] = None
+        self._counted = False
+
+    @property
+    def state_key(self) -> str:
+        return METADATA_KEY
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if not self._counted:  # Lightning's resume lines give way to the one line printed here
+            ResumeLines.replaced += 1
+            self._counted = True
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self._counted:
+            ResumeLines.replaced -= 1
+            self._counted = False
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: Dict[str, Any]) -> None:
+        checkpoint[METADATA_KEY] = {
+            "version": METADATA_VERSION,
+            "trainer_class": self.trainer_class or type(pl_module).__name__,
+            "sequence": self.sequence,
+            "run_id": self.run_id,
+            "wandb": wandb_identity(trainer.loggers) or self.wandb,
+            "logs": csv_log_record(trainer) if trainer.is_global_zero else None,
+        }
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: Dict[str, Any]) -> None:
+        record = run_record(checkpoint, trainer.ckpt_path) or {}
+        self.run_id = record.get("run_id") or self.run_id
+        self.sequence = int(record.get("sequence") or 0)
+        self.wandb = record.get("wandb")
+        progress = checkpoint_progress(checkpoint)
+        logs = record.get("logs")
+        if logs:
+            for logger in trainer.loggers:
+                if callable(getattr(logger, "keep_rows_before", None)) and _same_log(logger, logs):
+                    logger.keep_rows_before(int(logs["rows"]), progress.step)
+        rank_zero_info(resume_line(trainer, progress))
+
+
+def resume_line(trainer: Trainer, progress: Progress) -> str:
+    """One line: the checkpoint, and the round (with rounds), epoch and step where the run continues."""
+    datamodule = getattr(trainer, "datamodule", None)
+    per_round, rounds = getattr(datamodule, "num_train_epochs", None), getattr(datamodule, "num_iterations", None)
+    where = f"epoch {progress.epochs + 1}, step {progress.step}"
+    if per_round and rounds:
+        where = f"round {progress.epochs // per_round + 1}/{rounds} ({where})"
+    return f"resuming at {where} from {trainer.ckpt_path}"
+
+
+def wandb_identity(loggers: List[Any]) -> Optional[Dict[str, str]]:
+    """``id``, ``project`` and ``entity`` of the first W&B logger whose run exists (``None`` otherwise)."""
+    for logger in loggers:
+        if isinstance(logger, WandbLogger) and logger.version:
+            run = logger.experiment
+            identity = {"id": str(logger.version), "project": getattr(run, "project", None) or logger.name}
+            identity["entity"] = getattr(run, "entity", None)
+            return {key: str(value) for key, value in identity.items() if isinstance(value, str) and value}
+    return None
+
+
+def csv_log_record(trainer: Trainer) -> Optional[Dict[str, Any]]:
+    """Folder and row count of the first CSV log that can continue (flushed first), else ``None``."""
+    for logger in trainer.loggers:
+        if callable(getattr(logger, "keep_rows_before", None)):
+            logger.save()
+            return {
+                "save_dir": str(Path(logger.save_dir).absolute()),
+                "name": logger.name,
+                "version": logger.version,
+                "rows": int(logger.rows_logged),
+            }
+    return None
+
+
+def _same_log(logger: Any, logs: Dict[str, Any]) -> bool:
+    return (
+        str(Path(logger.save_dir).absolute()) == logs.get("save_dir")
+        and logger.name == logs.get("name")
+        and logger.version == logs.get("version")
+    )
+
+
+class ResumableCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` (same arguments) for runs that resume.
+
+    * A resumed run writes its checkpoints under their own names, replacing what an earlier part of
+      the run left there: ``last.ckpt`` is always the newest state (Lightning would write
+      ``last-v1.ckpt`` beside a ``last.ckpt`` it did not write itself in this process). A fresh run
+      keeps Lightning's version suffixes, so it never overwrites another run's files.
+    * Lightning's warning that the checkpoint folder is not empty is given for fresh runs only.
+    * The checkpoint options may change between the parts of a run; the files of the earlier parts
+      stay where they are, and this callback's bookkeeping (top-k) starts with the part it runs in.
+    """
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        # whether the run resumes is known only after setup: keep the folder warning until then
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            super().setup(trainer, pl_module, stage)
+        self._setup_warnings = list(caught)
+        self._versions = self._enable_version_counter
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        resumed = trainer.ckpt_path is not None
+        for caught in getattr(self, "_setup_warnings", []):
+            if not (resumed and NOT_EMPTY in str(caught.message)):
+                warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
+        self._setup_warnings = []
+        self._enable_version_counter = getattr(self, "_versions", True) and not resumed
+
+
+__all__ = ["CheckpointRecord", "ResumableCheckpoint", "csv_log_record", "resume_line", "wandb_identity"]

@@ -1,0 +1,123 @@
+"""A CSV logger that a resumed run continues: the same folder, the same ``metrics.csv``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
+
+from comlrl_lightning.runtime.files import write_atomically
+
+
+class ContinuingWriter(ExperimentWriter):
+    """Lightning's CSV writer, except that an existing ``metrics.csv`` is kept and appended to.
+
+    Lightning's writer deletes the file it finds (with a warning); this one reads its header, so a
+    metric the resumed run adds widens the header once, and counts its rows (:attr:`rows`).
+    """
+
+    rows: int = 0
+
+    def _check_log_dir_exists(self) -> None:  # Lightning's writer deletes an existing metrics.csv here
+        path = Path(self.metrics_file_path)
+        if path.is_file():
+            with path.open(newline="") as handle:
+                reader = csv.DictReader(handle)
+                self.rows = sum(1 for _ in reader)
+                self.metrics_keys = list(reader.fieldnames or [])
+
+    def save(self) -> None:
+        pending = len(self.metrics)
+        super().save()
+        self.rows += pending
+
+    def keep_rows_before(self, rows: int, step: int) -> None:
+        """Keep the first ``rows`` rows and, of the later ones, those of steps before ``step``."""
+        self.save()
+        path = Path(self.metrics_file_path)
+        if not path.is_file():
+            return
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            header, logged = list(reader.fieldnames or []), list(reader)
+        kept = logged[:rows] + [row for row in logged[rows:] if _step(row) < step]
+        if len(kept) == len(logged):
+            return
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(kept)
+        write_atomically(path, text.getvalue().encode("utf-8"))
+        self.rows, self.metrics_keys = len(kept), header
+
+
+def _step(row: dict) -> float:
+    try:
+        return float(row.get("step") or 0)
+    except ValueError:
+        return 0.0
+
+
+class ResumableCSVLogger(CSVLogger):
+    """Lightning's ``CSVLogger``, continued by a resumed run (the CLI's default logger).
+
+    A run resumed with the same ``save_dir`` and ``name`` logs into the version folder of the run it
+    resumes (the seed API and the CLI pass the checkpoint's ``version``) and appends to its
+    ``metrics.csv``, so the curves and the reward-curve plot cover the whole run. Rows the interrupted
+    run logged after the checkpoint are dropped when the resumed run starts (it logs them again),
+    so every step appears once: a :class:`~comlrl_lightning.callbacks.CheckpointRecord` flushes the
+    log at every checkpoint and keeps its row count in the checkpoint.
+
+    Args:
+        save_dir: where the ``name/version_N`` folders go (``None``: the working directory; the CLI
+            fills in ``trainer.default_root_dir``).
+        name: the experiment folder (``lightning_logs``).
+        version: the version folder (``None``: the next free ``version_N``).
+        prefix: put at the start of every metric key.
+        flush_logs_every_n_steps: how often rows are written to the file.
+    """
+
+    def __init__(
+        self,
+        save_dir: Optional[str] = None,
+        name: Optional[str] = "lightning_logs",
+        version: Optional[Union[int, str]] = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        super().__init__(
+            save_dir=save_dir if save_dir is not None else os.getcwd(),
+            name=name,
+            version=version,
+            prefix=prefix,
+            flush_logs_every_n_steps=flush_logs_every_n_steps,
+        )
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ContinuingWriter:
+        if self._experiment is None:
+            os.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = ContinuingWriter(log_dir=self.log_dir)
+        return self._experiment
+
+    @property
+    def rows_logged(self) -> int:
+        """Rows in ``metrics.csv`` once the pending ones are written (call :meth:`save` first)."""
+        return self.experiment.rows
+
+    @rank_zero_only
+    def keep_rows_before(self, rows: int, step: int) -> None:
+        """Drop what an interrupted run logged after its checkpoint: keep the first ``rows`` rows and,
+        of the later ones, only those of steps before ``step`` (the checkpoint's ``global_step``)."""
+        self.experiment.keep_rows_before(rows, step)
+
+
+__all__ = ["ResumableCSVLogger"]

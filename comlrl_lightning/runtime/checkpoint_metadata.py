@@ -1,0 +1,242 @@
+"""What a checkpoint says about itself, read without running code from it; the newest of a folder.
+
+Every checkpoint is read with ``torch.load(weights_only=True, mmap=True)``: plain types only, and
+tensors mapped rather than read, so looking at a folder of checkpoints stays cheap.
+
+*Progress* comes from what Lightning itself records (every checkpoint has it): epochs finished,
+optimizer steps, batches of the unfinished epoch, plus the round the data module had built.
+*Identity* comes from the record a :class:`~comlrl_lightning.callbacks.CheckpointRecord` writes under
+:data:`METADATA_KEY`: the format version, the trainer class, the commit sequence, the run id, the
+W&B run and the CSV log of the run (see :func:`read_checkpoint_metadata`).
+
+A folder resume takes the checkpoint with the most progress (:func:`newest_checkpoint`), whatever the
+names of the files: a name such as ``last.ckpt`` says nothing about which state is newer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from comlrl_lightning.errors import DataError, MissingPathError
+from comlrl_lightning.runtime.checkpoint_io import checked_checkpoint
+from comlrl_lightning.runtime.paths import require_local
+
+METADATA_KEY = "comlrl_lightning.checkpoint"
+"""Top-level key of the run record in a checkpoint."""
+
+METADATA_VERSION = 1
+CHECKPOINT_FILE = "checkpoint.ckpt"
+"""The checkpoint inside a ``checkpoint-{N}`` folder of the seed API."""
+
+DATA_STATE_KEY = "comlrl_lightning.data"
+_FOLDER = re.compile(r"checkpoint-(\d+)")
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
+PathLike = Union[str, os.PathLike]
+
+
+class CheckpointNotFoundError(MissingPathError):
+    """A path given for a resume holds no checkpoint."""
+
+
+class NoRunRecordError(DataError):
+    """A checkpoint without this library's run record (written without a ``CheckpointRecord``)."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a checkpoint's run got: more epochs, then more steps, then more batches is newer.
+
+    Attributes:
+        epochs: epochs finished.
+        step: optimizer steps (``global_step``).
+        batches: batches done in the unfinished epoch.
+        round: the round (0-based) the data module had built, ``None`` without rounds.
+    """
+
+    epochs: int
+    step: int
+    batches: int
+    round: Optional[int] = None
+
+
+def load_checkpoint_dict(path: PathLike) -> Dict[str, Any]:
+    """A local checkpoint's dict, loaded without running code from it (``weights_only=True``), tensors
+    mapped; :class:`~comlrl_lightning.errors.DataError` for a file that is not a Lightning checkpoint."""
+    require_local(path, "ckpt_path", "a local checkpoint file")
+
+    def load() -> Any:
+        try:
+            return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as error:  # a file written without the zip layout cannot be mapped
+            if "mmap" not in str(error):
+                raise
+            return torch.load(str(path), map_location="cpu", weights_only=True)
+
+    return checked_checkpoint(path, load)
+
+
+def checkpoint_progress(checkpoint: Dict[str, Any]) -> Progress:
+    """The progress a checkpoint dict records (Lightning's loop state, else its ``epoch`` and ``global_step``)."""
+    fit_loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+    epochs = _processed(fit_loop.get("epoch_progress"))
+    batches = _processed(fit_loop.get("epoch_loop.batch_progress"))
+    if epochs is None:
+        epochs = int(checkpoint.get("epoch", 0))
+    data = (checkpoint.get("callbacks") or {}).get(DATA_STATE_KEY) or {}
+    built = data.get("built_round", 0 if data.get("pairs") is not None else None)
+    return Progress(epochs, int(checkpoint.get("global_step", 0)), batches or 0, built)
+
+
+def _processed(progress: Any) -> Optional[int]:
+    current = progress.get("current") if isinstance(progress, dict) else None
+    return int(current["processed"]) if isinstance(current, dict) and "processed" in current else None
+
+
+def checkpoint_files(folder: PathLike) -> List[Path]:
+    """The checkpoints of a folder: its ``*.ckpt`` files and the ``checkpoint-{N}/checkpoint.ckpt`` of
+    its seed-API folders. Symbolic links and anything that resolves outside the folder are skipped."""
+    root = Path(folder)
+    real_root = Path(os.path.realpath(root))
+    found = list(root.glob("*.ckpt"))
+    found += [path / CHECKPOINT_FILE for path in root.iterdir() if _FOLDER.fullmatch(path.name)]
+    return sorted(
+        path
+        for path in found
+        if not path.is_symlink()
+        and not path.parent.is_symlink()
+        and path.is_file()
+        and Path(os.path.realpath(path)).parent.is_relative_to(real_root)
+    )
+
+
+def newest_checkpoint(folder: PathLike) -> Path:
+    """The checkpoint of ``folder`` with the most progress (:class:`Progress`); among equals the one
+    written last. :class:`CheckpointNotFoundError` when the folder holds none."""
+    candidates: List[Tuple[Progress, int, Path]] = []
+    for path in checkpoint_files(folder):
+        progress = checkpoint_progress(load_checkpoint_dict(path))
+        candidates.append((progress, path.stat().st_mtime_ns, path))
+    if not candidates:
+        raise CheckpointNotFoundError(
+            f"{folder} holds no checkpoint (no *.ckpt file and no checkpoint-N/{CHECKPOINT_FILE})."
+        )
+    return max(candidates, key=lambda item: (_order(item[0]), item[1]))[2]
+
+
+def _order(progress: Progress) -> Tuple[int, int, int]:
+    return (progress.epochs, progress.step, progress.batches)
+
+
+def resolve_checkpoint(path: PathLike) -> Path:
+    """The checkpoint that ``path`` means: a checkpoint file (or a sharded checkpoint's ``*.ckpt``
+    folder); a ``checkpoint-{N}`` folder (its ``checkpoint.ckpt``); or a folder of checkpoint files
+    (the newest, :func:`newest_checkpoint`)."""
+    candidate = Path(path).expanduser()
+    if candidate.is_dir() and candidate.suffix == ".ckpt":  # a sharded (distributed) checkpoint is a folder
+        return candidate
+    if candidate.is_dir():
+        inner = candidate / CHECKPOINT_FILE
+        return inner if inner.is_file() and not inner.is_symlink() else newest_checkpoint(candidate)
+    if not candidate.is_file():
+        raise CheckpointNotFoundError(f"No checkpoint at {candidate}.")
+    return candidate
+
+
+def read_checkpoint_metadata(checkpoint: PathLike) -> Dict[str, Any]:
+    """Read a checkpoint's metadata without restoring anything (and without running code from it).
+
+    ``checkpoint`` is a checkpoint file, a ``checkpoint-{N}`` folder, or a folder of checkpoints (the
+    newest). The dict has the reference's (CoMLRL's) fields, ``version`` (1), ``trainer_class`` (the
+    seed trainer, e.g. ``"MADPOIterTrainer"``, or the module class of a CLI run), ``sequence`` (the
+    commits so far), ``run_id`` (32 hex digits, kept across resumes) and ``wandb`` (``None`` or the
+    W&B run's ``id`` with ``project`` / ``entity`` where known), and beyond them ``progress``
+    (:class:`Progress` as a dict), ``logs`` (the run's CSV log: ``save_dir``, ``name``, ``version``,
+    ``rows``; or ``None``) and ``path`` (the checkpoint file read). Pass ``wandb["id"]`` as ``id``
+    in a ``wandb_config`` to continue that W&B run by hand; ``train(resume_from_checkpoint=...)``
+    does so by itself.
+
+    Raises:
+        CheckpointNotFoundError: nothing to read at ``checkpoint``.
+        NoRunRecordError: the checkpoint has no run record of this library.
+        DataError: the record is malformed, or the file is not a Lightning checkpoint.
+    """
+    path = resolve_checkpoint(checkpoint)
+    loaded = load_checkpoint_dict(path)
+    metadata = run_record(loaded, path)
+    if metadata is None:
+        raise NoRunRecordError(
+            f"{path} has no comlrl_lightning run record ({METADATA_KEY!r}): it was not written by a run "
+            "of this library with a CheckpointRecord callback."
+        )
+    metadata.update(progress=vars(checkpoint_progress(loaded)).copy(), path=str(path))
+    return metadata
+
+
+def run_record(checkpoint: Dict[str, Any], path: PathLike) -> Optional[Dict[str, Any]]:
+    """The run record of a loaded checkpoint, checked field by field (``None`` when it has none).
+
+    A checkpoint is data: the W&B id and the CSV log's version end up in folder names, so each must
+    be a plain name (a version an integer or plain text, an id letters, digits, ``_`` and ``-``).
+    """
+    record = checkpoint.get(METADATA_KEY)
+    if not isinstance(record, dict):
+        return None
+    metadata = {key: record.get(key) for key in ("version", "trainer_class", "sequence", "run_id", "wandb", "logs")}
+    if type(metadata["version"]) is not int or metadata["version"] != METADATA_VERSION:
+        raise DataError(f"{path}: unsupported checkpoint record version {metadata['version']!r}.")
+    if not isinstance(metadata["trainer_class"], str) or not metadata["trainer_class"]:
+        raise DataError(f"{path}: the checkpoint record names no trainer class.")
+    if type(metadata["sequence"]) is not int or metadata["sequence"] < 0:
+        raise DataError(f"{path}: invalid checkpoint sequence {metadata['sequence']!r}.")
+    run_id = metadata["run_id"]
+    if run_id is not None and (not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id)):
+        raise DataError(f"{path}: invalid run id {run_id!r}.")
+    identity = metadata["wandb"]
+    if identity is not None and (
+        not isinstance(identity, dict)
+        or not isinstance(identity.get("id"), str)
+        or not _PLAIN_ID.fullmatch(identity["id"])
+        or any(key not in ("id", "project", "entity") or not isinstance(value, str) for key, value in identity.items())
+    ):
+        raise DataError(f"{path}: invalid W&B run identity {identity!r}.")
+    if metadata["logs"] is not None and not _valid_logs(metadata["logs"]):
+        raise DataError(f"{path}: invalid log record {metadata['logs']!r}.")
+    return metadata
+
+
+def _valid_logs(logs: Any) -> bool:
+    """A CSV log record: ``save_dir`` (text), ``name`` (a plain name or ``None``), ``version`` (an integer
+    >= 0 or a plain name), ``rows`` (an integer >= 0)."""
+    if not isinstance(logs, dict) or not isinstance(logs.get("save_dir"), str):
+        return False
+    version, name, rows = logs.get("version"), logs.get("name"), logs.get("rows")
+    plain_version = (type(version) is int and version >= 0) or (
+        isinstance(version, str) and _PLAIN_NAME.fullmatch(version)
+    )
+    plain_name = name is None or (isinstance(name, str) and _PLAIN_NAME.fullmatch(name))
+    return bool(plain_version and plain_name and type(rows) is int and rows >= 0)
+
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "CheckpointNotFoundError",
+    "METADATA_KEY",
+    "NoRunRecordError",
+    "Progress",
+    "checkpoint_files",
+    "checkpoint_progress",
+    "load_checkpoint_dict",
+    "newest_checkpoint",
+    "read_checkpoint_metadata",
+    "resolve_checkpoint",
+    "run_record",
+]

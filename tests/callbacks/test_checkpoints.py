@@ -1,0 +1,82 @@
+"""CheckpointRecord, ResumableCheckpoint and ResumableCSVLogger on real tiny runs: the record, the
+continued log, last.ckpt as the newest state, and Lightning's warnings only where they help."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from comlrl_lightning import MADPOModule, PreferenceDataModule
+from comlrl_lightning.callbacks import CheckpointRecord, ResumableCheckpoint, ResumableCSVLogger
+from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
+from comlrl_lightning.runtime.quiet import install_noise_filters
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
+
+
+def run(tmp_path, ckpt_path=None, checkpoint=None, **trainer):
+    """A tiny MADPO run logging to a ResumableCSVLogger (flushed every step) in ``tmp_path``."""
+    logger = ResumableCSVLogger(save_dir=str(tmp_path), version=0, flush_logs_every_n_steps=1)
+    checkpoint = checkpoint or ResumableCheckpoint(
+        dirpath=tmp_path / "ckpt", save_top_k=-1, save_last=True, save_on_train_epoch_end=True
+    )
+    options = dict(logger=logger, callbacks=[CheckpointRecord(), checkpoint], enable_checkpointing=True)
+    fit = tiny_trainer(tmp_path, **{**options, **trainer})
+    module = MADPOModule(**TINY_MODEL)
+    fit.fit(module, PreferenceDataModule(**TINY_DATA), ckpt_path=ckpt_path)
+    return fit, module
+
+
+def test_a_resumed_run_continues_the_csv_log_and_it_equals_an_uninterrupted_runs(tmp_path):
+    whole, _ = run(tmp_path / "whole")
+    expected = (tmp_path / "whole" / "lightning_logs" / "version_0" / "metrics.csv").read_bytes()
+    part, _ = run(tmp_path / "part")  # the whole run, then a resume from its first epoch's checkpoint
+    first_epoch = tmp_path / "part" / "ckpt" / "epoch=0-step=8.ckpt"
+    record = read_checkpoint_metadata(first_epoch)
+    assert record["logs"]["version"] == 0 and 0 < record["logs"]["rows"]
+    assert record["trainer_class"] == "MADPOModule" and len(record["run_id"]) == 32
+    resumed, _ = run(tmp_path / "part", ckpt_path=str(first_epoch))
+    # the rows logged after that checkpoint were dropped and logged again: every step once
+    assert (tmp_path / "part" / "lightning_logs" / "version_0" / "metrics.csv").read_bytes() == expected
+    assert read_checkpoint_metadata(tmp_path / "part" / "ckpt" / "last.ckpt")["run_id"] == record["run_id"]
+
+
+def test_last_ckpt_is_overwritten_by_a_resume_and_never_by_a_fresh_run(tmp_path):
+    run(tmp_path, max_epochs=1)
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.ckpt")) == ["epoch=0-step=8.ckpt", "last.ckpt"]
+    with warnings.catch_warnings(record=True) as caught:
+        install_noise_filters()
+        # other options (keep one epoch file, by step): the resumed run's state starts its own bookkeeping
+        other = ResumableCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=1, monitor="step", mode="max", save_last=True)
+        run(tmp_path, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"), checkpoint=other, max_epochs=2)
+    texts = [str(w.message) for w in caught]
+    assert not [t for t in texts if "not empty" in t or "Be aware" in t], texts
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.ckpt")) == [
+        "epoch=0-step=8.ckpt",
+        "epoch=1-step=16.ckpt",
+        "last.ckpt",  # the newest state, in place: no last-v1.ckpt
+    ]
+    assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)["global_step"] == 16
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        run(tmp_path / "fresh-into-used", max_epochs=1, checkpoint=ResumableCheckpoint(dirpath=tmp_path / "ckpt"))
+    assert (tmp_path / "ckpt" / "epoch=0-step=8-v1.ckpt").is_file()  # a fresh run never overwrites
+
+
+def test_the_csv_logger_keeps_an_existing_log_and_widens_its_header(tmp_path):
+    logger = ResumableCSVLogger(save_dir=str(tmp_path), version=0)
+    logger.log_metrics({"a": 1.0}, step=0)
+    logger.save()
+    again = ResumableCSVLogger(save_dir=str(tmp_path), version=0)
+    assert again.rows_logged == 1
+    again.log_metrics({"b": 2.0}, step=1)
+    again.save()
+    text = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
+    assert text == ["a,b,step", "1.0,,0", ",2.0,1"] and again.rows_logged == 2
+    again.log_metrics({"a": 3.0}, step=1)
+    again.log_metrics({"a": 4.0}, step=2)
+    again.save()
+    again.keep_rows_before(rows=1, step=2)  # the first row, then only rows of steps before 2
+    text = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
+    assert text == ["a,b,step", "1.0,,0", ",2.0,1", "3.0,,1"] and again.rows_logged == 3
+    assert ResumableCSVLogger(save_dir=None).save_dir  # no save_dir: the working directory
