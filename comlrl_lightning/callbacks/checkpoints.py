@@ -68,6 +68,9 @@ class CheckpointRecord(Callback):
             ResumeLines.replaced -= 1
             self._counted = False
 
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self.teardown(trainer, pl_module, "exception")  # a failed run ends without teardown
+
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: Dict[str, Any]) -> None:
         checkpoint[METADATA_KEY] = {
             "version": METADATA_VERSION,

@@ -13,7 +13,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from comlrl_lightning.runtime.files import write_atomically
+from comlrl_lightning.runtime.files import refuse_non_regular, write_atomically
 
 
 class ContinuingWriter(ExperimentWriter):
@@ -27,6 +27,7 @@ class ContinuingWriter(ExperimentWriter):
 
     def _check_log_dir_exists(self) -> None:  # Lightning's writer deletes an existing metrics.csv here
         path = Path(self.metrics_file_path)
+        refuse_non_regular(path, "the run's metrics log")  # a planted link is never read or written through
         if path.is_file():
             with path.open(newline="") as handle:
                 reader = csv.DictReader(handle)

@@ -29,6 +29,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Checkpoint
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord
+from comlrl_lightning.errors import RunStateError
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.checkpoint_metadata import (
     CHECKPOINT_FILE,
@@ -196,7 +197,7 @@ class CommitCheckpoints(Checkpoint):
         target = self.directory / f"checkpoint-{sequence}"
         owner = owner_of(target) if target.exists() else (self.record.run_id, sequence)
         if owner is None or owner[0] != self.record.run_id:
-            raise OptionError(f"{target} belongs to another run; refusing to write over it.")
+            raise RunStateError(f"{target} belongs to another run; refusing to write over it.")
         save_checkpoint_folder(trainer, target, self.record.run_id, sequence)
         self.saved_at = _position(trainer)
         if trainer.is_global_zero and self.limit is not None:

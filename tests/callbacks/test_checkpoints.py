@@ -80,3 +80,15 @@ def test_the_csv_logger_keeps_an_existing_log_and_widens_its_header(tmp_path):
     text = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
     assert text == ["a,b,step", "1.0,,0", ",2.0,1", "3.0,,1"] and again.rows_logged == 3
     assert ResumableCSVLogger(save_dir=None).save_dir  # no save_dir: the working directory
+
+
+def test_the_csv_logger_never_reads_or_writes_a_log_through_a_link(tmp_path):
+    from comlrl_lightning.errors import RunStateError
+
+    victim = tmp_path / "victim.csv"
+    victim.write_text("a,step\n1,0\n")
+    (tmp_path / "lightning_logs" / "version_0").mkdir(parents=True)
+    (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").symlink_to(victim)
+    with pytest.raises(RunStateError, match=r"metrics\.csv \(the run's metrics log\) is a symbolic link"):
+        ResumableCSVLogger(save_dir=str(tmp_path), version=0).experiment
+    assert victim.read_text() == "a,step\n1,0\n"

@@ -69,9 +69,10 @@ def test_the_eval_mode_warning_is_filtered_only_for_a_module_with_eval_mode_part
             warnings.warn("any other warning still shows", UserWarning)
 
 
-def test_lightnings_resume_lines_are_dropped_only_while_a_checkpoint_record_replaces_them():
+def test_lightnings_resume_lines_are_dropped_only_while_a_checkpoint_record_replaces_them(monkeypatch):
     from comlrl_lightning.runtime.quiet import ResumeLines
 
+    monkeypatch.setattr(ResumeLines, "replaced", 0)
     lines = ResumeLines()
     restoring = _record("Restoring states from the checkpoint path at /x/last.ckpt")
     restored = _record("Restored all states from the checkpoint at /x/last.ckpt")
