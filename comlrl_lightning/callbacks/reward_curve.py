@@ -37,7 +37,7 @@ class RewardCurvePlot(Callback):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(filename=self.filename)  # two plots of one run keep their own points
+        return f"{type(self).__qualname__}[{self.filename}]"  # two plots of one run keep their own points
 
     def state_dict(self) -> Dict[str, Any]:
         return {"points": [[step, value] for step, value in self.points]}

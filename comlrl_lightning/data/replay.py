@@ -34,8 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from jsonargparse.typing import ClosedUnitInterval, PositiveInt
 
-from comlrl_lightning.data.round_records import RecordIndex, encode_round
-from comlrl_lightning.errors import RunStateError
+from comlrl_lightning.data.round_records import RecordIndex, ReplayIndexError, decode_round, encode_round
 from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.checkpoint_assets import AssetError, CheckpointAssets, asset
 from comlrl_lightning.runtime.files import write_atomically
@@ -198,10 +197,6 @@ class Shard:
     sha256: str
 
 
-class ReplayIndexError(RunStateError):
-    """An indexed round file is missing, corrupt or does not match the replay index."""
-
-
 class ReplayBuffer:
     """Index of this run's non-empty rounds, their files, and the replay draw under ``rule``."""
 
@@ -327,43 +322,15 @@ class ReplayBuffer:
             ) from None
         except OSError as error:
             raise ReplayIndexError(f"Replay round file {path} cannot be read: {error}.") from error
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != shard.sha256:
-            raise ReplayIndexError(
-                f"Replay round file {path} is corrupt: its sha256 {digest} differs from {shard.sha256} "
-                "recorded in the replay index."
-            )
-        try:
-            payload = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ReplayIndexError(f"Replay round file {path} is not valid JSON: {error}.") from error
-        pairs = payload.get("pairs") if isinstance(payload, dict) else None
-        if not isinstance(pairs, list) or not all(isinstance(record, dict) for record in pairs):
-            raise ReplayIndexError(f"Replay round file {path} has no list of pair records under 'pairs'.")
-        if len(pairs) != shard.num_pairs or payload.get("num_pairs") != shard.num_pairs:
-            raise ReplayIndexError(
-                f"Replay round file {path} holds {len(pairs)} pairs (num_pairs {payload.get('num_pairs')}), "
-                f"but the replay index expects {shard.num_pairs}."
-            )
-        encoded, index = encode_round(payload.get("iteration"), pairs)
-        if encoded != data:
-            raise ReplayIndexError(f"Replay round file {path} is not in the round-file layout this library writes.")
-        self._records[shard.filename] = index
+        pairs, self._records[shard.filename] = decode_round(data, path, shard.sha256, shard.num_pairs)
         return pairs
 
     def assets(self) -> List[Dict[str, Any]]:
         """The indexed round files, for a checkpoint to carry (group ``preference_replay``)."""
         return [
-            asset(
-                "preference_replay", shard.filename, self.round_path(shard.iteration), shard.sha256, self._length(shard)
-            )
-            for shard in self.shards
+            asset("preference_replay", s.filename, self.round_path(s.iteration), s.sha256, self._record_index(s).size)
+            for s in self.shards
         ]
-
-    def _length(self, shard: Shard) -> int:
-        """A round file's length in bytes: its last record's end plus the closing ``]}``."""
-        index = self._record_index(shard)
-        return index.offsets[-1] + index.lengths[-1] + 2
 
     def state_dict(self) -> Dict[str, Any]:
         """The index as plain types (loadable with ``torch.load(weights_only=True)``)."""

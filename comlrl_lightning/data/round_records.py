@@ -3,7 +3,8 @@
 A round file is ``json.dumps({"iteration": ν, "num_pairs": n, "pairs": [records]}, ensure_ascii=False)``
 as UTF-8 (the reference's layout, byte for byte). :func:`encode_round` builds those bytes record by
 record, so the byte range and sha256 of every record are known (:class:`RecordIndex`): a replay
-draw can then read and verify only the records it takes.
+draw can then read and verify only the records it takes. :func:`decode_round` checks a file read
+back against the replay index and the layout.
 """
 
 from __future__ import annotations
@@ -11,14 +12,21 @@ from __future__ import annotations
 import hashlib
 import json
 from array import array
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
+
+from comlrl_lightning.errors import RunStateError
+
+
+class ReplayIndexError(RunStateError):
+    """An indexed round file is missing, corrupt or does not match the replay index."""
 
 
 class RecordIndex:
     """Where each record of a round file starts, its length in bytes, and its sha256 (compact arrays)."""
 
-    def __init__(self, offsets: Sequence[int], lengths: Sequence[int], digests: bytes) -> None:
+    def __init__(self, offsets: Sequence[int], lengths: Sequence[int], digests: bytes, size: int) -> None:
         self.offsets, self.lengths, self.digests = array("Q", offsets), array("Q", lengths), digests
+        self.size = size  # the file's length in bytes
 
     def digest(self, position: int) -> bytes:
         return self.digests[32 * position : 32 * (position + 1)]
@@ -41,4 +49,31 @@ def encode_round(iteration: int, records: Sequence[Dict[str, Any]]) -> Tuple[byt
         parts.append(encoded)
         position += len(encoded)
     parts.append(b"]}")
-    return b"".join(parts), RecordIndex(offsets, lengths, bytes(digests))
+    return b"".join(parts), RecordIndex(offsets, lengths, bytes(digests), position + 2)
+
+
+def decode_round(data: bytes, path: str, sha256: str, num_pairs: int) -> Tuple[List[Dict[str, Any]], RecordIndex]:
+    """The records of the round file ``path`` read as ``data``, and their index, after checking that
+    the bytes have the digest and the pair count the replay index recorded and this layout exactly."""
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise ReplayIndexError(
+            f"Replay round file {path} is corrupt: its sha256 {digest} differs from {sha256} "
+            "recorded in the replay index."
+        )
+    try:
+        payload = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ReplayIndexError(f"Replay round file {path} is not valid JSON: {error}.") from error
+    pairs = payload.get("pairs") if isinstance(payload, dict) else None
+    if not isinstance(pairs, list) or not all(isinstance(record, dict) for record in pairs):
+        raise ReplayIndexError(f"Replay round file {path} has no list of pair records under 'pairs'.")
+    if len(pairs) != num_pairs or payload.get("num_pairs") != num_pairs:
+        raise ReplayIndexError(
+            f"Replay round file {path} holds {len(pairs)} pairs (num_pairs {payload.get('num_pairs')}), "
+            f"but the replay index expects {num_pairs}."
+        )
+    encoded, index = encode_round(payload.get("iteration"), pairs)
+    if encoded != data:
+        raise ReplayIndexError(f"Replay round file {path} is not in the round-file layout this library writes.")
+    return pairs, index

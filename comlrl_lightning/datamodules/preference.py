@@ -6,7 +6,7 @@ import dataclasses
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from lightning.pytorch import Callback, LightningDataModule
+from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
@@ -21,9 +21,9 @@ from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoad
 from comlrl_lightning.data.oracle import CallableSpec, ScoringProgress
 from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PairSelection, PreferencePair
 from comlrl_lightning.data.task import Task, TaskOptions, check_items, check_prompts_fit
+from comlrl_lightning.datamodules.data_state import DataStateCallback
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.options import at_least, choice, require
-from comlrl_lightning.runtime.checkpoint_assets import ASSETS_KEY
 from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
 from comlrl_lightning.runtime.progress import Progress
@@ -34,41 +34,6 @@ def total_epochs(num_train_epochs: int, num_iterations: int = 1) -> int:
     """The epochs of a run: ``num_train_epochs`` per round times ``num_iterations`` rounds (one round
     without iterations). The command line sets ``trainer.max_epochs`` from it, as does the seed's API."""
     return num_train_epochs * num_iterations
-
-
-class DataStateCallback(Callback):
-    """Checkpoints a data module's state under one fixed key, whatever the data module's class is called.
-
-    Lightning files a data module's ``state_dict()`` under its class name and silently skips it
-    when the name differs, so a renamed or subclassed data module would quietly recollect pairs
-    and restart its replay history. A callback's state is filed under its ``state_key`` instead:
-    the data module registers this one in ``setup`` (before Lightning restores a checkpoint) and
-    it carries :meth:`TaskDataModule.data_state_dict` in and out. Nothing else reads or rewrites it.
-    It also hands the checkpoint the files that state names (:meth:`TaskDataModule.checkpoint_assets`),
-    which the checkpoint IO keeps beside the checkpoint.
-    """
-
-    state_key = "comlrl_lightning.data"
-
-    def __init__(self, datamodule: "TaskDataModule") -> None:
-        self.datamodule = datamodule
-
-    def state_dict(self) -> Dict[str, Any]:
-        return self.datamodule.data_state_dict()
-
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        self.datamodule.load_data_state_dict(state_dict)
-
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint: Dict[str, Any]) -> None:
-        assets = self.datamodule.checkpoint_assets()
-        if assets:
-            checkpoint.setdefault(ASSETS_KEY, []).extend(assets)
-
-    def teardown(self, trainer, pl_module, stage: str) -> None:
-        self.datamodule.release_folders()
-
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        self.datamodule.release_folders()
 
 
 class TaskDataModule(LightningDataModule):

@@ -1,7 +1,7 @@
 """The one door to the private parts of Lightning, transformers and torch this package relies on.
 
 A few things the package needs are not public API: a Lightning module's trainer before it is
-attached, the fit loop's batch counter, a sharded strategy's configured mesh sizes and whether it
+attached, the fit loop's batch and epoch counters, a sharded strategy's configured mesh sizes and whether it
 writes distributed checkpoints, whether a W&B logger started its run, transformers' attention switch and checkpoint function,
 torch's tensor version counter. Each is read or written here and nowhere else
 (``tests/test_structure.py`` fails on a private access anywhere else in the package). Every
@@ -79,6 +79,12 @@ def epoch_batches_processed(trainer: "Trainer") -> int:
     """Training batches the fit loop has processed in the current epoch (counted on resume too)."""
     loop = private(private(trainer, "fit_loop", "lightning"), "epoch_loop", "lightning")
     return private(private(loop, "batch_progress", "lightning"), "current", "lightning").processed
+
+
+def epochs_processed(trainer: "Trainer") -> int:
+    """Training epochs the fit loop has finished (already counted inside the epoch-end hooks)."""
+    loop = private(private(trainer, "fit_loop", "lightning"), "epoch_progress", "lightning")
+    return private(loop, "current", "lightning").processed
 
 
 def saves_distributed_checkpoint(strategy: Any) -> bool:

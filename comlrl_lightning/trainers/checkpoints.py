@@ -40,6 +40,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     read_checkpoint_metadata,
     resolve_checkpoint,
 )
+from comlrl_lightning.runtime.compat import epochs_processed
 from comlrl_lightning.runtime.files import fsync_directory, write_atomically
 from comlrl_lightning.runtime.paths import require_local
 
@@ -298,7 +299,7 @@ class CheckpointMethods:
 
 def _position(trainer: Trainer) -> Tuple[int, int]:
     """Epochs finished (also inside the epoch-end hooks) and optimizer steps."""
-    return trainer.fit_loop.epoch_progress.current.processed, trainer.global_step
+    return epochs_processed(trainer), trainer.global_step
 
 
 __all__ = [

@@ -56,6 +56,7 @@ def test_lightning_parts_read_on_the_installed_lightning(tmp_path):
     module.trainer = trainer
     assert compat.attached_trainer(module) is trainer
     assert compat.epoch_batches_processed(trainer) == 0
+    assert compat.epochs_processed(trainer) == 0
     assert compat.saves_distributed_checkpoint(ModelParallelStrategy()) is True
     assert compat.saves_distributed_checkpoint(ModelParallelStrategy(save_distributed_checkpoint=False)) is False
     assert compat.model_parallel_sizes(ModelParallelStrategy()) == ("auto", "auto")
@@ -136,6 +137,7 @@ class Bare:
         (compat.model_parallel_sizes, "lightning", "_data_parallel_size"),
         (compat.wandb_run_started, "lightning", "_experiment"),
         (compat.epoch_batches_processed, "lightning", "fit_loop"),
+        (compat.epochs_processed, "lightning", "fit_loop"),
         (compat.version_counter, "torch", "_version"),
     ],
 )

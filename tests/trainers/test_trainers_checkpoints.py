@@ -139,6 +139,7 @@ def test_a_copied_marlhf_checkpoint_folder_resumes_exactly_with_the_reward_model
     assert all(torch.equal(a, b) for a, b in zip(*(s.values() for s in reward_models)))
 
 
+@pytest.mark.slow  # wandb starts its service process
 def test_a_resumed_run_continues_its_csv_log_and_wandb_run_without_lightning_warnings(tmp_path, caplog, monkeypatch):
     import wandb
 
