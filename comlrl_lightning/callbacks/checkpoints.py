@@ -23,7 +23,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from comlrl_lightning.runtime.checkpoint_metadata import (
     METADATA_KEY,
     METADATA_VERSION,
-    Progress,
+    CheckpointProgress,
     checkpoint_progress,
     run_record,
 )
@@ -95,7 +95,7 @@ class CheckpointRecord(Callback):
         rank_zero_info(resume_line(trainer, progress))
 
 
-def resume_line(trainer: Trainer, progress: Progress) -> str:
+def resume_line(trainer: Trainer, progress: CheckpointProgress) -> str:
     """One line: the checkpoint, and the round (with rounds), epoch and step where the run continues."""
     datamodule = getattr(trainer, "datamodule", None)
     per_round, rounds = getattr(datamodule, "num_train_epochs", None), getattr(datamodule, "num_iterations", None)

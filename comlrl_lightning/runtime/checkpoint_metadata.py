@@ -52,7 +52,7 @@ class NoRunRecordError(DataError):
 
 
 @dataclass(frozen=True)
-class Progress:
+class CheckpointProgress:
     """How far a checkpoint's run got: more epochs, then more steps, then more batches is newer.
 
     Attributes:
@@ -84,7 +84,7 @@ def load_checkpoint_dict(path: PathLike) -> Dict[str, Any]:
     return checked_checkpoint(path, load)
 
 
-def checkpoint_progress(checkpoint: Dict[str, Any]) -> Progress:
+def checkpoint_progress(checkpoint: Dict[str, Any]) -> CheckpointProgress:
     """The progress a checkpoint dict records (Lightning's loop state, else its ``epoch`` and ``global_step``)."""
     fit_loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
     epochs = _processed(fit_loop.get("epoch_progress"))
@@ -93,7 +93,7 @@ def checkpoint_progress(checkpoint: Dict[str, Any]) -> Progress:
         epochs = int(checkpoint.get("epoch", 0))
     data = (checkpoint.get("callbacks") or {}).get(DATA_STATE_KEY) or {}
     built = data.get("built_round", 0 if data.get("pairs") is not None else None)
-    return Progress(epochs, int(checkpoint.get("global_step", 0)), batches or 0, built)
+    return CheckpointProgress(epochs, int(checkpoint.get("global_step", 0)), batches or 0, built)
 
 
 def _processed(progress: Any) -> Optional[int]:
@@ -119,9 +119,9 @@ def checkpoint_files(folder: PathLike) -> List[Path]:
 
 
 def newest_checkpoint(folder: PathLike) -> Path:
-    """The checkpoint of ``folder`` with the most progress (:class:`Progress`); among equals the one
+    """The checkpoint of ``folder`` with the most progress (:class:`CheckpointProgress`); among equals the one
     written last. :class:`CheckpointNotFoundError` when the folder holds none."""
-    candidates: List[Tuple[Progress, int, Path]] = []
+    candidates: List[Tuple[CheckpointProgress, int, Path]] = []
     for path in checkpoint_files(folder):
         progress = checkpoint_progress(load_checkpoint_dict(path))
         candidates.append((progress, path.stat().st_mtime_ns, path))
@@ -132,7 +132,7 @@ def newest_checkpoint(folder: PathLike) -> Path:
     return max(candidates, key=lambda item: (_order(item[0]), item[1]))[2]
 
 
-def _order(progress: Progress) -> Tuple[int, int, int]:
+def _order(progress: CheckpointProgress) -> Tuple[int, int, int]:
     return (progress.epochs, progress.step, progress.batches)
 
 
@@ -159,7 +159,7 @@ def read_checkpoint_metadata(checkpoint: PathLike) -> Dict[str, Any]:
     seed trainer, e.g. ``"MADPOIterTrainer"``, or the module class of a CLI run), ``sequence`` (the
     commits so far), ``run_id`` (32 hex digits, kept across resumes) and ``wandb`` (``None`` or the
     W&B run's ``id`` with ``project`` / ``entity`` where known), and beyond them ``progress``
-    (:class:`Progress` as a dict), ``logs`` (the run's CSV log: ``save_dir``, ``name``, ``version``,
+    (:class:`CheckpointProgress` as a dict), ``logs`` (the run's CSV log: ``save_dir``, ``name``, ``version``,
     ``rows``; or ``None``) and ``path`` (the checkpoint file read). Pass ``wandb["id"]`` as ``id``
     in a ``wandb_config`` to continue that W&B run by hand; ``train(resume_from_checkpoint=...)``
     does so by itself.
@@ -231,7 +231,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "METADATA_KEY",
     "NoRunRecordError",
-    "Progress",
+    "CheckpointProgress",
     "checkpoint_files",
     "checkpoint_progress",
     "load_checkpoint_dict",
