@@ -27,6 +27,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     checkpoint_progress,
     run_record,
 )
+from comlrl_lightning.runtime.compat import enable_version_counter, version_counter_enabled
 from comlrl_lightning.runtime.quiet import ResumeLines
 
 NOT_EMPTY = "exists and is not empty"
@@ -156,7 +157,7 @@ class ResumableCheckpoint(ModelCheckpoint):
             warnings.simplefilter("always")
             super().setup(trainer, pl_module, stage)
         self._setup_warnings = list(caught)
-        self._versions = self._enable_version_counter
+        self._versions = version_counter_enabled(self)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         super().on_train_start(trainer, pl_module)
@@ -165,7 +166,7 @@ class ResumableCheckpoint(ModelCheckpoint):
             if not (resumed and NOT_EMPTY in str(caught.message)):
                 warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
         self._setup_warnings = []
-        self._enable_version_counter = getattr(self, "_versions", True) and not resumed
+        enable_version_counter(self, getattr(self, "_versions", True) and not resumed)
 
 
 __all__ = ["CheckpointRecord", "ResumableCheckpoint", "csv_log_record", "resume_line", "wandb_identity"]

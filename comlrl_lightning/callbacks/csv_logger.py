@@ -13,6 +13,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
+from comlrl_lightning.runtime.compat import require_hook
 from comlrl_lightning.runtime.files import refuse_non_regular, write_atomically
 
 
@@ -57,6 +58,10 @@ class ContinuingWriter(ExperimentWriter):
         writer.writerows(kept)
         write_atomically(path, text.getvalue().encode("utf-8"))
         self.rows, self.metrics_keys = len(kept), header
+
+
+# the hook Lightning's writer calls from its __init__; renamed, the override would silently stop running
+require_hook(ExperimentWriter, "_check_log_dir_exists", "lightning")
 
 
 def _step(row: dict) -> float:

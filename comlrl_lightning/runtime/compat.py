@@ -1,7 +1,8 @@
 """The one door to the private parts of Lightning, transformers and torch this package relies on.
 
 A few things the package needs are not public API: a Lightning module's trainer before it is
-attached, the fit loop's batch and epoch counters, a sharded strategy's configured mesh sizes and whether it
+attached, the fit loop's batch and epoch counters, a ``ModelCheckpoint``'s version suffixes,
+the CSV writer's hook that deletes an existing log, a sharded strategy's configured mesh sizes and whether it
 writes distributed checkpoints, whether a W&B logger started its run, transformers' attention switch and checkpoint function,
 torch's tensor version counter. Each is read or written here and nowhere else
 (``tests/test_structure.py`` fails on a private access anywhere else in the package). Every
@@ -104,6 +105,25 @@ def model_parallel_sizes(strategy: Any) -> Tuple[Union[int, str], Union[int, str
 def wandb_run_started(logger: Any) -> bool:
     """Whether a ``WandbLogger`` has started its run (``logger.experiment`` would start one)."""
     return private(logger, "_experiment", "lightning") is not None
+
+
+def version_counter_enabled(callback: Any) -> bool:
+    """Whether a ``ModelCheckpoint`` adds ``-vN`` to a name it finds taken (its ``enable_version_counter``)."""
+    return bool(private(callback, "_enable_version_counter", "lightning"))
+
+
+def enable_version_counter(callback: Any, enabled: bool) -> None:
+    """Switch a ``ModelCheckpoint``'s ``-vN`` suffixes on or off after it was built (a resumed run
+    writes its own file names again)."""
+    private(callback, "_enable_version_counter", "lightning")
+    callback._enable_version_counter = enabled
+
+
+def require_hook(base: type, name: str, library: str) -> None:
+    """Check that ``library``'s class ``base`` still has the private method ``name`` a class here
+    overrides (renamed, the override would silently stop running)."""
+    if not callable(getattr(base, name, None)):
+        raise unsupported(library, f"{base.__name__}.{name}")
 
 
 # ----------------------------------------------------------------------------------------------

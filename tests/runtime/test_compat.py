@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.strategies import ModelParallelStrategy
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -63,6 +65,12 @@ def test_lightning_parts_read_on_the_installed_lightning(tmp_path):
     assert compat.model_parallel_sizes(ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)) == (2, 1)
     logger = WandbLogger(save_dir=str(tmp_path), offline=True)
     assert compat.wandb_run_started(logger) is False  # constructing the logger starts no run
+    checkpoint = ModelCheckpoint(dirpath=tmp_path)
+    assert compat.version_counter_enabled(checkpoint) is True
+    compat.enable_version_counter(checkpoint, False)
+    assert compat.version_counter_enabled(checkpoint) is False
+    assert compat.version_counter_enabled(ModelCheckpoint(enable_version_counter=False)) is False
+    compat.require_hook(ExperimentWriter, "_check_log_dir_exists", "lightning")
 
 
 def test_transformers_parts_read_and_switch_on_the_installed_transformers():
@@ -138,6 +146,13 @@ class Bare:
         (compat.wandb_run_started, "lightning", "_experiment"),
         (compat.epoch_batches_processed, "lightning", "fit_loop"),
         (compat.epochs_processed, "lightning", "fit_loop"),
+        (compat.version_counter_enabled, "lightning", "_enable_version_counter"),
+        (lambda bare: compat.enable_version_counter(bare, False), "lightning", "_enable_version_counter"),
+        (
+            lambda bare: compat.require_hook(type(bare), "_check_log_dir_exists", "lightning"),
+            "lightning",
+            "_check_log_dir_exists",
+        ),
         (compat.version_counter, "torch", "_version"),
     ],
 )
