@@ -9,13 +9,15 @@ Resuming: ``--ckpt_path`` takes a checkpoint file or a folder of checkpoints (th
 progress); the run continues in the CSV log folder and the W&B run of the checkpoint. Every run
 records itself in its checkpoints (:class:`~comlrl_lightning.callbacks.CheckpointRecord`), and
 Lightning's default ``ModelCheckpoint`` is a :class:`~comlrl_lightning.callbacks.ResumableCheckpoint`.
-A logger without a ``save_dir`` writes under ``trainer.default_root_dir``; one given is used.
+A logger without a ``save_dir`` (or with its class's default, ``"."`` for ``WandbLogger``) writes under
+``trainer.default_root_dir``; one given is used.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import os
 import sys
 import traceback
@@ -88,9 +90,9 @@ class PreferenceCLI(LightningCLI):
             init = logger.get("init_args")
             if init is None:
                 continue
-            if "save_dir" in init and init["save_dir"] is None and root is not None:
-                init["save_dir"] = str(root)
             kind = _class_of(logger["class_path"])
+            if root is not None and _save_dir_not_given(init, kind):
+                init["save_dir"] = str(root)
             if issubclass(kind, ResumableCSVLogger) and init.get("version") is None and _same_csv_folder(init, logs):
                 init["version"] = logs["version"]
             if issubclass(kind, WandbLogger) and identity and not (init.get("id") or init.get("version")):
@@ -179,6 +181,16 @@ def _class_of(class_path: str) -> type:
     module, _, name = str(class_path).rpartition(".")
     found = getattr(importlib.import_module(module), name, None) if module else None
     return found if isinstance(found, type) else object
+
+
+def _save_dir_not_given(init: Any, kind: type) -> bool:
+    """Whether a logger section leaves its folder to the trainer: a ``save_dir`` that is ``None`` or the
+    class's own default (``"."`` for ``WandbLogger``), and no W&B-style ``dir`` given instead."""
+    if "save_dir" not in init or init.get("dir") is not None:
+        return False
+    parameter = inspect.signature(kind.__init__).parameters.get("save_dir")
+    default = parameter.default if parameter is not None else inspect.Parameter.empty
+    return init["save_dir"] is None or (default is not inspect.Parameter.empty and init["save_dir"] == default)
 
 
 def _same_csv_folder(init: Any, logs: Dict[str, Any]) -> bool:

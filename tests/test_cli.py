@@ -555,3 +555,37 @@ def test_a_cli_folder_resume_takes_the_newest_checkpoint_and_continues_the_log(t
     ]
     whole = {p.name: p.read_bytes() for p in (tmp_path / "whole" / "preference_replay").glob("iteration_*.json")}
     assert {p.name: p.read_bytes() for p in (run / "preference_replay").glob("iteration_*.json")} == whole
+
+
+@pytest.mark.slow  # wandb starts its service process
+def test_a_cli_resume_continues_the_wandb_run_of_its_checkpoint_under_the_root_dir(tmp_path, monkeypatch):
+    """A WandbLogger without a save_dir writes under trainer.default_root_dir (never the working
+    directory), and a resume from the checkpoint folder continues its W&B run in the same folder."""
+    import wandb
+
+    from comlrl_lightning.cli import run_cli
+    from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
+
+    wandb.finish()  # a run an earlier test left open in this process would be reused by the logger
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    config, root = str(Path(__file__).parents[1] / "configs" / "madpo.yaml"), tmp_path / "root"
+
+    def fit(epochs, *extra):
+        words = [*TINY, "--data.init_args.num_train_epochs", str(epochs), *extra]
+        logger = ["--trainer.logger", "lightning.pytorch.loggers.WandbLogger", "--trainer.logger.init_args.offline"]
+        return run_cli(["fit", "--config", config, "--trainer.default_root_dir", str(root), *words, *logger, "true"])
+
+    first = fit(1)
+    run_id = first.trainer.logger.version
+    (checkpoints,) = {path.parent for path in root.rglob("last.ckpt")}
+    assert read_checkpoint_metadata(checkpoints)["wandb"]["id"] == run_id
+    wandb.finish()
+    second = fit(2, "--ckpt_path", str(checkpoints))
+    assert second.trainer.logger.version == run_id  # the same W&B run, continued
+    assert {path.parent for path in root.rglob("last.ckpt")} == {checkpoints}  # in the same folder
+    assert read_checkpoint_metadata(checkpoints)["progress"]["epochs"] == 2
+    records = sorted(root.rglob("run-*.wandb"))
+    assert len(records) == 2 and {path.name for path in records} == {f"run-{run_id}.wandb"}
+    assert not list((tmp_path / "cwd").iterdir())  # nothing in the working directory
