@@ -32,7 +32,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
-from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger
+from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.datamodules.preference import total_epochs
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
@@ -93,7 +93,11 @@ class PreferenceCLI(LightningCLI):
             kind = _class_of(logger["class_path"])
             if root is not None and _save_dir_not_given(init, kind):
                 init["save_dir"] = str(root)
-            if issubclass(kind, ResumableCSVLogger) and init.get("version") is None and _same_csv_folder(init, logs):
+            if (
+                issubclass(kind, ResumableCSVLogger)
+                and init.get("version") is None
+                and same_log_folder(init.get("save_dir"), init.get("name"), logs)
+            ):
                 init["version"] = logs["version"]
             if issubclass(kind, WandbLogger) and identity and not (init.get("id") or init.get("version")):
                 init["id"] = identity["id"]
@@ -191,13 +195,6 @@ def _save_dir_not_given(init: Any, kind: type) -> bool:
     parameter = inspect.signature(kind.__init__).parameters.get("save_dir")
     default = parameter.default if parameter is not None else inspect.Parameter.empty
     return init["save_dir"] is None or (default is not inspect.Parameter.empty and init["save_dir"] == default)
-
-
-def _same_csv_folder(init: Any, logs: Dict[str, Any]) -> bool:
-    """The configured CSV log is the checkpoint's: same folder and name (the version is then the checkpoint's)."""
-    if not logs or init.get("save_dir") is None:
-        return False
-    return str(Path(init["save_dir"]).absolute()) == logs.get("save_dir") and init.get("name") == logs.get("name")
 
 
 def library_error(error: BaseException) -> Optional[ComlrlError]:

@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from comlrl_lightning.callbacks.csv_logger import same_log_folder
 from comlrl_lightning.runtime.checkpoint_metadata import (
     METADATA_KEY,
     METADATA_VERSION,
@@ -132,11 +133,7 @@ def csv_log_record(trainer: Trainer) -> Optional[Dict[str, Any]]:
 
 
 def _same_log(logger: Any, logs: Dict[str, Any]) -> bool:
-    return (
-        str(Path(logger.save_dir).absolute()) == logs.get("save_dir")
-        and logger.name == logs.get("name")
-        and logger.version == logs.get("version")
-    )
+    return same_log_folder(logger.save_dir, logger.name, logs) and logger.version == logs.get("version")
 
 
 class ResumableCheckpoint(ModelCheckpoint):

@@ -6,7 +6,7 @@ import csv
 import io
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Dict, Optional, Union
 
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
@@ -126,4 +126,12 @@ class ResumableCSVLogger(CSVLogger):
         self.experiment.keep_rows_before(rows, step)
 
 
-__all__ = ["ResumableCSVLogger"]
+def same_log_folder(save_dir: Any, name: Optional[str], logs: Optional[Dict[str, Any]]) -> bool:
+    """Whether a CSV log in ``save_dir/name`` is the one a checkpoint's log record ``logs`` names (its
+    version folder is then the record's ``version``)."""
+    if not logs or save_dir is None:
+        return False
+    return str(Path(save_dir).absolute()) == logs.get("save_dir") and name == logs.get("name")
+
+
+__all__ = ["ResumableCSVLogger", "same_log_folder"]

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 
 from lightning.pytorch.loggers import Logger, WandbLogger
 
-from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger
+from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
 from comlrl_lightning.options import require
 
 WANDB_KEYS = (
@@ -50,7 +50,7 @@ def logger_from_wandb_config(
     continues under its id unless ``wandb_config`` names an ``id`` or ``resume`` itself (as the reference).
     """
     logs = (resumed or {}).get("logs") or {}
-    same_folder = logs.get("save_dir") == str(output_dir) and logs.get("name") == "lightning_logs"
+    same_folder = same_log_folder(output_dir, "lightning_logs", logs)
     loggers: List[Logger] = [
         ResumableCSVLogger(save_dir=str(output_dir), version=logs["version"] if same_folder else None)
     ]
