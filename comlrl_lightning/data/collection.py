@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -54,8 +55,8 @@ def sample_candidates(
     """
     generator = generator if generator is not None else HFGenerator()
     prompts = [task.prompts(item) for item in items]
-    part = (lambda agent: progress.part(len(items))) if progress is not None else None
-    completions = sample_team(generator, team, prompts, num_candidates, settings, stream, on_agent=part)
+    with progress.part(len(items) * team.num_agents) if progress is not None else contextlib.nullcontext():
+        completions = sample_team(generator, team, prompts, num_candidates, settings, stream)
     prompt_ids = [
         [team.encode_prompts(agent, [prompts[k][agent]])[0] for agent in range(team.num_agents)]
         for k in range(len(items))

@@ -5,14 +5,13 @@ Lightning users choose callbacks: ``class_path`` plus its own ``init_args``. Wha
 (:class:`GenerationSettings`: ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``) is the
 module's ``sampling`` option, because every backend and the API comparator honour it; how to
 sample (batching, engines, memory) belongs to the backend. Collection, comparators, evaluation and rollouts all sample through the module's
-generator; :func:`sample_team` is the one loop that has every agent sample its own prompts.
+generator; :func:`sample_team` is the one call that has every agent sample its own prompts.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Callable, ContextManager, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
@@ -80,6 +79,26 @@ class Generator:
     ) -> List[List[Completion]]:
         raise NotImplementedError
 
+    def generate_team(
+        self,
+        team: Team,
+        prompts: Sequence[Sequence[str]],
+        num_samples: int,
+        settings: GenerationSettings,
+        stream: Optional[RandomStream] = None,
+    ) -> List[List[List[Completion]]]:
+        """Every agent samples ``num_samples`` completions of each of its own prompts
+        (``prompts[agent]``); returns ``result[agent][prompt][sample]``.
+
+        Here agent after agent, each with one :meth:`generate` call, from the same ``stream``. A
+        backend that can sample several agents in one pass overrides it, drawing from ``stream``
+        what the agent-by-agent calls would draw.
+        """
+        return [
+            self.generate(team, agent, agent_prompts, num_samples, settings, stream)
+            for agent, agent_prompts in enumerate(prompts)
+        ]
+
     def weights_updated(self) -> None:
         """The team's weights may have changed: the team module calls this after every training
         batch and when it loads a checkpoint. A backend that keeps its own copy of the weights
@@ -94,24 +113,15 @@ def sample_team(
     num_samples: int,
     settings: GenerationSettings,
     stream: Optional[RandomStream] = None,
-    on_agent: Optional[Callable[[int], ContextManager[object]]] = None,
 ) -> List[List[List[Completion]]]:
     """Every agent of ``team`` samples ``num_samples`` completions of its own prompt for every item.
 
-    ``prompts[item][agent]`` is agent ``agent``'s prompt for an item. Agents sample one after the
-    other from the same ``stream``, each with one batched ``generator.generate`` call over all items;
-    ``on_agent(agent)`` (optional) is a context entered around each agent's call (a progress part).
-    Returns ``completions[agent][item][sample]``.
+    ``prompts[item][agent]`` is agent ``agent``'s prompt for an item; every item of an agent is
+    sampled in batched calls (:meth:`Generator.generate_team`: agent by agent from the same
+    ``stream``, or a LoRA team's agents in one pass). Returns ``completions[agent][item][sample]``.
     """
-    completions = []
-    for agent in range(team.num_agents):
-        with on_agent(agent) if on_agent is not None else contextlib.nullcontext():
-            completions.append(
-                generator.generate(
-                    team, agent, [per_item[agent] for per_item in prompts], num_samples, settings, stream
-                )
-            )
-    return completions
+    per_agent = [[per_item[agent] for per_item in prompts] for agent in range(team.num_agents)]
+    return generator.generate_team(team, per_agent, num_samples, settings, stream)
 
 
 __all__ = ["Completion", "GenerationSettings", "Generator", "completion_from_ids", "sample_team"]

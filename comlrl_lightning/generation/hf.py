@@ -2,13 +2,15 @@
 
 Prompts of many items share one left-padded call (as many sequences as a share of the device's
 memory holds), and each prompt is prefilled once for all its samples
-(:func:`~comlrl_lightning.generation.shared_prompt.sample_with_shared_prompts`); the tokens are
-those of plain ``generate()``. A team sharded across processes (FSDP2) samples in lockstep.
+(:func:`~comlrl_lightning.generation.shared_prompt.sample_with_shared_prompts`). Every prompt
+draws from its own seed (:mod:`~comlrl_lightning.generation.seeded_sampling`), so the tokens do
+not depend on the batching, and a LoRA team samples all its agents in the same calls, each row
+through its own agent's adapter (:mod:`~comlrl_lightning.team.lora_routing`). A team sharded
+across processes (FSDP2) samples in lockstep.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import List, Optional, Sequence
 
@@ -21,6 +23,7 @@ from comlrl_lightning.generation.base import (
     Generator,
     completion_from_ids,
 )
+from comlrl_lightning.generation.seeded_sampling import request_seeds, seeded_sampling_options
 from comlrl_lightning.generation.shared_prompt import sample_with_shared_prompts
 from comlrl_lightning.options import at_least
 from comlrl_lightning.runtime.progress import report_generated
@@ -71,32 +74,17 @@ def device_memory(device: torch.device) -> Optional[int]:
     return None
 
 
-def sampling_options(settings: GenerationSettings, tokenizer) -> dict:
-    """The keyword arguments of ``generate()`` for ``settings`` and an agent's ``tokenizer``."""
-    return dict(
-        do_sample=True,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        max_new_tokens=settings.max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        # top_k None means "off" (documented); left out, generate() would apply the generation config's
-        # top_k (50 by default) and pay for a top-k filter on every step. 0 disables it.
-        top_k=settings.top_k if settings.top_k is not None else 0,
-    )
-
-
 class HFGenerator(Generator):
     """Hugging Face ``generate()`` on the agent's own model (the default backend).
 
     Prompts of many items share one left-padded call and each prompt is prefilled once for all
-    its samples; the tokens are those of plain ``generate()``.
+    its samples; every prompt draws its tokens from its own seed, so they do not depend on how
+    prompts are batched; a LoRA team samples all its agents in the same calls.
 
     Args:
         batch_size: sequences (prompts x samples) per ``generate()`` call. ``None``: as many as a
             quarter of the device's *total* memory holds (KV cache estimated from the model's
-            config), the same on the same kind of machine, so runs resume exactly; set a number to
-            pin it across machines or to cap collection's memory.
+            config); set a number to cap collection's memory.
     """
 
     def __init__(self, batch_size: Optional[int] = None) -> None:
@@ -117,17 +105,61 @@ class HFGenerator(Generator):
 
         Prompts of many items share one left-padded ``generate()`` call of at most ``batch_size``
         sequences (``None``: :func:`auto_generation_batch_size`), and each prompt is prefilled once
-        for all its samples (:func:`sample_with_shared_prompts`). Sampling draws from ``stream`` when given.
-        Returns ``result[prompt][sample]``.
+        for all its samples (:func:`sample_with_shared_prompts`). Every prompt draws from its own
+        seed, drawn from ``stream`` when given
+        (:mod:`~comlrl_lightning.generation.seeded_sampling`), so the tokens do not depend on the
+        batch size. Returns ``result[prompt][sample]``.
         """
-        model, tokenizer = team.agents[agent_index], team.tokenizers[agent_index]
-        device = team.device_of(agent_index)
         encoded = team.encode_prompts(agent_index, prompts)
+        seeds = request_seeds(stream, len(encoded))
+        return self.sample(team, [agent_index] * len(encoded), encoded, seeds, num_samples, settings)
+
+    @torch.no_grad()
+    def generate_team(
+        self,
+        team: Team,
+        prompts: Sequence[Sequence[str]],
+        num_samples: int,
+        settings: GenerationSettings,
+        stream: Optional[RandomStream] = None,
+    ) -> List[List[List[Completion]]]:
+        """Every agent samples its own prompts (``prompts[agent]``): a LoRA team in one pass
+        (:meth:`~comlrl_lightning.team.Team.one_pass_adapters`), all agents' prompts in the same
+        ``generate()`` calls, each row through its own agent's adapter; other teams agent by agent.
+        The seeds are drawn from ``stream`` agent by agent in both cases, so both sample the same
+        tokens. Returns ``result[agent][prompt][sample]``."""
+        if team.one_pass_adapters() is None:
+            return super().generate_team(team, prompts, num_samples, settings, stream)
+        encoded = [team.encode_prompts(agent, agent_prompts) for agent, agent_prompts in enumerate(prompts)]
+        seeds = [request_seeds(stream, len(agent_encoded)) for agent_encoded in encoded]
+        agents = [agent for agent, agent_encoded in enumerate(encoded) for _ in agent_encoded]
+        flat = self.sample(team, agents, sum(encoded, []), sum(seeds, []), num_samples, settings)
+        out, start = [], 0
+        for agent_encoded in encoded:
+            out.append(flat[start : start + len(agent_encoded)])
+            start += len(agent_encoded)
+        return out
+
+    def sample(
+        self,
+        team: Team,
+        agents: List[int],
+        encoded: List[List[int]],
+        seeds: List[int],
+        num_samples: int,
+        settings: GenerationSettings,
+    ) -> List[List[Completion]]:
+        """``num_samples`` completions of every encoded prompt, prompt ``i`` by agent ``agents[i]``
+        from seed ``seeds[i]``. Prompts of several agents (a LoRA team's one pass) share calls, each
+        row through its own agent's adapter; the agents' prompts must then be consecutive."""
+        one_pass = len(set(agents)) > 1
+        owner = agents[0] if agents else 0
+        model, tokenizer = team.agents[owner], team.tokenizers[owner]
+        device = team.device_of(owner)
         batch_size = self.batch_size or auto_generation_batch_size(
             model, device, max(map(len, encoded), default=0) + settings.max_new_tokens
         )
         prompts_per_call = max(1, batch_size // num_samples)
-        sampling = sampling_options(settings, tokenizer)
         calls = -(-len(encoded) // prompts_per_call)
         if team.synced:  # a sharded forward is a collective: every rank makes as many calls, as many steps
             calls = max_over_ranks(calls, device)
@@ -135,29 +167,33 @@ class HFGenerator(Generator):
         was_training = model.training
         model.eval()
         try:
-            with stream.active(device) if stream is not None else contextlib.nullcontext():
-                for start in range(0, calls * prompts_per_call, prompts_per_call):
-                    chunk = encoded[start : start + prompts_per_call]
-                    input_ids, attention_mask = left_pad(chunk or [[tokenizer.eos_token_id]], tokenizer.pad_token_id)
-                    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-                    if team.synced:  # plain generate(): the same forwards on every rank, until every rank is done
-                        output = model.generate(
-                            input_ids=input_ids,
-                            attention_mask=attention_mask,
-                            num_return_sequences=num_samples,
-                            synced_gpus=True,
-                            **sampling,
-                        )
-                    else:
-                        output = sample_with_shared_prompts(model, input_ids, attention_mask, num_samples, sampling)
-                    if not chunk:  # this rank's share is done; it only kept the others company
-                        continue
-                    generated = output[:, input_ids.shape[1] :].tolist()
-                    for offset in range(0, len(generated), num_samples):
-                        results.append(
-                            [completion_from_ids(tokenizer, row) for row in generated[offset : offset + num_samples]]
-                        )
-                    report_generated(len(chunk))  # a collection's progress bar, when one is shown
+            for start in range(0, calls * prompts_per_call, prompts_per_call):
+                rows = slice(start, start + prompts_per_call)
+                chunk = encoded[rows]
+                input_ids, attention_mask = left_pad(chunk or [[tokenizer.eos_token_id]], tokenizer.pad_token_id)
+                input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+                sampling = seeded_sampling_options(
+                    settings, tokenizer, seeds[rows] or [0], num_samples, input_ids.shape[1]
+                )
+                caller = model
+                if one_pass:
+                    caller = team.one_pass_model(torch.tensor(agents[rows] or [owner], device=device))
+                if team.synced:  # plain generate(): the same forwards on every rank, until every rank is done
+                    copies = torch.arange(input_ids.shape[0], device=device).repeat_interleave(num_samples)
+                    output = caller.generate(
+                        input_ids=input_ids[copies], attention_mask=attention_mask[copies], synced_gpus=True, **sampling
+                    )
+                else:
+                    output = sample_with_shared_prompts(caller, input_ids, attention_mask, num_samples, sampling)
+                if not chunk:  # this rank's share is done; it only kept the others company
+                    continue
+                generated = output[:, input_ids.shape[1] :].tolist()
+                for index, offset in enumerate(range(0, len(generated), num_samples)):
+                    decoder = team.tokenizers[agents[start + index]]
+                    results.append(
+                        [completion_from_ids(decoder, row) for row in generated[offset : offset + num_samples]]
+                    )
+                report_generated(len(chunk))  # a collection's progress bar, when one is shown
         finally:
             model.train(was_training)
         return results

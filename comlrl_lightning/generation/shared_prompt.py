@@ -41,24 +41,23 @@ def sample_with_shared_prompts(
 ) -> torch.Tensor:
     """``generate()`` of ``num_samples`` sequences per (left-padded) prompt row, rows in prompt order.
 
-    ``num_return_sequences`` would copy every prompt ``num_samples`` times and prefill all the
-    copies. Here the prompts (all but their last token) are prefilled once, the KV cache is
-    repeated per sample and ``generate()`` continues from it, so the prefill costs
-    ``1 / num_samples`` as much and the same random draws pick the same tokens (tested). On the
-    CPU the repeated cache is a preallocated ``StaticCache`` (:func:`_static_copy`). Falls back to
-    plain ``generate()`` when the model's cache cannot be reused that way.
+    Copying every prompt ``num_samples`` times would prefill all the copies. Here the prompts (all
+    but their last token) are prefilled once, the KV cache is repeated per sample and
+    ``generate()`` continues from it, so the prefill costs ``1 / num_samples`` as much and the
+    same random draws pick the same tokens (tested). On the CPU the repeated cache is a
+    preallocated ``StaticCache`` (:func:`_static_copy`). Falls back to ``generate()`` of the copies
+    when the model's cache cannot be reused that way. ``model`` may be a LoRA team's
+    one-pass view (its prompts' agents routed per row).
     """
     cache = _prompt_prefix_cache(model, input_ids, attention_mask) if num_samples > 1 else None
-    if cache is None:
-        return model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, num_return_sequences=num_samples, **sampling
-        )
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device).repeat_interleave(num_samples)
+    if cache is None:  # every copy of a prompt prefilled (as num_return_sequences would)
+        return model.generate(input_ids=input_ids[rows], attention_mask=attention_mask[rows], **sampling)
     static = None
     if input_ids.device.type == "cpu":
         static = _static_copy(model, cache, num_samples, input_ids.shape[1] + sampling["max_new_tokens"])
     if static is None:
         cache.batch_repeat_interleave(num_samples)
-    rows = torch.arange(input_ids.shape[0], device=input_ids.device).repeat_interleave(num_samples)
     return model.generate(
         input_ids=input_ids[rows],
         attention_mask=attention_mask[rows],

@@ -23,6 +23,7 @@ from comlrl_lightning.generation.base import (
     Generator,
     completion_from_ids,
 )
+from comlrl_lightning.generation.seeded_sampling import request_seeds
 from comlrl_lightning.generation.vllm_weights import (
     WeightsStamp,
     agent_device,
@@ -44,8 +45,6 @@ INSTALL_INSTRUCTIONS = (
     "pip uninstall -y torchvision torchaudio torchcodec && pip install -e '.[test]'. "
     "Or sample with the default generator, comlrl_lightning.generation.HFGenerator."
 )
-SEED_BOUND = 2**62
-"""Request seeds are drawn below this: vLLM gives sample ``j`` of a request ``seed + j``, which must stay int64."""
 CPU_KV_CACHE_GIB = 1.0
 """KV cache of a CPU engine when ``kv_cache_gib`` is not set (a share of memory would count the trainer's RSS)."""
 
@@ -162,13 +161,6 @@ class VLLMGenerator(Generator):
             f"VLLMGenerator(memory_share={self.memory_share}, kv_cache_gib={self.kv_cache_gib}, "
             f"enforce_eager={self.enforce_eager}, max_model_len={self.max_model_len}, max_num_seqs={self.max_num_seqs})"
         )
-
-
-def request_seeds(stream: RandomStream, count: int) -> List[int]:
-    """One seed per prompt, drawn from the stream's CPU torch state (its Python state, which pair
-    selection uses, is left alone)."""
-    with stream.active("cpu"):
-        return torch.randint(0, SEED_BOUND, (count,), dtype=torch.int64).tolist()
 
 
 def engines_running() -> bool:

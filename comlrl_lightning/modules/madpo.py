@@ -19,8 +19,9 @@ class MADPOModule(TeamModule):
 
     ``Delta_i(p)`` is agent ``i``'s log-prob margin (winner minus loser completion, summed over
     tokens, no reference model). Each agent scores its ``[winners; losers]`` in one batched forward
-    with grad, and one backward trains all agents: the gradient w.r.t. agent ``i`` equals the
-    reference's per-agent loss with the other agents' margins detached.
+    with grad (a LoRA team: every agent's in one forward of its shared base), and one backward
+    trains all agents: the gradient w.r.t. agent ``i`` equals the reference's per-agent loss with
+    the other agents' margins detached.
 
     Args:
         dpo_beta: beta of the loss (> 0).
@@ -65,13 +66,11 @@ class MADPOModule(TeamModule):
         return self.team.scored_length(agent, completion, self.score_last_token)
 
     def margins(self, batch: Dict[str, Any]) -> torch.Tensor:
-        """``[B, N]`` per-pair, per-agent log-prob margins (with grad)."""
+        """``[B, N]`` per-pair, per-agent log-prob margins (with grad); a LoRA team scores every
+        agent's winners and losers in one pass (:meth:`~comlrl_lightning.team.Team.agents_sequence_logprobs`)."""
         size = batch["candidate_reward_mean"].shape[0]
-        columns = []
-        for i, agent_batch in enumerate(batch["agents"]):
-            logprobs = self.team.sequence_logprobs(i, **agent_batch)
-            columns.append(logprobs[:size] - logprobs[size:])
-        return torch.stack(columns, dim=-1)
+        logprobs = self.team.agents_sequence_logprobs(batch["agents"])
+        return torch.stack([agent[:size] - agent[size:] for agent in logprobs], dim=-1)
 
     # ------------------------------------------------------------------------------------------
     # Training

@@ -187,34 +187,37 @@ class MAGRPOModule(TeamModule):
                 self.generator, self.team, prompts, self.num_generations, self.generation_settings, stream
             )
 
-    def score_agent(
-        self, agent: int, prompts: List[List[str]], samples: List[List[Completion]]
-    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Agent ``agent``'s ``[items * G]`` sequence log-probs (with grad) and, with the reference KL, its ``[items, G]`` KL."""
+    def score_team(
+        self, prompts: List[List[str]], samples: List[List[List[Completion]]]
+    ) -> Tuple[List[torch.Tensor], List[Optional[torch.Tensor]]]:
+        """Every agent's ``[items * G]`` sequence log-probs (with grad) and, with the reference KL,
+        its ``[items, G]`` KL; ``samples[agent][item][g]``. A LoRA team scores every agent in one
+        pass of its base, and the reference rows of every agent in one more (adapters disabled,
+        without grad: in the trained pass they would cost a backward for nothing)."""
+        batches = [self.rollout_batch(agent, prompts, samples[agent]) for agent in range(self.num_agents)]
+        token_logprobs = self.team.agents_token_logprobs(batches)
+        kls: List[Optional[torch.Tensor]] = [None] * self.num_agents
+        if self.reference_kl is not None:
+            with torch.no_grad():
+                references = self.team.agents_token_logprobs(
+                    batches, models=[self.reference_model(agent) for agent in range(self.num_agents)]
+                )
+            kls = [
+                k3_kl(logprobs.detach(), reference, batch["score_mask"]).view(len(prompts), self.num_generations)
+                for logprobs, reference, batch in zip(token_logprobs, references, batches)
+            ]
+        sequences = [(logprobs * batch["score_mask"]).sum(dim=-1) for logprobs, batch in zip(token_logprobs, batches)]
+        return sequences, kls
+
+    def rollout_batch(self, agent: int, prompts: List[List[str]], samples: List[List[Completion]]) -> Dict[str, Any]:
+        """Agent ``agent``'s rollouts as a :func:`pack_sequences` batch on the module's device, every token scored."""
         group = self.num_generations
         prompt_ids = [ids for ids in self.team.encode_prompts(agent, [p[agent] for p in prompts]) for _ in range(group)]
         completions = [c.ids for row in samples for c in row]
         batch = pack_sequences(
             prompt_ids, completions, [len(c) for c in completions], self.team.tokenizers[agent].pad_token_id
         )
-        batch = {k: v.to(self.device) for k, v in batch.items()}
-        width, score_mask = batch["score_mask"].shape[1], batch["score_mask"]
-        token_logprobs = self.team.token_logprobs(
-            agent, batch["input_ids"], batch["attention_mask"], width, score_mask=score_mask
-        )
-        kl = None
-        if self.reference_kl is not None:
-            with torch.no_grad():
-                reference = self.team.token_logprobs(
-                    agent,
-                    batch["input_ids"],
-                    batch["attention_mask"],
-                    width,
-                    model=self.reference_model(agent),
-                    score_mask=score_mask,
-                )
-            kl = k3_kl(token_logprobs.detach(), reference, score_mask).view(len(prompts), group)
-        return (token_logprobs * score_mask).sum(dim=-1), kl
+        return {k: v.to(self.device) for k, v in batch.items()}
 
     # ------------------------------------------------------------------------------------------
     # The update
@@ -225,9 +228,8 @@ class MAGRPOModule(TeamModule):
         samples = self.sample_rollouts(prompts)
         texts = [[[c.text for c in row] for row in agent] for agent in samples]
         returns = self.joint_returns(items, prompts, texts)
-        scored = [self.score_agent(agent, prompts, samples[agent]) for agent in range(self.num_agents)]
-        logprobs = [sequence for sequence, _ in scored]
-        kls = [kl for _, kl in scored if kl is not None]
+        logprobs, kls = self.score_team(prompts, samples)
+        kls = [kl for kl in kls if kl is not None]
         # R̃_i: the joint return minus agent i's KL penalty, [N, items, G]
         shaped = torch.stack(
             [returns - self.reference_kl.coef * kl for kl in kls] if kls else [returns] * self.num_agents

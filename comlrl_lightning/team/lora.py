@@ -28,7 +28,7 @@ def adapter_name(agent_index: int) -> str:
     return f"agent_{agent_index}"
 
 
-class _SharedModelView:
+class SharedModelView:
     """What every view of the shared peft model reports as its own: the config and the device."""
 
     shared: nn.Module
@@ -46,7 +46,7 @@ class _SharedModelView:
         return self.shared.get_base_model()
 
 
-class LoraAgent(_SharedModelView, nn.Module):
+class LoraAgent(SharedModelView, nn.Module):
     """Agent ``adapter``'s view of a shared peft model."""
 
     def __init__(self, shared: nn.Module, adapter: str) -> None:
@@ -88,7 +88,7 @@ class LoraAgent(_SharedModelView, nn.Module):
         merged.save_pretrained(directory)
 
 
-class BaseModelView(_SharedModelView):
+class BaseModelView(SharedModelView):
     """Calls the shared model with its adapters disabled."""
 
     def __init__(self, shared: nn.Module) -> None:

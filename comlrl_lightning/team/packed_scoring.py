@@ -72,15 +72,21 @@ class PackedLayout:
     targets: torch.Tensor  # [S] the token each kept position predicts
     owner: torch.Tensor  # [S] the batch row of that target
     column: torch.Tensor  # [S] its completion column
+    token_groups: Optional[torch.Tensor] = None  # [T] the group of each packed token (with row_groups)
 
 
 def build_layout(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, score_mask: torch.Tensor
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    score_mask: torch.Tensor,
+    row_groups: Optional[torch.Tensor] = None,
 ) -> Optional[PackedLayout]:
     """The packed layout of a :func:`~comlrl_lightning.team.pack_sequences` batch, or ``None`` if nothing is scored.
 
     Rows feed their completion only up to the token before their last scored one; a row whose
-    first completion token is its last scored one only needs its prompt's last logit.
+    first completion token is its last scored one only needs its prompt's last logit. With
+    ``row_groups`` (``[M]``, e.g. the agent of each row of a LoRA team's one pass) a prompt is
+    shared only within its group, and the layout says each packed token's group (``token_groups``).
     """
     device = input_ids.device
     rows_count, width = score_mask.shape
@@ -92,7 +98,11 @@ def build_layout(
     needed = torch.where(scored, columns + 1, 0).amax(dim=1)  # targets per row (0: none)
     span = (needed - 1).clamp(min=0)  # completion tokens fed per row
     prompt_keys = input_ids[:, :prompt_width].masked_fill(attention_mask[:, :prompt_width] == 0, -1)
+    if row_groups is not None:  # the group first: distinct prompts come group by group
+        prompt_keys = torch.cat([row_groups.to(prompt_keys).unsqueeze(1), prompt_keys], dim=1)
     distinct, prompt_of = torch.unique(prompt_keys, dim=0, return_inverse=True)
+    distinct_groups = distinct[:, 0] if row_groups is not None else None
+    distinct = distinct[:, 1:] if row_groups is not None else distinct
     prompt_present = distinct >= 0
     prompt_length = prompt_present.sum(dim=1)
     if bool((prompt_length == 0).any()):
@@ -117,6 +127,14 @@ def build_layout(
         completion_start.unsqueeze(1) + columns - 1,
     )
     owner = torch.arange(rows_count, device=device).unsqueeze(1).expand(rows_count, width)
+    token_groups = None
+    if row_groups is not None:
+        token_groups = torch.cat(
+            [
+                distinct_groups.unsqueeze(1).expand_as(distinct)[prompt_present],
+                row_groups.to(device).unsqueeze(1).expand(rows_count, width)[fed],
+            ]
+        )
     return PackedLayout(
         input_ids=packed.unsqueeze(0),
         position_ids=position_ids.unsqueeze(0),
@@ -130,6 +148,7 @@ def build_layout(
         targets=completion_ids[target_present],
         owner=owner[target_present],
         column=columns.expand(rows_count, width)[target_present],
+        token_groups=token_groups,
     )
 
 
@@ -291,25 +310,33 @@ def _packed_attention(model: nn.Module, config) -> Iterator[None]:
         yield
 
 
+def _packing_key(model: nn.Module) -> nn.Module:
+    """What a refusal is remembered for: the model, or the shared model under a view of it (views
+    of one LoRA team's model, made per call, refuse alike)."""
+    return getattr(model, "shared", model)
+
+
 def packed_token_logprobs(
     model,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     score_mask: torch.Tensor,
     head: Optional[nn.Linear] = None,
+    row_groups: Optional[torch.Tensor] = None,
 ) -> Optional[torch.Tensor]:
     """``[M, C]`` float32 log-probabilities of each row's completion tokens up to its last scored
     one (0 after it), computed packed; ``None`` when the model cannot be scored that way.
 
     With ``head`` (the model's LM head) the log-probs come from the fused, chunked head
     (:func:`~comlrl_lightning.team.fused_head.linear_logprobs`) instead of materialised logits.
+    ``row_groups`` (``[M]``): rows of different groups never share a prompt (see :func:`build_layout`).
     """
     config = getattr(model, "config", None)
-    if not _REGISTERED or model in _UNSUPPORTED or not switches_attention(config):
+    if not _REGISTERED or _packing_key(model) in _UNSUPPORTED or not switches_attention(config):
         return None
     if getattr(config, "is_encoder_decoder", False):
         return None
-    layout = build_layout(input_ids, attention_mask, score_mask)
+    layout = build_layout(input_ids, attention_mask, score_mask, row_groups)
     if layout is None:
         return None
     # the model indexes its hidden states with logits_to_keep: distinct positions keep that deterministic
@@ -327,7 +354,7 @@ def packed_token_logprobs(
                 packed_layout=layout,
             )
     except (PackingUnsupported, TypeError):  # TypeError: a forward that takes no extra keyword arguments
-        _UNSUPPORTED.add(model)
+        _UNSUPPORTED.add(_packing_key(model))
         return None
     if head is None:
         logprobs = gathered_logprobs(output.logits[0].index_select(0, position_of), layout.targets)

@@ -10,6 +10,7 @@ import contextlib
 from typing import List, Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from comlrl_lightning.errors import ConfigurationError
@@ -28,7 +29,8 @@ from comlrl_lightning.team.loading import (
     load_tokenizer,
     prepare_tokenizer,
 )
-from comlrl_lightning.team.lora import is_lora_team
+from comlrl_lightning.team.lora import BaseModelView, LoraAgent, is_lora_team
+from comlrl_lightning.team.lora_routing import MixedAdapters, supports_mixed_adapters
 from comlrl_lightning.team.packed_scoring import packed_token_logprobs
 
 
@@ -44,6 +46,9 @@ class Team(nn.Module):
             ``True`` always (an error where it does not), ``False`` never (materialised logits).
         synced: the agents are already sharded across processes (FSDP2); :meth:`shard` sets it for a
             team it shards itself.
+        one_pass: a LoRA team scores and samples every agent in one pass of its shared base
+            (:meth:`one_pass_adapters`); ``False``: agent by agent. Kept as the attribute
+            :attr:`one_pass`.
     """
 
     def __init__(
@@ -53,6 +58,7 @@ class Team(nn.Module):
         dtype: Optional[str] = None,
         fused_head: Optional[bool] = None,
         synced: bool = False,
+        one_pass: bool = True,
     ) -> None:
         super().__init__()
         if not agents:
@@ -60,6 +66,7 @@ class Team(nn.Module):
         self.agents = nn.ModuleList([load_model(source, dtype) for source in agents])
         self.tokenizers = self.resolve_tokenizers(agents, tokenizers)
         self._fused_head, self._synced = fused_head, synced
+        self.one_pass = one_pass
 
     @staticmethod
     def resolve_tokenizers(agents: Sequence[ModelSource], tokenizers) -> list:
@@ -144,13 +151,15 @@ class Team(nn.Module):
         width: int,
         model=None,
         score_mask: Optional[torch.Tensor] = None,
+        row_groups: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """``[M, width]`` float32 log-probabilities of the last ``width`` tokens of each row.
 
         ``model`` scores with another model of the same vocabulary (a frozen reference policy).
         With ``score_mask`` (``[M, width]``) the batch is scored packed when the model allows it
         (:func:`~comlrl_lightning.team.packed_scoring.packed_token_logprobs`: each distinct prompt
-        once, no padding, nothing after a row's last scored token, which then reads 0).
+        once, no padding, nothing after a row's last scored token, which then reads 0); rows of
+        different ``row_groups`` (``[M]``) never share a prompt there.
         """
         home = input_ids.device
         model = model if model is not None else self.agents[agent_index]
@@ -159,7 +168,8 @@ class Team(nn.Module):
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         head = self.fused_head_of(model)
         if score_mask is not None:
-            packed = packed_token_logprobs(model, input_ids, attention_mask, score_mask.to(device), head)
+            groups = row_groups.to(device) if row_groups is not None else None
+            packed = packed_token_logprobs(model, input_ids, attention_mask, score_mask.to(device), head, groups)
             if packed is not None:
                 return packed.to(home)
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -182,6 +192,79 @@ class Team(nn.Module):
     def synced(self) -> bool:
         """The agents are sharded across processes (FSDP2): sampling keeps every rank in lockstep."""
         return self._synced
+
+    # ------------------------------------------------------------------------------------------
+    # Every agent at once: one pass for a LoRA team
+
+    def agents_token_logprobs(self, batches: Sequence[dict], models: Optional[Sequence] = None) -> List[torch.Tensor]:
+        """Every agent's ``[M_i, C_i]`` token log-probabilities of its own :func:`pack_sequences`
+        batch (scored packed where the model allows it, as :meth:`token_logprobs` with the batch's
+        ``score_mask``).
+
+        A LoRA team (:meth:`one_pass_adapters`) scores the rows of every agent in one forward of
+        its shared base, each row through its own agent's adapter; one backward then gives every
+        adapter the gradient of its own rows, as N forwards would. ``models`` (one per agent)
+        scores with other models, e.g. the frozen reference policy: in one pass too when they are
+        all the team's base with its adapters disabled. Otherwise agent by agent.
+        """
+        adapters = self.one_pass_adapters()
+        shared = self.agents[0].shared if adapters is not None else None
+        if models is not None and not all(isinstance(m, BaseModelView) and m.shared is shared for m in models):
+            adapters = None
+        if adapters is None:
+            return [
+                self.token_logprobs(
+                    i,
+                    batch["input_ids"],
+                    batch["attention_mask"],
+                    batch["score_mask"].shape[1],
+                    model=models[i] if models is not None else None,
+                    score_mask=batch["score_mask"],
+                )
+                for i, batch in enumerate(batches)
+            ]
+        stacked, groups = stack_batches(batches, self.tokenizers[0].pad_token_id)
+        model = MixedAdapters(shared, adapters, groups) if models is None else models[0]
+        logprobs = self.token_logprobs(
+            0,
+            stacked["input_ids"],
+            stacked["attention_mask"],
+            stacked["score_mask"].shape[1],
+            model=model,
+            score_mask=stacked["score_mask"],
+            row_groups=groups if models is None else None,  # the base alone: prompts shared across agents
+        )
+        return unstack_rows(logprobs, batches)
+
+    def agents_sequence_logprobs(self, batches: Sequence[dict]) -> List[torch.Tensor]:
+        """Every agent's summed scored log-probabilities of its own batch (:meth:`sequence_logprobs`),
+        in one pass for a LoRA team (:meth:`agents_token_logprobs`)."""
+        if self.one_pass_adapters() is None:
+            return [self.sequence_logprobs(i, **batch) for i, batch in enumerate(batches)]
+        logprobs = self.agents_token_logprobs(batches)
+        return [(lp * batch["score_mask"].to(lp.device)).sum(dim=-1) for lp, batch in zip(logprobs, batches)]
+
+    def one_pass_adapters(self) -> Optional[List[str]]:
+        """The agents' adapter names when the team runs all agents in one pass: :attr:`one_pass` is on,
+        the agents are LoRA views of one model whose adapter layers can be routed per row
+        (:func:`~comlrl_lightning.team.lora_routing.supports_mixed_adapters`) and their tokenizers
+        share the pad and EOS ids; ``None`` otherwise (every agent runs on its own)."""
+        agents = list(self.agents)
+        if not self.one_pass or len(agents) < 2 or not all(isinstance(agent, LoraAgent) for agent in agents):
+            return None
+        shared = agents[0].shared
+        if any(agent.shared is not shared for agent in agents):
+            return None
+        if len({(t.pad_token_id, t.eos_token_id) for t in self.tokenizers}) != 1:
+            return None
+        return [agent.adapter for agent in agents] if supports_mixed_adapters(shared) else None
+
+    def one_pass_model(self, groups: torch.Tensor) -> MixedAdapters:
+        """The shared model with each unit (row or prompt) through the adapter of agent ``groups[unit]``."""
+        adapters = self.one_pass_adapters()
+        if adapters is None:
+            raise ValueError("one_pass_model needs a LoRA team that runs in one pass (see one_pass_adapters).")
+        return MixedAdapters(self.agents[0].shared, adapters, groups)
 
     @property
     def fused_head(self) -> Optional[bool]:
@@ -220,6 +303,48 @@ def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Ten
     input_ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in sequences], dtype=torch.long)
     attention_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
     return input_ids.view(len(sequences), width), attention_mask.view(len(sequences), width)
+
+
+def stack_batches(batches: Sequence[dict], pad_id: int) -> tuple[dict, torch.Tensor]:
+    """:func:`pack_sequences` batches of several agents as one batch, and the agent of each row.
+
+    Prompts are left-padded to the widest prompt, completions right-padded to the widest
+    completion (the layout stays: every completion at the same columns). Returns the stacked
+    ``input_ids``, ``attention_mask``, ``score_mask`` and ``[rows]`` agent indices, agent by agent.
+    """
+    completion_width = max(batch["score_mask"].shape[1] for batch in batches)
+    prompt_width = max(batch["input_ids"].shape[1] - batch["score_mask"].shape[1] for batch in batches)
+    parts: dict = {"input_ids": [], "attention_mask": [], "score_mask": []}
+    for batch in batches:
+        width = batch["score_mask"].shape[1]
+        prompt = batch["input_ids"].shape[1] - width
+        for key, fill in (("input_ids", pad_id), ("attention_mask", 0)):
+            tensor = batch[key]
+            parts[key].append(
+                torch.cat(
+                    [
+                        F.pad(tensor[:, :prompt], (prompt_width - prompt, 0), value=fill),
+                        F.pad(tensor[:, prompt:], (0, completion_width - width), value=fill),
+                    ],
+                    dim=1,
+                )
+            )
+        parts["score_mask"].append(F.pad(batch["score_mask"], (0, completion_width - width)))
+    device = batches[0]["input_ids"].device
+    groups = torch.cat(
+        [torch.full((b["input_ids"].shape[0],), i, dtype=torch.long, device=device) for i, b in enumerate(batches)]
+    )
+    return {key: torch.cat(tensors) for key, tensors in parts.items()}, groups
+
+
+def unstack_rows(values: torch.Tensor, batches: Sequence[dict]) -> List[torch.Tensor]:
+    """``[rows, C]`` values of :func:`stack_batches` back into each batch's ``[M_i, C_i]``."""
+    out, start = [], 0
+    for batch in batches:
+        rows, width = batch["score_mask"].shape
+        out.append(values[start : start + rows, :width])
+        start += rows
+    return out
 
 
 def pack_sequences(

@@ -185,7 +185,7 @@ def test_one_update_has_the_gradients_of_the_formulas(algorithm, critic):
     module.configure_model()
     samples = module.sample_rollouts(PROMPTS)
     texts = [[[c.text for c in row] for row in agent] for agent in samples]
-    logprobs = [module.score_agent(agent, PROMPTS, samples[agent])[0] for agent in range(module.num_agents)]
+    logprobs, _ = module.score_team(PROMPTS, samples)
     loss, metrics = module.actor_critic_loss(PROMPTS, texts, logprobs, torch.stack([RETURNS] * module.num_agents))
     loss.backward()
     ours = {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}

@@ -82,7 +82,9 @@ def test_gradient_checkpointing_recomputes_packed_and_trains_the_same_weights(ti
         assert all(is_checkpointing(agent) == enabled for agent in module.team.agents)
         weights.append(module.team.state_dict())
     layers = module.team.agents[0].config.num_hidden_layers
-    # 2 steps x 2 agents x every (every-th) layer, recomputed with the packed attention (and the agent's adapter)
-    assert len(recomputed) == 2 * 2 * (layers // every) * (2 if lora else 1)
+    # 2 steps x 2 agents (a LoRA team: one pass of both) x every (every-th) layer, recomputed with the
+    # packed attention (and the agents' adapters)
+    passes = 1 if lora else 2
+    assert len(recomputed) == 2 * passes * (layers // every) * (2 if lora else 1)
     for name, value in weights[0].items():
         torch.testing.assert_close(weights[1][name], value, rtol=1e-5, atol=1e-6, msg=name)
