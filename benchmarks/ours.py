@@ -339,7 +339,8 @@ def versions(job: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-from scaling import large_vocab, replay_growth  # noqa: E402 - the scaling jobs run through this worker too
+from lora_team import lora_team_collection, lora_team_step  # noqa: E402 - these jobs run through this worker too
+from scaling import large_vocab, replay_growth  # noqa: E402
 
 JOBS = {
     f.__name__: f
@@ -354,6 +355,8 @@ JOBS = {
         versions,
         large_vocab,
         replay_growth,
+        lora_team_step,
+        lora_team_collection,
     )
 }
 

@@ -4,6 +4,7 @@
     python benchmarks/run.py --quick    # smoke sizes
     python benchmarks/run.py --quick --ours-only --in-process   # no reference, no subprocesses (the test)
     COMLRL_BENCH_VLLM_VENV=/path/to/vllm-venv python benchmarks/run.py   # with the vLLM rows
+    python benchmarks/run.py --only-lora-team       # the LoRA-team rows alone (ours; writes LORA_TEAM.md)
 
 Every measurement runs in its own process (so its peak RSS is its own) with 1 torch thread: ours with
 this interpreter, the reference and TRL with the interpreters of their own venvs (``refenv.py``;
@@ -32,6 +33,7 @@ sys.path.insert(0, str(HERE))
 
 import against_trl  # noqa: E402
 import common  # noqa: E402
+import lora_team  # noqa: E402
 import report  # noqa: E402
 import scaling  # noqa: E402
 import vllm_rows  # noqa: E402
@@ -60,7 +62,7 @@ class Runner:
         label = f"{side:9s} {job['job']:11s} " + " ".join(
             f"{k}={v}"
             for k, v in job.items()
-            if k in ("model_name", "batch_size", "checkpoint_every_n_layers", "attention_free", "agents", "generator")
+            if k in ("model_name", "batch_size", "checkpoint_every_n_layers", "attention_free", "agents", "generator", "one_pass")
         )
         print(f"  {label} ...", end="", flush=True)
         if side == "ours" and self.in_process:
@@ -199,9 +201,16 @@ def main(argv=None) -> Dict[str, Any]:
         action="store_true",
         help="only the large-vocabulary and replay-history rows (ours; writes SCALING.md)",
     )
+    parser.add_argument(
+        "--only-lora-team",
+        action="store_true",
+        help="only the 4-agent LoRA-team rows, one pass against one pass per agent (ours; writes LORA_TEAM.md)",
+    )
     args = parser.parse_args(argv)
     if args.only_scaling:
         return run_scaling(args)
+    if args.only_lora_team:
+        return run_lora_team(args)
     ours_only = args.ours_only or args.in_process
     plan = common.QUICK if args.quick else common.FULL
     pythons: Dict[str, Path] = {}
@@ -227,6 +236,7 @@ def main(argv=None) -> Dict[str, Any]:
         )
         run = Runner(args.in_process, pythons)
         results = measure(plan, run, sides, models, args.quick)
+        results["lora_team"] = lora_team.measure(run, plan, models, args.quick)
         results["scaling"] = scaling.measure(run, args.quick)
         results["trl"] = against_trl.measure(run, models, args.quick) if "trl" in pythons else None
         if "vllm" in pythons:
@@ -242,16 +252,35 @@ def main(argv=None) -> Dict[str, Any]:
     if not (args.quick or ours_only or args.no_docs):
         report.update_page(args.docs_page, body)
     print("\n" + body)
-    lines = report.summary(results) + scaling.summary(results["scaling"])
+    lines = report.summary(results) + lora_team.summary(results["lora_team"]) + scaling.summary(results["scaling"])
     lines += (against_trl.summary(results["trl"]) if results["trl"] else []) + vllm_rows.summary(results["vllm"])
     for name, value in lines:
         print(f"{name}: {'n/a' if value is None else round(value, 4)}")
     return results
 
 
+def run_lora_team(args) -> Dict[str, Any]:
+    """``--only-lora-team``: the LoRA-team rows alone, written to ``LORA_TEAM.md`` (a full run includes them)."""
+    plan = common.QUICK if args.quick else common.FULL
+    import models as model_builder
+
+    print(f"LoRA-team benchmarks ({'quick' if args.quick else 'full'}):", flush=True)
+    with tempfile.TemporaryDirectory(prefix="comlrl-bench-") as root:
+        models = model_builder.build(Path(root), plan["models"])
+        results = lora_team.measure(Runner(args.in_process), plan, models, args.quick)
+    body = lora_team.markdown(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "LORA_TEAM.md").write_text(body, encoding="utf-8")
+    print("\n" + body)
+    for name, value in lora_team.summary(results):
+        print(f"{name}: {'n/a' if value is None else round(value, 4)}")
+    return results
+
+
 def page(results: Dict[str, Any]) -> str:
-    """Every table of a run as markdown: ours against the reference, against TRL, vLLM, scaling."""
-    body = report.markdown(results)
+    """Every table of a run as markdown: ours against the reference, a LoRA team in one pass, against TRL,
+    vLLM, scaling."""
+    body = report.markdown(results) + "\n" + lora_team.markdown(results["lora_team"])
     if results["trl"]:
         body += "\n" + against_trl.markdown(results["trl"], results["parameters"])
     vllm = vllm_rows.markdown(results["vllm"], results["parameters"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-MODULES = ("run", "common", "report", "models", "ours", "refenv", "scaling", "against_trl", "vllm_rows")
+MODULES = ("run", "common", "report", "models", "ours", "refenv", "lora_team", "scaling", "against_trl", "vllm_rows")
 
 
 @pytest.fixture
@@ -47,6 +47,13 @@ def test_quick_ours_only(bench, tmp_path, capsys):
         assert all(results["madpo_checkpointing"][model][every]["pairs_per_s"] > 0 for every in (1, 2))
         assert results["madpo_attention_free"][model]["pairs_per_s"] > 0
     assert results["iterative"]["ours"]["updates"] > 0 and results["peak"]["flops_per_s"] > 0
+    team = results["lora_team"]
+    for model in results["plan"]["models"]:
+        for sides in team["step"][model].values():
+            assert sides["one_pass"]["pairs_per_s"] > 0 and sides["per_agent"]["pairs_per_s"] > 0
+        sides = team["collection"][model]
+        # one pass samples what the agents sample one by one: the same pairs
+        assert sides["one_pass"]["pairs_digest"] == sides["per_agent"]["pairs_digest"]
     table = (tmp_path / "RESULTS.md").read_text()
     assert (
         "| MADPO training |" in table
@@ -54,11 +61,14 @@ def test_quick_ours_only(bench, tmp_path, capsys):
         and "bound: no attention" in table
         and "| Collection |" in table
         and "| Iterative MADPO" in table
+        and "| MADPO step (pairs/s) | tiny |" in table
+        and "| collection (sequences/s) | tiny |" in table
     )
     last = out.strip().split("\n\n")[-1].splitlines()  # the summary block ends stdout
     names = [line.split(":")[0] for line in last]
     assert names[:3] == ["madpo_step_speedup_tiny", "collection_speedup", "iterative_speedup"]
     assert all(": " in line for line in last)
+    assert {"lora_team_step_speedup_tiny", "lora_team_collection_speedup_tiny"} <= set(names)
     assert page.read_text() == "# Performance\n\nintro\n"  # quick / ours-only runs leave the docs page alone
 
 

@@ -88,3 +88,50 @@ def test_gradient_checkpointing_recomputes_packed_and_trains_the_same_weights(ti
     assert len(recomputed) == 2 * passes * (layers // every) * (2 if lora else 1)
     for name, value in weights[0].items():
         torch.testing.assert_close(weights[1][name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _lora_gradients(module, loss):
+    module.zero_grad(set_to_none=True)
+    loss.backward()
+    return {name: p.grad.clone() for name, p in module.team.named_parameters() if p.grad is not None}
+
+
+def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_agent():
+    from comlrl_lightning.data.pairs import PreferencePair
+    from comlrl_lightning.losses import madpo_loss
+    from tests.conftest import TINY_MODEL
+
+    torch.manual_seed(0)
+    module = MADPOModule(**{**TINY_MODEL, "num_agents": 3, "lora_r": 4})
+    module.configure_model()
+    assert module.team.one_pass and module.team.one_pass_adapters() == ["agent_0", "agent_1", "agent_2"]
+    with torch.no_grad():  # distinct adapters, B away from its zero start
+        for agent in module.team.agents:
+            for parameter in agent.trainable_parameters():
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    tokenizer = module.team.tokenizers[0]
+    pairs = [
+        PreferencePair(
+            prompts=["p"] * 3,
+            winner_completions=["w"] * 3,
+            loser_completions=["l"] * 3,
+            winner_reward=1.0,
+            loser_reward=0.0,
+            candidate_reward_mean=0.5,
+            prompt_ids=[tokenizer.encode(f"topic: {topic}\nrole {agent}:") for agent in range(3)],
+            winner_ids=[[5 + agent, 9, 11, tokenizer.eos_token_id][: 2 + k % 3] for agent in range(3)],
+            loser_ids=[[7, 8 + agent, tokenizer.eos_token_id][: 1 + (k + agent) % 3] for agent in range(3)],
+        )
+        for k, topic in enumerate(["abc", "zz", "abc", "qwer"])
+    ]
+    batch = module.collate_pairs(pairs)
+    margins = module.margins(batch)
+    gradients = _lora_gradients(module, madpo_loss(margins, module.dpo_beta))
+    module.team.one_pass = False
+    expected = module.margins(batch)
+    expected_gradients = _lora_gradients(module, madpo_loss(expected, module.dpo_beta))
+    torch.testing.assert_close(margins, expected, rtol=1e-5, atol=1e-5)
+    assert gradients.keys() == expected_gradients.keys() and len(gradients) == 3 * 2 * 2  # agents x layers x (A, B)
+    for name, value in expected_gradients.items():
+        torch.testing.assert_close(gradients[name], value, rtol=1e-4, atol=1e-6, msg=name)
+    assert not MADPOModule(**{**TINY_MODEL, "lora_r": 4, "lora_one_pass": False}).team.one_pass

@@ -284,3 +284,49 @@ def test_every_reward_model_epoch_is_logged_at_the_step_of_its_fit(tmp_path):
         for key, value in metrics.items():
             assert logged[key] == pytest.approx(value, rel=1e-6), key
     assert fits[0]["reward_model/loss"] != fits[2]["reward_model/loss"]  # the epochs are distinct passes
+
+
+def test_a_lora_team_scores_rollouts_and_reference_kl_in_one_pass_each_as_agent_by_agent():
+    from comlrl_lightning.losses import group_advantages, policy_gradient_loss
+
+    torch.manual_seed(0)
+    module = MAGRPOModule(
+        **SAMPLING, num_agents=3, lora_r=4, num_generations=3, reference_kl_enabled=True, reference_kl_coef=0.5
+    )
+    module.configure_model()
+    team = module.team
+    with torch.no_grad():  # distinct adapters, B away from its zero start
+        for agent in team.agents:
+            for parameter in agent.trainable_parameters():
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    prompts = [[f"topic: {t}\nwriter:", f"topic: {t}\nmatcher:", f"topic: {t}\nwriter:"] for t in ("ab", "cde")]
+    samples = module.sample_rollouts(prompts)
+    returns = torch.tensor([[0.3, -0.2, 0.9], [0.1, 0.4, -0.7]])
+
+    def scored():
+        calls = []
+        handle = team.agents[0].get_base_model().register_forward_pre_hook(lambda *args: calls.append(1))
+        try:
+            logprobs, kls = module.score_team(prompts, samples)
+        finally:
+            handle.remove()
+        losses = [
+            policy_gradient_loss(logprobs[i], group_advantages(returns - 0.5 * kls[i], "rloo", True).reshape(-1))
+            for i in range(3)
+        ]
+        team.zero_grad(set_to_none=True)
+        torch.stack(losses).sum().backward()
+        gradients = {name: p.grad.clone() for name, p in team.named_parameters() if p.grad is not None}
+        return [lp.detach() for lp in logprobs], kls, gradients, len(calls)
+
+    logprobs, kls, gradients, passes = scored()
+    assert passes == 2  # every agent's rollouts, then every agent's reference rows (adapters disabled)
+    team.one_pass = False
+    expected_logprobs, expected_kls, expected_gradients, passes = scored()
+    assert passes == 2 * 3
+    for ours, expected in zip(logprobs + kls, expected_logprobs + expected_kls):
+        torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+    assert all(float(kl.abs().sum()) > 0 for kl in kls)  # the adapters moved the policy off the base
+    assert gradients.keys() == expected_gradients.keys() and len(gradients) == 3 * 2 * 2
+    for name, value in expected_gradients.items():
+        torch.testing.assert_close(gradients[name], value, rtol=1e-4, atol=1e-6, msg=name)

@@ -204,3 +204,32 @@ def test_adapters_train_in_lockstep_under_two_process_ddp(tmp_path, checkpointin
     ranks = [json.loads((tmp_path / f"lora_{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["weights"] == ranks[1]["weights"]
     assert ranks[0]["steps"] and all(all(step) for rank in ranks for step in rank["steps"])
+
+
+def test_a_lora_team_in_one_pass_resumes_exactly(tmp_path):
+    """Collection samples both agents in one pass from per-request seeds: a run stopped inside a round
+    and resumed writes the same round files and ends with the same weights as an uninterrupted one."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tests.helpers.iterative_run import make_run
+
+    def run(root, ckpt=None, **options):
+        torch.manual_seed(0)  # peft draws the adapters' A matrices from the global generator
+        module, data, trainer = make_run(
+            root, data=dict(num_iterations=2), model=dict(lora_r=4), max_epochs=4, **options
+        )
+        assert module.team.one_pass_adapters() == ["agent_0", "agent_1"]
+        trainer.fit(module, data, ckpt_path=ckpt)
+        files = {p.name: p.read_bytes() for p in sorted((root / "preference_replay").glob("iteration_*.json"))}
+        return {k: v.detach().clone() for k, v in module.team.state_dict().items()}, files, trainer.global_step
+
+    weights, files, steps = run(tmp_path / "full")
+    assert sorted(files) == ["iteration_0001.json", "iteration_0002.json"] and steps == 12
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1, every_n_train_steps=1)
+    run(tmp_path / "part", callbacks=[checkpoint], max_steps=8)  # inside round 2
+    resumed, resumed_files, resumed_steps = run(
+        tmp_path / "part", ckpt=str(next((tmp_path / "ckpt").glob("*step=8.ckpt")))
+    )
+    assert resumed_files == files and resumed_steps == steps
+    for key, value in weights.items():
+        torch.testing.assert_close(resumed[key], value, rtol=0, atol=0, msg=key)

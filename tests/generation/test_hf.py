@@ -1,0 +1,90 @@
+"""HFGenerator: a LoRA team samples every agent in the same ``generate()`` calls, the tokens of agent by agent."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comlrl_lightning.generation.base import GenerationSettings, sample_team
+from comlrl_lightning.generation.hf import HFGenerator
+from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.team.loading import load_tokenizer
+from comlrl_lightning.team.lora import build_lora_agents
+from comlrl_lightning.team.team import Team
+
+SETTINGS = GenerationSettings(max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=None)
+ITEMS = ["abc", "zz", "qwerty uiop", "k", "mnop"]
+
+
+@pytest.fixture(scope="module")
+def team():
+    torch.manual_seed(0)
+    agents = build_lora_agents("embedded", 3, r=4, target_modules=["c_attn", "c_proj"])
+    with torch.no_grad():  # distinct adapters, so that each agent samples its own tokens
+        for agent in agents:
+            for parameter in agent.trainable_parameters():
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    return Team(agents, tokenizers=load_tokenizer("embedded"))
+
+
+def _prompts(items=ITEMS):
+    return [[f"topic: {item}\nwriter:", f"topic: {item}\nmatcher:", f"topic: {item}\nwriter:"] for item in items]
+
+
+def _ids(samples):
+    return [[[c.ids for c in row] for row in agent] for agent in samples]
+
+
+def _generate_calls(team, monkeypatch):
+    calls = []
+    shared = team.agents[0].shared
+    original = shared.generate
+    monkeypatch.setattr(shared, "generate", lambda **kw: calls.append(kw["input_ids"].shape[0]) or original(**kw))
+    return calls
+
+
+@pytest.mark.parametrize("batch_size, samples", [(None, 4), (12, 4), (None, 1)], ids=["auto", "split-calls", "single"])
+def test_a_lora_team_samples_in_one_pass_what_its_agents_sample_one_by_one(team, monkeypatch, batch_size, samples):
+    calls = _generate_calls(team, monkeypatch)
+    generator = HFGenerator(batch_size=batch_size)
+    team.one_pass = True
+    one_pass = sample_team(generator, team, _prompts(), samples, SETTINGS, RandomStream(5))
+    one_pass_calls = list(calls)
+    calls.clear()
+    team.one_pass = False
+    try:
+        per_agent = sample_team(generator, team, _prompts(), samples, SETTINGS, RandomStream(5))
+    finally:
+        team.one_pass = True
+    assert _ids(one_pass) == _ids(per_agent)
+    rows = 3 * len(ITEMS) * samples
+    if batch_size is None:
+        assert one_pass_calls == [rows] and calls == [rows // 3] * 3  # one call for every agent, not one each
+    else:  # 3 prompts (12 sequences) per call, the calls crossing from one agent to the next
+        assert one_pass_calls == [12] * 5 and sum(calls) == rows
+    assert _ids(one_pass)[0] != _ids(one_pass)[2]  # the same prompts, each agent's own seeds and adapter
+
+
+def test_the_rows_go_through_their_own_agents_adapter(team):
+    """Agents 0 and 2 get the same prompts: with the same seeds they sample alike only through the same adapter."""
+    prompts = _prompts()
+    generator = HFGenerator()
+    seeds = list(range(100, 100 + len(ITEMS)))
+    encoded = team.encode_prompts(0, [p[0] for p in prompts])
+    own = generator.sample(team, [0] * len(ITEMS) + [2] * len(ITEMS), encoded * 2, seeds * 2, 2, SETTINGS)
+    alone = [generator.sample(team, [agent] * len(ITEMS), encoded, seeds, 2, SETTINGS) for agent in (0, 2)]
+    ids = [[c.ids for c in row] for row in own]
+    assert ids[: len(ITEMS)] == [[c.ids for c in row] for row in alone[0]]
+    assert ids[len(ITEMS) :] == [[c.ids for c in row] for row in alone[1]]
+    assert ids[: len(ITEMS)] != ids[len(ITEMS) :]
+
+
+def test_a_team_of_full_models_samples_agent_by_agent(monkeypatch):
+    team = Team(["embedded", "embedded"])
+    assert team.one_pass_adapters() is None
+    calls = []
+    for agent in team.agents:
+        original = agent.generate
+        monkeypatch.setattr(agent, "generate", lambda original=original, **kw: calls.append(1) or original(**kw))
+    sample_team(HFGenerator(), team, [p[:2] for p in _prompts()], 2, SETTINGS, RandomStream(1))
+    assert len(calls) == 2
