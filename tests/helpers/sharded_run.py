@@ -3,8 +3,10 @@
 ``python tests/helpers/sharded_run.py KIND ALGORITHM ROOT EPOCHS [RESUME]``: KIND is ``fsdp``
 (``ModelParallelStrategy``) or ``ddp``; ALGORITHM ``madpo`` (iterative, history comparator, 15
 training items so the ranks' shares differ), ``magrpo`` (MAGRPO with the reference KL on the task
-reward), ``marlhf_maac`` (a reward model, then MAAC with a shared critic) or ``lora`` (a MADPO LoRA team). Rank 0 writes ``ROOT/weights.pt`` (every agent's whole
-state dict) and ``ROOT/moved.json`` (which trainable tensors changed). Lightning starts the
+reward), ``marlhf_maac`` (a reward model, then MAAC with a shared critic), ``lora`` (a MADPO LoRA
+team, all agents in one pass) or ``lora_per_agent`` (the same, one pass per agent). Rank 0 writes
+``ROOT/weights.pt`` (every agent's whole state dict), ``ROOT/moved.json`` (which trainable tensors
+changed) and ``ROOT/one_pass.json`` (whether the team ran its agents in one pass). Lightning starts the
 second process by running this script again, so it cannot run inside pytest's process.
 """
 
@@ -76,6 +78,8 @@ class RecordWeights(Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.start = self._weights(pl_module)
+        if trainer.global_rank == 0:
+            (self.root / "one_pass.json").write_text(json.dumps(pl_module.team.one_pass_adapters() is not None))
 
     def on_train_end(self, trainer, pl_module) -> None:
         end = self._weights(pl_module)
@@ -105,10 +109,12 @@ def parts(algorithm: str):
     if algorithm == "magrpo":
         module = MAGRPOModule(**SAMPLING, num_generations=3, reference_kl=ReferenceKL(coef=0.05))
         return module, TaskDataModule(**TASK, train_batch_size=2, num_train_epochs=1)
-    lora = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn"]) if algorithm == "lora" else None
-    module = MADPOModule(**{**SAMPLING, "team": TeamOptions(agent_model="embedded", lora=lora)})
+    is_lora = algorithm.startswith("lora")
+    lora = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn"]) if is_lora else None
+    team = TeamOptions(agent_model="embedded", lora=lora, lora_one_pass=algorithm == "lora")
+    module = MADPOModule(**{**SAMPLING, "team": team})
     # a LoRA team's snapshots cannot be gathered yet under sharding: it plays against its live self
-    comparator = CurrentComparator() if algorithm == "lora" else HistoryComparator(k=1)
+    comparator = CurrentComparator() if is_lora else HistoryComparator(k=1)
     data = IterativePreferenceDataModule(
         **TASK,
         num_iterations=3,
@@ -125,6 +131,7 @@ def parts(algorithm: str):
 def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None = None) -> None:
     root.mkdir(parents=True, exist_ok=True)
     strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1) if kind == "fsdp" else "ddp"
+    torch.manual_seed(0)  # peft draws LoRA adapters from the global generator: the same ones in every run
     module, data = parts(algorithm)
     trainer = Trainer(
         accelerator="cpu",

@@ -123,12 +123,20 @@ def test_sharded_policy_gradient_equals_data_parallel(tmp_path, algorithm):
 
 
 @pytest.mark.slow
-def test_every_adapter_of_a_sharded_lora_team_moves(tmp_path):
+def test_a_sharded_lora_team_trains_every_adapter_in_one_pass_as_agent_by_agent(tmp_path):
     root = run("fsdp", "lora", tmp_path / "lora", 2)
+    assert json.loads((root / "one_pass.json").read_text()) is True  # routed per row under FSDP2 too
     changed = json.loads((root / "moved.json").read_text())
     for agent in (0, 1):  # each agent's own adapter, in every layer, A and B
         own = {k: v for k, v in changed.items() if k.startswith(f"{agent}:") and f".agent_{agent}." in k}
         assert len(own) == 4 and all(own.values()), own
+    per_agent = run("fsdp", "lora_per_agent", tmp_path / "per_agent", 2)
+    assert json.loads((per_agent / "one_pass.json").read_text()) is False
+    assert round_files(root) == round_files(per_agent)
+    expected = weights(per_agent)
+    # LoRA's B matrices start at zero: their size is how far training moved them
+    trained = max(v.abs().max().item() for agent in expected for k, v in agent.items() if "lora_B" in k)
+    assert_close(weights(root), expected, trained)
 
 
 def test_strategies_the_modules_cannot_run_under_are_refused_by_name():
