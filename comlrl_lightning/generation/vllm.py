@@ -82,9 +82,9 @@ class VLLMGenerator(Generator):
 
     Where it can differ from ``generate()``: the sampling options mean the same (temperature, then
     top-k, then top-p; ``top_k`` ``None`` is off; at most ``max_new_tokens``; stop at the agent
-    tokenizer's EOS only), but the random draws come from per-request seeds rather than the global
-    torch generator, so the two backends sample different completions from one seed (each repeats
-    exactly); vLLM's kernels can round logits differently, which may flip a near-tie; a model's own
+    tokenizer's EOS only), and both draw from one seed per request, but each turns a seed into
+    draws its own way, so the two backends sample different completions from one seed (each
+    repeats exactly); vLLM's kernels can round logits differently, which may flip a near-tie; a model's own
     ``generation_config`` (a repetition penalty...) is applied by ``generate()``, not here; vLLM
     refuses a prompt plus completion longer than ``max_model_len``. Training always rescores the
     completion ids with the agents themselves.

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+import weakref
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -28,11 +29,28 @@ from comlrl_lightning.team.activation_checkpointing import recomputed_inside
 from comlrl_lightning.team.fused_head import output_head
 from comlrl_lightning.team.lora import SharedModelView
 
+_TUNER_MODULES: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def tuner_modules(shared: nn.Module) -> List[nn.Module]:
+    """peft's adapter layers and trained module copies in ``shared``: found once per model and
+    number of adapters (a scan of every module costs milliseconds on every call otherwise)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
+    adapters = len(getattr(shared, "peft_config", {}))
+    cached = _TUNER_MODULES.get(shared)
+    if cached is None or cached[0] != adapters:
+        kinds = (BaseTunerLayer, AuxiliaryTrainingWrapper)
+        cached = (adapters, [module for module in shared.modules() if isinstance(module, kinds)])
+        _TUNER_MODULES[shared] = cached
+    return cached[1]
+
 
 def lora_layers(shared: nn.Module) -> List[nn.Module]:
     from peft.tuners.lora.layer import LoraLayer
 
-    return [module for module in shared.modules() if isinstance(module, LoraLayer)]
+    return [module for module in tuner_modules(shared) if isinstance(module, LoraLayer)]
 
 
 def supports_mixed_adapters(shared: nn.Module) -> bool:
@@ -41,17 +59,12 @@ def supports_mixed_adapters(shared: nn.Module) -> bool:
     on the LM head (it sees only the scored positions)."""
     from peft.tuners.lora.layer import Linear
     from peft.tuners.tuners_utils import BaseTunerLayer
-    from peft.utils.other import AuxiliaryTrainingWrapper
 
-    layers = 0
-    for module in shared.modules():
-        if isinstance(module, AuxiliaryTrainingWrapper):
+    modules = tuner_modules(shared)
+    for module in modules:
+        if type(module) is not Linear or module.merged or module.lora_variant:  # noqa: E721 - exact class
             return False
-        if isinstance(module, BaseTunerLayer):
-            if type(module) is not Linear or module.merged or module.lora_variant:  # noqa: E721 - exact class
-                return False
-            layers += 1
-    return layers > 0 and not isinstance(output_head(shared), BaseTunerLayer)
+    return bool(modules) and not isinstance(output_head(shared), BaseTunerLayer)
 
 
 class Routing:
@@ -67,9 +80,12 @@ class Routing:
         self.runs = [(adapters[g] if g >= 0 else None, n) for g, n in zip(values.tolist(), counts.tolist())]
         self.units = int(groups.numel())
         self.tokens: Optional[int] = None  # tokens of the running call (set by the model's pre-forward hook)
+        self._slices: Dict[int, List[Tuple[Optional[str], int, int]]] = {}
 
     def slices(self, tokens: int) -> List[Tuple[Optional[str], int, int]]:
         """``(adapter, start, stop)`` over the flattened tokens of a layer's input."""
+        if tokens in self._slices and tokens == self.tokens:
+            return self._slices[tokens]
         if tokens != self.tokens or tokens % self.units:
             raise RuntimeError(
                 f"one-pass LoRA routing: a LoRA layer saw {tokens} tokens in a call of {self.tokens} tokens "
@@ -80,6 +96,7 @@ class Routing:
         for adapter, count in self.runs:
             out.append((adapter, start, start + count * per_unit))
             start += count * per_unit
+        self._slices[tokens] = out
         return out
 
 
