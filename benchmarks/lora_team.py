@@ -4,7 +4,8 @@
 LoRA adapters on one base, every agent's pairs scored in one forward (``lora_one_pass: true``, the
 default) or agent by agent (``false``). ``lora_team_collection``: ``PreferenceDataModule.collect``
 of the same team, all agents' prompts in the same ``generate()`` calls or one agent after another.
-Both settings sample the same tokens (per-request seeds), so the collections do the same work.
+``lora_team_sampling``: one sample per agent and item, as evaluation samples. Both settings
+sample the same tokens (per-request seeds), so they do the same work.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ import common
 
 common.limit_threads()
 
-import torch  # noqa: E402
+import torch  # noqa: E402, F401 - imported before the threads are limited again
 
 common.limit_threads()
 
 AGENTS = 4
 LORA_R = 8
 ROLES = ("writer", "matcher", "editor", "critic")
-FULL = dict(batch_sizes=[4, 16])
-QUICK = dict(batch_sizes=[4])
+FULL = dict(batch_sizes=[1, 4, 16], sampling=dict(items=16, samples=1, max_new_tokens=32))
+QUICK = dict(batch_sizes=[1, 4], sampling=dict(items=2, samples=1, max_new_tokens=8))
 
 
 def role_prompt(role: str):
@@ -70,7 +71,9 @@ def _pairs(job: Dict[str, Any], tokenizer) -> list:
     vocabulary = [i for i in range(len(tokenizer)) if i not in specials]
 
     def completion() -> List[int]:
-        return [rng.choice(vocabulary) for _ in range(rng.randint(*job["completion_lengths"]))] + [tokenizer.eos_token_id]
+        return [rng.choice(vocabulary) for _ in range(rng.randint(*job["completion_lengths"]))] + [
+            tokenizer.eos_token_id
+        ]
 
     pairs = []
     for item in common.items(job["pair_pool"]):
@@ -134,7 +137,31 @@ def lora_team_collection(job: Dict[str, Any]) -> Dict[str, Any]:
         "seconds": seconds,
         "sequences_per_s": sequences / seconds,
         "pairs": len(result.pairs),
-        "pairs_digest": digest.hexdigest()[:16],
+        "digest": digest.hexdigest()[:16],
+    }
+
+
+def lora_team_sampling(job: Dict[str, Any]) -> Dict[str, Any]:
+    """``sample_team`` of ``samples`` completions per agent and item (evaluation samples one)."""
+    from comlrl_lightning.generation.base import sample_team
+    from comlrl_lightning.runtime.rng import RandomStream
+
+    module = _module(job, max_new_tokens=job["max_new_tokens"], **common.GENERATION)
+    prompts = [[f(item) for f in FORMATTERS] for item in common.items(job["items"])]
+
+    def sample():
+        return sample_team(module.generator, module.team, prompts, job["samples"], module.generation_settings, stream)
+
+    stream = RandomStream(0)
+    sample()  # warm-up
+    seconds, completions = common.best_of(sample)
+    sequences = len(prompts) * AGENTS * job["samples"]
+    digest = hashlib.sha256(repr([[[c.ids for c in row] for row in agent] for agent in completions]).encode())
+    return {
+        "sequences": sequences,
+        "seconds": seconds,
+        "sequences_per_s": sequences / seconds,
+        "digest": digest.hexdigest()[:16],
     }
 
 
@@ -148,7 +175,8 @@ def measure(run, plan: Dict[str, Any], models: Dict[str, Dict], quick: bool) -> 
     results: Dict[str, Any] = {
         "step": {},
         "collection": {},
-        "batch_sizes": sizes["batch_sizes"],
+        "sampling": {},
+        "plan": sizes,
         "collection_settings": plan["collection"],
     }
     for name in plan["models"]:
@@ -168,11 +196,11 @@ def measure(run, plan: Dict[str, Any], models: Dict[str, Dict], quick: bool) -> 
             }
             for batch in sizes["batch_sizes"]
         }
-        collection = dict(model, job="lora_team_collection", **plan["collection"])
-        results["collection"][name] = {
-            setting: run("ours", dict(collection, one_pass=setting == "one_pass"))
-            for setting in ("per_agent", "one_pass")
-        }
+        for key, job in (("collection", plan["collection"]), ("sampling", sizes["sampling"])):
+            job = dict(model, job=f"lora_team_{key}", **job)
+            results[key][name] = {
+                setting: run("ours", dict(job, one_pass=setting == "one_pass")) for setting in ("per_agent", "one_pass")
+            }
     return results
 
 
@@ -181,17 +209,21 @@ def _speedup(sides: Dict[str, Dict[str, Any]], key: str) -> float:
 
 
 def summary(results: Dict[str, Any]) -> list:
-    largest = max(results["batch_sizes"])
+    """``lora_team_step_speedup_<model>`` at the largest batch (as the other step rows), then at each
+    batch; ``lora_team_collection_speedup_<model>``; ``lora_team_sampling_speedup_<model>`` (one per item)."""
+    largest = max(results["plan"]["batch_sizes"])
     lines = []
     for name, batches in results["step"].items():
         lines.append((f"lora_team_step_speedup_{name}", _speedup(batches[largest], "pairs_per_s")))
-    for name, sides in results["collection"].items():
-        lines.append((f"lora_team_collection_speedup_{name}", _speedup(sides, "sequences_per_s")))
+        lines += [(f"lora_team_step_speedup_{name}_batch_{b}", _speedup(s, "pairs_per_s")) for b, s in batches.items()]
+    for key in ("collection", "sampling"):
+        for name, sides in results[key].items():
+            lines.append((f"lora_team_{key}_speedup_{name}", _speedup(sides, "sequences_per_s")))
     return lines
 
 
 def markdown(results: Dict[str, Any]) -> str:
-    collection = results["collection_settings"]
+    collection, sampling = results["collection_settings"], results["plan"]["sampling"]
     lines = [
         "### A LoRA team in one pass",
         "",
@@ -200,7 +232,9 @@ def markdown(results: Dict[str, Any]) -> str:
         "adapter; all agents' prompts in the same `generate()` calls) against `false` (one pass per agent); the same "
         "pairs, prompts and seeds, in separate processes of this run. MADPO step as above (collate, margins, loss, "
         f"backward, AdamW); collection of {collection['items']} items, K = {collection['candidates']} per agent, "
-        f"max_new_tokens {collection['max_new_tokens']}. Both settings sample the same tokens, so they build the same pairs.",
+        f"max_new_tokens {collection['max_new_tokens']}; sampling of {sampling['items']} items, one completion per agent "
+        "and item (what evaluation samples). Both settings sample the same tokens (checked: the same digest), so they "
+        "do the same work.",
         "",
         "| LoRA team, 4 agents | model | batch | one pass per agent | one pass | speedup | peak RSS per agent / one pass (MB) |",
         "|---|---|---|---|---|---|---|",
@@ -212,13 +246,14 @@ def markdown(results: Dict[str, Any]) -> str:
                 f"| MADPO step (pairs/s) | {name} | {batch} | {per['pairs_per_s']:.1f} | {one['pairs_per_s']:.1f} | "
                 f"{_speedup(sides, 'pairs_per_s'):.2f}x | {_rss(per)} / {_rss(one)} |"
             )
-    for name, sides in results["collection"].items():
-        per, one = sides["per_agent"], sides["one_pass"]
-        same = "same pairs" if per["pairs_digest"] == one["pairs_digest"] else "pairs differ"
-        lines.append(
-            f"| collection (sequences/s) | {name} | - | {per['sequences_per_s']:.1f} | {one['sequences_per_s']:.1f} | "
-            f"{_speedup(sides, 'sequences_per_s'):.2f}x ({same}) | {_rss(per)} / {_rss(one)} |"
-        )
+    for key, label in (("collection", "collection"), ("sampling", "sampling, 1 per item")):
+        for name, sides in results[key].items():
+            per, one = sides["per_agent"], sides["one_pass"]
+            same = "same tokens" if per["digest"] == one["digest"] else "tokens differ"
+            lines.append(
+                f"| {label} (sequences/s) | {name} | - | {per['sequences_per_s']:.1f} | {one['sequences_per_s']:.1f} | "
+                f"{_speedup(sides, 'sequences_per_s'):.2f}x ({same}) | {_rss(per)} / {_rss(one)} |"
+            )
     lines.append("")
     return "\n".join(lines)
 
@@ -228,7 +263,7 @@ def _rss(result: Dict[str, Any]) -> str:
     return "-" if value is None else str(round(value))
 
 
-JOBS = {"lora_team_step": lora_team_step, "lora_team_collection": lora_team_collection}
+JOBS = {f.__name__: f for f in (lora_team_step, lora_team_collection, lora_team_sampling)}
 
 if __name__ == "__main__":
     common.worker_main(lambda job: JOBS[job["job"]](job))

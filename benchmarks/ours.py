@@ -339,7 +339,7 @@ def versions(job: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-from lora_team import lora_team_collection, lora_team_step  # noqa: E402 - these jobs run through this worker too
+from lora_team import lora_team_collection, lora_team_sampling, lora_team_step  # noqa: E402 - run here too
 from scaling import large_vocab, replay_growth  # noqa: E402
 
 JOBS = {
@@ -357,6 +357,7 @@ JOBS = {
         replay_growth,
         lora_team_step,
         lora_team_collection,
+        lora_team_sampling,
     )
 }
 

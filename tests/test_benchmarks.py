@@ -51,9 +51,9 @@ def test_quick_ours_only(bench, tmp_path, capsys):
     for model in results["plan"]["models"]:
         for sides in team["step"][model].values():
             assert sides["one_pass"]["pairs_per_s"] > 0 and sides["per_agent"]["pairs_per_s"] > 0
-        sides = team["collection"][model]
-        # one pass samples what the agents sample one by one: the same pairs
-        assert sides["one_pass"]["pairs_digest"] == sides["per_agent"]["pairs_digest"]
+        for key in ("collection", "sampling"):  # one pass samples what the agents sample one by one
+            sides = team[key][model]
+            assert sides["one_pass"]["digest"] == sides["per_agent"]["digest"]
     table = (tmp_path / "RESULTS.md").read_text()
     assert (
         "| MADPO training |" in table
@@ -63,6 +63,7 @@ def test_quick_ours_only(bench, tmp_path, capsys):
         and "| Iterative MADPO" in table
         and "| MADPO step (pairs/s) | tiny |" in table
         and "| collection (sequences/s) | tiny |" in table
+        and "| sampling, 1 per item (sequences/s) | tiny |" in table
     )
     last = out.strip().split("\n\n")[-1].splitlines()  # the summary block ends stdout
     names = [line.split(":")[0] for line in last]
