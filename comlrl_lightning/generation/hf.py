@@ -133,7 +133,14 @@ class HFGenerator(Generator):
         encoded = [team.encode_prompts(agent, agent_prompts) for agent, agent_prompts in enumerate(prompts)]
         seeds = [request_seeds(stream, len(agent_encoded)) for agent_encoded in encoded]
         agents = [agent for agent, agent_encoded in enumerate(encoded) for _ in agent_encoded]
-        flat = self.sample(team, agents, sum(encoded, []), sum(seeds, []), num_samples, settings)
+        flat = self.sample(
+            team,
+            agents,
+            [ids for agent_encoded in encoded for ids in agent_encoded],
+            [seed for agent_seeds in seeds for seed in agent_seeds],
+            num_samples,
+            settings,
+        )
         out, start = [], 0
         for agent_encoded in encoded:
             out.append(flat[start : start + len(agent_encoded)])

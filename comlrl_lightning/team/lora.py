@@ -5,7 +5,9 @@ adapter before every forward and ``generate()``. peft's ``set_adapter()`` marks 
 ``requires_grad=False``; since MADPO runs all agents' forwards before one backward, that would
 silently train only the last agent (and, under DDP, let the replicas drift apart with no error).
 The view therefore re-enables every adapter's parameters after switching, and activates its
-adapter again for the recomputation of checkpointed layers in backward.
+adapter again for the recomputation of checkpointed layers in backward. Where it can, a team runs
+all its agents in one pass instead, each row through its own adapter and no adapter switched
+(:mod:`~comlrl_lightning.team.lora_routing`).
 """
 
 from __future__ import annotations
