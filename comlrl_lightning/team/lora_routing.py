@@ -48,6 +48,7 @@ def tuner_modules(shared: nn.Module) -> List[nn.Module]:
 
 
 def lora_layers(shared: nn.Module) -> List[nn.Module]:
+    """The LoRA layers of ``shared`` (those a routing patches)."""
     from peft.tuners.lora.layer import LoraLayer
 
     return [module for module in tuner_modules(shared) if isinstance(module, LoraLayer)]
