@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.team.activation_checkpointing import recomputed_inside
 from comlrl_lightning.team.fused_head import output_head
 from comlrl_lightning.team.lora import SharedModelView
@@ -88,7 +89,7 @@ class Routing:
         if tokens in self._slices and tokens == self.tokens:
             return self._slices[tokens]
         if tokens != self.tokens or tokens % self.units:
-            raise RuntimeError(
+            raise ConfigurationError(
                 f"one-pass LoRA routing: a LoRA layer saw {tokens} tokens in a call of {self.tokens} tokens "
                 f"over {self.units} units; this model's adapters cannot be routed per row "
                 "(set lora_one_pass: false)."

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.team import activation_checkpointing as checkpointing
 from comlrl_lightning.team import lora_routing, packed_scoring
 from comlrl_lightning.team.loading import load_tokenizer
@@ -126,7 +127,7 @@ def test_a_layer_that_sees_part_of_the_tokens_cannot_be_routed():
     routing = Routing(["a", "b"], torch.tensor([0, 0, 1]))
     routing.tokens = 12
     assert routing.slices(12) == [("a", 0, 8), ("b", 8, 12)]  # 4 tokens per unit
-    with pytest.raises(RuntimeError, match="lora_one_pass: false"):
+    with pytest.raises(ConfigurationError, match="lora_one_pass: false"):
         routing.slices(6)  # e.g. an expert of a mixture, or a head after logits_to_keep
 
 
