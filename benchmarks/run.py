@@ -62,7 +62,16 @@ class Runner:
         label = f"{side:9s} {job['job']:11s} " + " ".join(
             f"{k}={v}"
             for k, v in job.items()
-            if k in ("model_name", "batch_size", "checkpoint_every_n_layers", "attention_free", "agents", "generator", "one_pass")
+            if k
+            in (
+                "model_name",
+                "batch_size",
+                "checkpoint_every_n_layers",
+                "attention_free",
+                "agents",
+                "generator",
+                "one_pass",
+            )
         )
         print(f"  {label} ...", end="", flush=True)
         if side == "ours" and self.in_process:

@@ -31,6 +31,8 @@ from comlrl_lightning.team.fused_head import output_head
 from comlrl_lightning.team.lora import SharedModelView
 
 _TUNER_MODULES: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+_ROUTED: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+"""LoRA layers whose forward a :func:`routed` block has replaced (an inner block restores the outer one's)."""
 
 
 def tuner_modules(shared: nn.Module) -> List[nn.Module]:
@@ -113,7 +115,7 @@ def routed_lora_forward(layer: nn.Module, routing: Routing, x: torch.Tensor, *ar
             deltas.append(stop - start)  # rows without an adapter: zeros, filled in below
             continue
         lora_a = layer.lora_A[adapter]
-        rows = layer._cast_input_dtype(flat[start:stop], lora_a.weight.dtype)
+        rows = cast_input(layer, flat[start:stop], lora_a.weight.dtype)
         deltas.append(layer.lora_B[adapter](lora_a(layer.lora_dropout[adapter](rows))) * layer.scaling[adapter])
     computed = [d for d in deltas if isinstance(d, torch.Tensor)]
     if not computed:
@@ -121,6 +123,14 @@ def routed_lora_forward(layer: nn.Module, routing: Routing, x: torch.Tensor, *ar
     like = computed[0]
     delta = torch.cat([d if isinstance(d, torch.Tensor) else like.new_zeros(d, like.shape[-1]) for d in deltas])
     return (result + delta.view(*result.shape[:-1], delta.shape[-1])).to(result.dtype)
+
+
+def cast_input(layer: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` in the adapter weights' ``dtype``, as peft casts a LoRA input (unless the layer's
+    ``cast_input_dtype_enabled`` is off, e.g. inside ``peft.helpers.disable_input_dtype_casting``)."""
+    if not getattr(layer, "cast_input_dtype_enabled", True) or x.dtype == dtype:
+        return x
+    return x.to(dtype=dtype)
 
 
 @contextlib.contextmanager
@@ -135,17 +145,19 @@ def routed(shared: nn.Module, routing: Routing) -> Iterator[None]:
         routing.tokens = int(inputs.numel())
 
     layers = lora_layers(shared)
-    previous = [layer.__dict__.get("forward") for layer in layers]
+    previous = [layer.forward if layer in _ROUTED else None for layer in layers]
     hook = shared.get_base_model().register_forward_pre_hook(count_tokens, with_kwargs=True)
     for layer in layers:
         layer.forward = functools.partial(routed_lora_forward, layer, routing)  # an instance attribute wins
+        _ROUTED.add(layer)
     try:
         yield
     finally:
         hook.remove()
         for layer, forward in zip(layers, previous):
-            if forward is None:
+            if forward is None:  # back to the class's forward
                 del layer.forward
+                _ROUTED.discard(layer)
             else:
                 layer.forward = forward
 

@@ -75,6 +75,21 @@ class PackedLayout:
     token_groups: Optional[torch.Tensor] = None  # [T] the group of each packed token (with row_groups)
 
 
+def _distinct_prompts(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int, row_groups: Optional[torch.Tensor]
+) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """The distinct prompts (``[P, prompt_width]``, ``-1`` at padding), each row's prompt index and,
+    with ``row_groups``, each distinct prompt's group: rows of different groups never share a prompt
+    (the group is the first key, so the distinct prompts come group by group)."""
+    keys = input_ids[:, :prompt_width].masked_fill(attention_mask[:, :prompt_width] == 0, -1)
+    if row_groups is None:
+        distinct, prompt_of = torch.unique(keys, dim=0, return_inverse=True)
+        return distinct, prompt_of, None
+    keys = torch.cat([row_groups.to(keys).unsqueeze(1), keys], dim=1)
+    distinct, prompt_of = torch.unique(keys, dim=0, return_inverse=True)
+    return distinct[:, 1:], prompt_of, distinct[:, 0]
+
+
 def build_layout(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -97,12 +112,7 @@ def build_layout(
     columns = torch.arange(width, device=device)
     needed = torch.where(scored, columns + 1, 0).amax(dim=1)  # targets per row (0: none)
     span = (needed - 1).clamp(min=0)  # completion tokens fed per row
-    prompt_keys = input_ids[:, :prompt_width].masked_fill(attention_mask[:, :prompt_width] == 0, -1)
-    if row_groups is not None:  # the group first: distinct prompts come group by group
-        prompt_keys = torch.cat([row_groups.to(prompt_keys).unsqueeze(1), prompt_keys], dim=1)
-    distinct, prompt_of = torch.unique(prompt_keys, dim=0, return_inverse=True)
-    distinct_groups = distinct[:, 0] if row_groups is not None else None
-    distinct = distinct[:, 1:] if row_groups is not None else distinct
+    distinct, prompt_of, distinct_groups = _distinct_prompts(input_ids, attention_mask, prompt_width, row_groups)
     prompt_present = distinct >= 0
     prompt_length = prompt_present.sum(dim=1)
     if bool((prompt_length == 0).any()):
@@ -121,20 +131,9 @@ def build_layout(
 
     # logits: target c of row r is predicted by its prompt's last token (c = 0) or completion token c - 1
     target_present = columns < needed.unsqueeze(1)
-    predictor = torch.where(
-        columns == 0,
-        (prompt_start + prompt_length - 1)[prompt_of].unsqueeze(1),
-        completion_start.unsqueeze(1) + columns - 1,
-    )
+    last_prompt_token = (prompt_start + prompt_length - 1)[prompt_of].unsqueeze(1)
+    predictor = torch.where(columns == 0, last_prompt_token, completion_start.unsqueeze(1) + columns - 1)
     owner = torch.arange(rows_count, device=device).unsqueeze(1).expand(rows_count, width)
-    token_groups = None
-    if row_groups is not None:
-        token_groups = torch.cat(
-            [
-                distinct_groups.unsqueeze(1).expand_as(distinct)[prompt_present],
-                row_groups.to(device).unsqueeze(1).expand(rows_count, width)[fed],
-            ]
-        )
     return PackedLayout(
         input_ids=packed.unsqueeze(0),
         position_ids=position_ids.unsqueeze(0),
@@ -148,8 +147,17 @@ def build_layout(
         targets=completion_ids[target_present],
         owner=owner[target_present],
         column=columns.expand(rows_count, width)[target_present],
-        token_groups=token_groups,
+        token_groups=None if row_groups is None else _token_groups(distinct_groups, prompt_present, row_groups, fed),
     )
+
+
+def _token_groups(
+    prompt_groups: torch.Tensor, prompt_present: torch.Tensor, row_groups: torch.Tensor, fed: torch.Tensor
+) -> torch.Tensor:
+    """The group of every packed token, in the packed order: each distinct prompt's tokens (its
+    group ``prompt_groups[p]``), then each row's fed completion tokens (its group ``row_groups[row]``)."""
+    prompts = prompt_groups.unsqueeze(1).expand_as(prompt_present)[prompt_present]
+    return torch.cat([prompts, row_groups.to(fed.device).unsqueeze(1).expand_as(fed)[fed]])
 
 
 def _attention_groups(
