@@ -355,6 +355,41 @@ def test_a_lora_team_trains_with_critics(tmp_path, critic):
     assert any(n.startswith("critic.") for n in changed)
 
 
+@pytest.mark.parametrize(
+    "critic",
+    [lambda: SharedCritic(critic_type="q"), lambda: IndividualCritics(critic_type="v", use_separate_critic=False)],
+    ids=["maac", "iac-head"],
+)
+def test_a_lora_team_in_one_pass_has_the_actor_critic_update_of_one_pass_per_agent(critic):
+    torch.manual_seed(0)
+    made = critic()
+    module = MAGRPOModule(rl_algorithm=made.algorithm, critic=made, lora_r=4, **TINY)
+    module.configure_model()
+    with torch.no_grad():  # distinct adapters, B away from its zero start
+        for agent in module.team.agents:
+            for parameter in agent.trainable_parameters():
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    assert module.team.one_pass_adapters() == ["agent_0", "agent_1"]
+    samples = module.sample_rollouts(PROMPTS)
+    texts = [[[c.text for c in row] for row in agent] for agent in samples]
+
+    def update():
+        module.zero_grad(set_to_none=True)
+        logprobs, _ = module.score_team(PROMPTS, samples)
+        loss, _ = module.actor_critic_loss(PROMPTS, texts, logprobs, torch.stack([RETURNS] * module.num_agents))
+        loss.backward()
+        return loss.detach(), {name: p.grad.clone() for name, p in module.named_parameters() if p.grad is not None}
+
+    loss, gradients = update()
+    module.team.one_pass = False
+    expected_loss, expected = update()
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    assert gradients.keys() == expected.keys() and any(name.startswith("critic.") for name in gradients)
+    assert {f"agent_{i}" for i in (0, 1)} <= {part for name in gradients for part in name.split(".")}
+    for name, value in expected.items():
+        torch.testing.assert_close(gradients[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_bf16_mixed_precision_runs(tmp_path):
     module = MAGRPOModule(
         team=tiny_team(),
