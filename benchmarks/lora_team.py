@@ -1,7 +1,7 @@
 """A 4-agent LoRA team: one pass for all agents against one pass per agent (our side only).
 
 ``lora_team_step``: one MADPO step (collate, margins, loss, one backward, AdamW) of a team of four
-LoRA adapters on one base, every agent's pairs scored in one forward (``lora_one_pass: true``, the
+LoRA adapters on one base, every agent's pairs scored in one forward (``team.lora_one_pass: true``, the
 default) or agent by agent (``false``). ``lora_team_collection``: ``PreferenceDataModule.collect``
 of the same team, all agents' prompts in the same ``generate()`` calls or one agent after another.
 ``lora_team_sampling``: one sample per agent and item, as evaluation samples. Both settings
@@ -45,19 +45,25 @@ def team_reward(writer: List[str], matcher: List[str], editor: List[str], critic
 
 
 def _module(job: Dict[str, Any], **options):
-    from comlrl_lightning import MADPOModule
+    from peft import LoraConfig
 
+    from comlrl_lightning import MADPOModule, TeamOptions
+
+    adapters = LoraConfig(r=LORA_R, lora_alpha=16)  # peft's default targets for the model type
     module = MADPOModule(
-        agent_model=job["model"],
-        num_agents=AGENTS,
-        lora_r=LORA_R,
-        lora_one_pass=job["one_pass"],
+        team=TeamOptions(agent_model=job["model"], num_agents=AGENTS, lora=adapters, lora_one_pass=job["one_pass"]),
         dpo_beta=common.DPO_BETA,
         agent_learning_rate=common.LEARNING_RATE,
         **options,
     )
     module.configure_model()
     return module
+
+
+def _sampling(job: Dict[str, Any]):
+    from comlrl_lightning import GenerationSettings
+
+    return GenerationSettings(max_new_tokens=job["max_new_tokens"], **common.GENERATION)
 
 
 def _pairs(job: Dict[str, Any], tokenizer) -> list:
@@ -113,7 +119,7 @@ def lora_team_step(job: Dict[str, Any]) -> Dict[str, Any]:
 def lora_team_collection(job: Dict[str, Any]) -> Dict[str, Any]:
     from comlrl_lightning import PreferenceDataModule
 
-    module = _module(job, max_new_tokens=job["max_new_tokens"], **common.GENERATION)
+    module = _module(job, sampling=_sampling(job))
     data = PreferenceDataModule(
         train_dataset=common.items(job["items"]),
         formatters=list(FORMATTERS),
@@ -146,7 +152,7 @@ def lora_team_sampling(job: Dict[str, Any]) -> Dict[str, Any]:
     from comlrl_lightning.generation.base import sample_team
     from comlrl_lightning.runtime.rng import RandomStream
 
-    module = _module(job, max_new_tokens=job["max_new_tokens"], **common.GENERATION)
+    module = _module(job, sampling=_sampling(job))
     prompts = [[f(item) for f in FORMATTERS] for item in common.items(job["items"])]
 
     def sample():
@@ -228,7 +234,7 @@ def markdown(results: Dict[str, Any]) -> str:
         "### A LoRA team in one pass",
         "",
         f"A team of {AGENTS} LoRA adapters (r = {LORA_R}, peft's default targets `q_proj` and `v_proj`) on one base, "
-        "with `lora_one_pass: true` (the default: every agent's rows in one forward of the base, each through its own "
+        "with `team.lora_one_pass: true` (the default: every agent's rows in one forward of the base, each through its own "
         "adapter; all agents' prompts in the same `generate()` calls) against `false` (one pass per agent); the same "
         "pairs, prompts and seeds, in separate processes of this run. MADPO step as above (collate, margins, loss, "
         f"backward, AdamW); collection of {collection['items']} items, K = {collection['candidates']} per agent, "

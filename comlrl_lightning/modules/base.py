@@ -45,7 +45,8 @@ class TeamModule(PlainHyperparameters, LightningModule):
     Args:
         team: the agents (:class:`~comlrl_lightning.team.TeamOptions`): ``agent_model`` or
             ``agents``, ``num_agents``, tokenizers, ``dtype``, ``agent_devices``, ``lora`` (a
-            ``peft.LoraConfig``) and ``memory`` (activation checkpointing, the fused LM head).
+            ``peft.LoraConfig``), ``lora_one_pass`` (a LoRA team's agents in one pass of its base)
+            and ``memory`` (activation checkpointing, the fused LM head).
         agent_learning_rate: learning rate, one for all agents or one per agent (each agent is one
             parameter group of the optimizer).
         optimizer: the optimizer class over the agents' parameter groups (``None``: AdamW with its

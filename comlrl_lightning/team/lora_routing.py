@@ -94,7 +94,7 @@ class Routing:
             raise ConfigurationError(
                 f"one-pass LoRA routing: a LoRA layer saw {tokens} tokens in a call of {self.tokens} tokens "
                 f"over {self.units} units; this model's adapters cannot be routed per row "
-                "(set lora_one_pass: false)."
+                "(set team.lora_one_pass: false)."
             )
         per_unit, start, out = tokens // self.units, 0, []
         for adapter, count in self.runs:

@@ -70,6 +70,11 @@ class TeamOptions:
             made from this ``peft.LoraConfig`` (``class_path: peft.LoraConfig`` with any of its
             fields; ``task_type`` is ``CAUSAL_LM``); ``None``: every agent is a full model. All
             agents must then share one model source.
+        lora_one_pass: a LoRA team scores and samples all its agents in one pass of the shared
+            base, each row through its own agent's adapter (the same log-probabilities, gradients
+            and tokens as one pass per agent, up to float rounding); ``False``: one pass per
+            agent. Adapters that cannot be routed per row (DoRA, an adapter on the LM head,
+            ``modules_to_save``) run agent by agent either way; without ``lora`` it has no effect.
         memory: activation checkpointing and the fused LM head (:class:`MemoryOptions`).
     """
 
@@ -80,6 +85,7 @@ class TeamOptions:
     dtype: Optional[str] = None
     agent_devices: DeviceSpec = None
     lora: Optional[LoraConfig] = None
+    lora_one_pass: bool = True
     memory: MemoryOptions = MemoryOptions()
 
     def __post_init__(self) -> None:
@@ -112,7 +118,7 @@ class TeamOptions:
             team = Team(sources, tokenizers, self.dtype, fused_head=fused)
         else:
             agents = build_lora_agents(sources[0], len(sources), self.lora, dtype=self.dtype)
-            team = Team(agents, tokenizers, fused_head=fused)
+            team = Team(agents, tokenizers, fused_head=fused, one_pass=self.lora_one_pass)
         if self.memory.gradient_checkpointing:
             for agent in team.agents:
                 enable_activation_checkpointing(agent, self.memory.checkpoint_every_n_layers)

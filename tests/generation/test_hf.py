@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peft import LoraConfig
 
 from comlrl_lightning.generation.base import GenerationSettings, sample_team
 from comlrl_lightning.generation.hf import HFGenerator
@@ -19,7 +20,7 @@ ITEMS = ["abc", "zz", "qwerty uiop", "k", "mnop"]
 @pytest.fixture(scope="module")
 def team():
     torch.manual_seed(0)
-    agents = build_lora_agents("embedded", 3, r=4, target_modules=["c_attn", "c_proj"])
+    agents = build_lora_agents("embedded", 3, LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn", "c_proj"]))
     with torch.no_grad():  # distinct adapters, so that each agent samples its own tokens
         for agent in agents:
             for parameter in agent.trainable_parameters():

@@ -363,7 +363,8 @@ def test_a_lora_team_trains_with_critics(tmp_path, critic):
 def test_a_lora_team_in_one_pass_has_the_actor_critic_update_of_one_pass_per_agent(critic):
     torch.manual_seed(0)
     made = critic()
-    module = MAGRPOModule(rl_algorithm=made.algorithm, critic=made, lora_r=4, **TINY)
+    team = tiny_team(lora=LoraConfig(r=4, lora_alpha=16))
+    module = MAGRPOModule(rl_algorithm=made.algorithm, critic=made, **{**TINY, "team": team})
     module.configure_model()
     with torch.no_grad():  # distinct adapters, B away from its zero start
         for agent in module.team.agents:

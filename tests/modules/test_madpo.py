@@ -102,7 +102,7 @@ def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_a
     from tests.conftest import TINY_MODEL
 
     torch.manual_seed(0)
-    module = MADPOModule(**{**TINY_MODEL, "num_agents": 3, "lora_r": 4})
+    module = MADPOModule(**{**TINY_MODEL, "team": tiny_team(num_agents=3, lora=LoraConfig(r=4, lora_alpha=16))})
     module.configure_model()
     assert module.team.one_pass and module.team.one_pass_adapters() == ["agent_0", "agent_1", "agent_2"]
     with torch.no_grad():  # distinct adapters, B away from its zero start
@@ -134,4 +134,4 @@ def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_a
     assert gradients.keys() == expected_gradients.keys() and len(gradients) == 3 * 2 * 2  # agents x layers x (A, B)
     for name, value in expected_gradients.items():
         torch.testing.assert_close(gradients[name], value, rtol=1e-4, atol=1e-6, msg=name)
-    assert not MADPOModule(**{**TINY_MODEL, "lora_r": 4, "lora_one_pass": False}).team.one_pass
+    assert not MADPOModule(**{**TINY_MODEL, "team": tiny_team(lora=LoraConfig(r=4), lora_one_pass=False)}).team.one_pass

@@ -6,6 +6,7 @@ import pytest
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
+from peft import LoraConfig
 
 from comlrl_lightning import (
     AllHistoryReplay,
@@ -291,7 +292,9 @@ def test_a_lora_team_scores_rollouts_and_reference_kl_in_one_pass_each_as_agent_
 
     torch.manual_seed(0)
     module = MAGRPOModule(
-        **SAMPLING, num_agents=3, lora_r=4, num_generations=3, reference_kl_enabled=True, reference_kl_coef=0.5
+        **{**SAMPLING, "team": tiny_team(num_agents=3, lora=LoraConfig(r=4, lora_alpha=16))},
+        num_generations=3,
+        reference_kl=ReferenceKL(coef=0.5),
     )
     module.configure_model()
     team = module.team

@@ -216,7 +216,11 @@ def test_a_lora_team_in_one_pass_resumes_exactly(tmp_path):
     def run(root, ckpt=None, **options):
         torch.manual_seed(0)  # peft draws the adapters' A matrices from the global generator
         module, data, trainer = make_run(
-            root, data=dict(num_iterations=2), model=dict(lora_r=4), max_epochs=4, **options
+            root,
+            data=dict(num_iterations=2),
+            model=dict(team=tiny_team(lora=LoraConfig(r=4, lora_alpha=16))),
+            max_epochs=4,
+            **options,
         )
         assert module.team.one_pass_adapters() == ["agent_0", "agent_1"]
         trainer.fit(module, data, ckpt_path=ckpt)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peft import LoraConfig
 
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.team import activation_checkpointing as checkpointing
@@ -19,8 +20,8 @@ AGENTS = 3
 
 def _team(agents=AGENTS, **lora) -> Team:
     torch.manual_seed(0)
-    options = dict(r=4, target_modules=["c_attn", "c_proj"], **lora)
-    team = Team(build_lora_agents("embedded", agents, **options), tokenizers=load_tokenizer("embedded")).train()
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn", "c_proj"], **lora)
+    team = Team(build_lora_agents("embedded", agents, config), tokenizers=load_tokenizer("embedded")).train()
     with torch.no_grad():  # distinct adapters, B away from its zero start
         for agent in team.agents:
             for parameter in agent.trainable_parameters():
@@ -127,7 +128,7 @@ def test_a_layer_that_sees_part_of_the_tokens_cannot_be_routed():
     routing = Routing(["a", "b"], torch.tensor([0, 0, 1]))
     routing.tokens = 12
     assert routing.slices(12) == [("a", 0, 8), ("b", 8, 12)]  # 4 tokens per unit
-    with pytest.raises(ConfigurationError, match="lora_one_pass: false"):
+    with pytest.raises(ConfigurationError, match="team.lora_one_pass: false"):
         routing.slices(6)  # e.g. an expert of a mixture, or a head after logits_to_keep
 
 
