@@ -109,13 +109,16 @@ def routed_lora_forward(layer: nn.Module, routing: Routing, x: torch.Tensor, *ar
     ``base(x) + B_a(A_a(dropout_a(x))) * scaling_a`` per slice, as peft computes it for one adapter."""
     result = layer.base_layer(x, *args, **kwargs)
     flat = x.reshape(-1, x.shape[-1])
+    slices = routing.slices(flat.shape[0])
+    # split, not indexing: its backward is one concatenation, not a zero-filled input-sized gradient per slice
+    parts = flat.split([stop - start for _, start, stop in slices])
     deltas: list = []
-    for adapter, start, stop in routing.slices(flat.shape[0]):
+    for (adapter, _, _), part in zip(slices, parts):
         if adapter is None or adapter not in layer.lora_A:
-            deltas.append(stop - start)  # rows without an adapter: zeros, filled in below
+            deltas.append(part.shape[0])  # rows without an adapter: zeros, filled in below
             continue
         lora_a = layer.lora_A[adapter]
-        rows = cast_input(layer, flat[start:stop], lora_a.weight.dtype)
+        rows = cast_input(layer, part, lora_a.weight.dtype)
         deltas.append(layer.lora_B[adapter](lora_a(layer.lora_dropout[adapter](rows))) * layer.scaling[adapter])
     computed = [d for d in deltas if isinstance(d, torch.Tensor)]
     if not computed:
