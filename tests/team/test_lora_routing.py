@@ -18,10 +18,11 @@ from comlrl_lightning.team.team import Team, pack_sequences, stack_batches, unst
 AGENTS = 3
 
 
-def _team(agents=AGENTS, **lora) -> Team:
+def _team(agents=AGENTS, fused_head=None, **lora) -> Team:
     torch.manual_seed(0)
     config = LoraConfig(r=4, lora_alpha=16, target_modules=["c_attn", "c_proj"], **lora)
-    team = Team(build_lora_agents("embedded", agents, config), tokenizers=load_tokenizer("embedded")).train()
+    agents = build_lora_agents("embedded", agents, config)
+    team = Team(agents, tokenizers=load_tokenizer("embedded"), fused_head=fused_head).train()
     with torch.no_grad():  # distinct adapters, B away from its zero start
         for agent in team.agents:
             for parameter in agent.trainable_parameters():
@@ -57,8 +58,7 @@ def _scores_and_gradients(team: Team, batches: list, one_pass: bool):
     ids=["packed-fused-head", "padded", "packed-logits", "packed-checkpointed"],
 )
 def test_one_pass_equals_one_forward_per_agent_in_values_and_gradients(monkeypatch, packed, fused, checkpointed):
-    team = _team()
-    team.fused_head = fused
+    team = _team(fused_head=fused)
     if not packed:
         monkeypatch.setattr(packed_scoring, "packed_token_logprobs", lambda *args, **kwargs: None)
     if checkpointed:
