@@ -117,13 +117,13 @@ def lora_team_step(job: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def lora_team_collection(job: Dict[str, Any]) -> Dict[str, Any]:
-    from comlrl_lightning import PreferenceDataModule
+    from comlrl_lightning import PreferenceDataModule, TaskOptions
 
     module = _module(job, sampling=_sampling(job))
     data = PreferenceDataModule(
-        train_dataset=common.items(job["items"]),
-        formatters=list(FORMATTERS),
-        reward_func=team_reward,
+        task=TaskOptions(
+            train_dataset=common.items(job["items"]), formatters=list(FORMATTERS), reward_func=team_reward
+        ),
         num_agents=AGENTS,
         preference_num_candidates=job["candidates"],
         preference_pairs_per_sample=16,
