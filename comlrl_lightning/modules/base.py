@@ -326,8 +326,24 @@ class TeamModule(PlainHyperparameters, LightningModule):
         if self.global_step == 0 and self.trainer.ckpt_path is None:
             self.initial_eval_reward = self.evaluate_now("before training")
 
+    # (update count, reward) of the last validation run: when it saw the final weights, it is the
+    # evaluation after training (a second one would log another sample's value at the same step)
+    _validated: Optional[tuple] = None
+
+    def on_validation_end(self) -> None:
+        value = self.trainer.callback_metrics.get("eval/turn_1/reward_mean")
+        if not self.trainer.sanity_checking and value is not None:
+            self._validated = (self.global_step, float(value))
+
     def on_train_end(self) -> None:
-        self.final_eval_reward = self.evaluate_now("after training")
+        if self._validated is not None and self._validated[0] == self.global_step:
+            self.final_eval_reward = self._validated[1]
+            rank_zero_info(
+                f"evaluation (after training, {self.global_step} updates): "
+                f"eval/turn_1/reward_mean = {self.final_eval_reward:.4f}"
+            )
+        else:
+            self.final_eval_reward = self.evaluate_now("after training")
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         # after the batch's optimizer step: a generator with its own copy of the weights refreshes it

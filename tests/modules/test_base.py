@@ -151,3 +151,5 @@ def test_the_readme_snippet_under_a_plain_trainer_evaluates_once_before_training
     ]
     assert before == [(0, module.initial_eval_reward)]  # the module's own, once, before the first update
     assert evaluations[-1] == (trainer.global_step - 1, module.final_eval_reward)
+    # the evaluation after training is the validation that saw the final weights: one row at the last step
+    assert [step for step, _ in evaluations].count(trainer.global_step - 1) == 1
