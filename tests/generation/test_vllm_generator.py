@@ -1,8 +1,9 @@
 """VLLMGenerator: weights in sync with training, seeded sampling, exact resume, every sampling path.
 
 Skipped where vLLM is not installed (the main CI environment); ``.ci/vllm`` runs them in a virtual
-environment with vLLM. The embedded GPT-2 has 16-wide attention heads, which vLLM's CPU attention
-does not run, so these tests use a tiny Llama (32-wide heads) with the embedded character tokenizer.
+environment with vLLM. Most use a tiny Llama (32-wide heads) with the embedded character tokenizer;
+the embedded GPT-2 (2 heads of 32, its head tied to its embedding) samples with vLLM too, and
+``configs/madpo_iter_vllm.yaml`` runs it.
 """
 
 from __future__ import annotations
@@ -192,13 +193,42 @@ def vllm_runs_on_cpu() -> bool:
 
 
 @needs_vllm
-def test_a_model_the_backend_cannot_run_stops_at_the_first_sample_naming_the_option():
+def test_a_model_the_backend_cannot_run_stops_at_the_first_sample_naming_the_option(tmp_path):
     if not vllm_runs_on_cpu():
-        pytest.skip("the embedded GPT-2's 16-wide heads are refused by vLLM's CPU attention only")
+        pytest.skip("16-wide heads are refused by vLLM's CPU attention only")
+    narrow = build_llama(tmp_path / "narrow", head_dim=16)
     with pytest.raises(
-        RuntimeError, match=r"GPT2LMHeadModel.*head_dim=16.*generator to comlrl_lightning.generation.HFGenerator"
+        RuntimeError, match=r"LlamaForCausalLM.*head_dim=16.*generator to comlrl_lightning.generation.HFGenerator"
     ):
-        VLLMGenerator().generate(Team(["embedded"]), 0, PROMPTS, 1, GREEDY)
+        VLLMGenerator().generate(Team([narrow]), 0, PROMPTS, 1, GREEDY)
+
+
+@needs_vllm
+def test_the_embedded_default_samples_with_vllm_as_generate_does():
+    ours, reference = greedy_pairs(VLLMGenerator(), Team(["embedded"]), 0)
+    assert ours == reference
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_the_vllm_config_runs_the_embedded_default_iteratively(tmp_path):
+    """``configs/madpo_iter_vllm.yaml`` as the docs run it, with smaller sizes: every round file written."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo_iter_vllm.yaml"]
+    command += ["--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"]
+    command += ["--data.init_args.num_iterations", "2", "--data.init_args.preference_num_candidates", "4"]
+    command += ["--data.init_args.comparator.init_args.num_candidates", "4", "--data.init_args.eval_num_samples", "8"]
+    result = subprocess.run(
+        command, cwd=Path(__file__).parents[2], env=dict(os.environ), capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    files = _round_files(tmp_path)
+    assert sorted(files) == ["iteration_0001.json", "iteration_0002.json"]
+    assert all(json.loads(text)["num_pairs"] > 0 for text in files.values())
+    assert "evaluation (after training" in result.stdout + result.stderr
 
 
 @needs_vllm
