@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -181,21 +182,25 @@ def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
             for i in range(10)
         ]
         buffer.write_round(iteration, [p.to_record() for p in pairs])
-    main(
-        [
-            "fit",
-            "--config",
-            "configs/reward_model.yaml",
-            "--trainer.default_root_dir",
-            str(tmp_path),
-            "--data.init_args.replay_dir",
-            str(tmp_path / "rounds"),
-            "--data.init_args.num_train_epochs",
-            "2",
-            "--trainer.enable_progress_bar",
-            "false",
-        ]
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(
+            [
+                "fit",
+                "--config",
+                "configs/reward_model.yaml",
+                "--trainer.default_root_dir",
+                str(tmp_path),
+                "--data.init_args.replay_dir",
+                str(tmp_path / "rounds"),
+                "--data.init_args.num_train_epochs",
+                "2",
+                "--trainer.enable_progress_bar",
+                "false",
+            ]
+        )
+    # the backbone stays in eval mode as loaded (no dropout): Lightning's warning about it is not shown
+    assert not [w for w in caught if "in eval mode at the start of training" in str(w.message)]
     rows = _metrics(tmp_path)
     assert any(r.get("val/reward_model/accuracy") for r in rows)
     assert max(int(r["epoch"]) for r in rows) == 1  # num_train_epochs=2 set trainer.max_epochs

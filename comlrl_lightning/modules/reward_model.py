@@ -13,6 +13,7 @@ from comlrl_lightning.losses import bradley_terry_metrics
 from comlrl_lightning.models.joint_reward import RewardModelOptions, RewardScorer
 from comlrl_lightning.modules.hparams import PlainHyperparameters
 from comlrl_lightning.modules.optim import adamw
+from comlrl_lightning.runtime.quiet import expect_eval_mode_parts
 
 
 class RewardModelModule(PlainHyperparameters, LightningModule):
@@ -41,6 +42,10 @@ class RewardModelModule(PlainHyperparameters, LightningModule):
             source = options.model_name or EMBEDDED
             self.scorer = RewardScorer.from_source(source, None, options.max_length, options.freeze_backbone)
             self.reward_model = self.scorer.model
+
+    def on_fit_start(self) -> None:
+        # the backbone trains in the eval mode it was loaded in (no dropout), as MARLHF's reward fit does
+        expect_eval_mode_parts(self)
 
     def _step(self, pairs: List[PreferencePair], prefix: str) -> torch.Tensor:
         loss, chosen, rejected = self.scorer.pair_loss(pairs)
