@@ -79,7 +79,9 @@ def test_one_pass_equals_one_forward_per_agent_in_values_and_gradients(monkeypat
     assert one_gradients.keys() == gradients.keys()
     assert {name.split(".lora_")[1].split(".")[1] for name in gradients} == {f"agent_{i}" for i in range(AGENTS)}
     for name, expected in gradients.items():
-        torch.testing.assert_close(one_gradients[name], expected, rtol=1e-4, atol=1e-5, msg=name)
+        # float32 sums in another order: the noise scales with the gradient's largest entry
+        scale = float(expected.abs().max().clamp(min=1.0))
+        torch.testing.assert_close(one_gradients[name], expected, rtol=1e-4, atol=1e-5 * scale, msg=name)
 
 
 def test_identical_prompts_of_different_agents_are_not_shared_in_the_packed_layout():
