@@ -594,3 +594,18 @@ def test_a_cli_resume_continues_the_wandb_run_of_its_checkpoint_under_the_root_d
     records = sorted(root.rglob("run-*.wandb"))
     assert len(records) == 2 and {path.name for path in records} == {f"run-{run_id}.wandb"}
     assert not list((tmp_path / "cwd").iterdir())  # nothing in the working directory
+
+
+def test_the_vllm_config_is_the_iterative_default_with_another_generator():
+    """``configs/madpo_iter_vllm.yaml`` (parsed only where vLLM is installed) keeps up with
+    ``madpo_iter.yaml``: the same trainer, model and data but for its folder and its generator."""
+    import yaml
+
+    default, vllm = (
+        yaml.safe_load(Path(f"configs/{name}.yaml").read_text()) for name in ("madpo_iter", "madpo_iter_vllm")
+    )
+    assert vllm["model"]["init_args"].pop("generator")["class_path"] == "comlrl_lightning.generation.VLLMGenerator"
+    default["model"]["init_args"].pop("generator")
+    assert vllm["trainer"].pop("default_root_dir") == "runs/madpo_iter_vllm"
+    default["trainer"].pop("default_root_dir")
+    assert vllm == default
