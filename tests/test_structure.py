@@ -27,6 +27,7 @@ LAYERS = {
     "datamodules": 7,
     "callbacks": 8,
     "trainers": 9,
+    "utils": 9,  # the reference's comlrl.utils names for seed-API scripts
     "cli": 10,
     "__main__": 11,
     "__init__": 11,

@@ -221,7 +221,8 @@ class RewardDistributions(Callback):
       also sent to a TensorBoard logger (``add_figure``) or a W&B logger (``log_image``) under
       ``iter/reward_distribution/plot``;
     * metrics ``iter/reward_distribution/*`` and ``iter/selected_reward_distribution/*`` (see
-      :func:`distribution_metrics`) through the module's loggers.
+      :func:`distribution_metrics`) through the module's loggers, and to a W&B logger the
+      reference's panels ``.../iteration_NNNN/line_plot`` and ``bar_plot`` (:func:`log_panels`).
 
     Every rank holds the whole round (collection results are gathered on every rank), so the
     files are complete under DDP. A run resumed inside a round does not report that round again:
@@ -281,6 +282,7 @@ class RewardDistributions(Callback):
             team_side(trainer).log_metrics_now(metrics)
         record = distribution_record(iteration, self.reward_range, candidate, selected)
         if trainer.is_global_zero and has_samples(record):
+            log_panels(trainer.loggers, record, pairs_selected=bool(pairs), step=trainer.global_step)
             path = write_record(self.output, record)
             self.plot(trainer, record, path.with_suffix(".png"))
 
@@ -294,6 +296,38 @@ class RewardDistributions(Callback):
         figure.savefig(image, format="png", dpi=100)
         write_atomically(path, image.getbuffer())
         log_figure(trainer.loggers, PLOT_TAG, figure, path, trainer.global_step)
+
+
+PANEL_TITLES = {
+    "candidate": (CANDIDATE_NAMESPACE, "Candidate Reward Distribution"),
+    "selected": (SELECTED_NAMESPACE, "Selected Preference Reward Distribution"),
+}
+
+
+def log_panels(loggers: Sequence[Any], record: Dict[str, Any], pairs_selected: bool, step: int) -> None:
+    """Send a round's ``line_plot`` / ``bar_plot`` panels (the reference's keys and SVG markup, as
+    ``wandb.Html``) to every W&B logger; a section without rewards (or, for ``selected``, without
+    pairs) has none, as in the reference."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    from comlrl_lightning.callbacks.reward_distribution_svg import distribution_panels
+
+    wandb_loggers = [logger for logger in loggers if isinstance(logger, WandbLogger)]
+    if not wandb_loggers:
+        return
+    import wandb
+
+    panels: Dict[str, Any] = {}
+    edges = np.asarray(record["bin_edges"])
+    for section, (namespace, title) in PANEL_TITLES.items():
+        sides = record[section]
+        if section == "selected" and not pairs_selected or not any(s["sample_count"] for s in sides.values()):
+            continue
+        counts = [sides[side]["counts"] for side in ("target", "comparator")]
+        for key, markup in distribution_panels(namespace, title, record["iteration"], edges, *counts).items():
+            panels[key] = wandb.Html(markup)
+    for logger in wandb_loggers:
+        logger.log_metrics(panels, step=step)
 
 
 def log_figure(loggers: Sequence[Any], tag: str, figure: Any, png_path: Path, step: int) -> None:

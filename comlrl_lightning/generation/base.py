@@ -11,11 +11,11 @@ generator; :func:`sample_team` is the one call that has every agent sample its o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
-from comlrl_lightning.options import at_least, positive, require
+from comlrl_lightning.options import OptionError, at_least, positive, require
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team
 
@@ -30,12 +30,16 @@ class GenerationSettings:
         temperature: sampling temperature (> 0).
         top_p: nucleus sampling mass in (0, 1].
         top_k: top-k sampling (``None``: off).
+        extra: further sampling options by Hugging Face ``generate()``'s names
+            (``repetition_penalty``...), checked by the generator (see
+            :mod:`comlrl_lightning.generation.extra_options`).
     """
 
     max_new_tokens: PositiveInt = 256
     temperature: PositiveFloat = 0.6
     top_p: float = 0.6
     top_k: Optional[PositiveInt] = 50
+    extra: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
         at_least("max_new_tokens", self.max_new_tokens, 1)
@@ -98,6 +102,13 @@ class Generator:
             self.generate(team, agent, agent_prompts, num_samples, settings, stream)
             for agent, agent_prompts in enumerate(prompts)
         ]
+
+    def check_settings(self, settings: GenerationSettings) -> None:
+        """Refuse, before any sampling, settings this backend cannot honour (by default: any ``extra``)."""
+        if settings.extra:
+            raise OptionError(
+                f"{type(self).__name__} takes no further generation options (got {', '.join(sorted(settings.extra))})."
+            )
 
     def weights_updated(self) -> None:
         """The team's weights may have changed: the team module calls this after every training

@@ -23,6 +23,7 @@ from comlrl_lightning.generation.base import (
     Generator,
     completion_from_ids,
 )
+from comlrl_lightning.generation.extra_options import PLAIN_GENERATE_ONLY, hf_generate_options
 from comlrl_lightning.generation.seeded_sampling import request_seeds, seeded_sampling_options
 from comlrl_lightning.generation.shared_prompt import sample_with_shared_prompts
 from comlrl_lightning.options import at_least
@@ -182,13 +183,19 @@ class HFGenerator(Generator):
                 sampling = seeded_sampling_options(
                     settings, tokenizer, seeds[rows] or [0], num_samples, input_ids.shape[1]
                 )
+                sampling.update(hf_generate_options(settings.extra))  # eos_token_id may be overridden, as the reference
                 caller = model
                 if one_pass:
                     caller = team.one_pass_model(torch.tensor(agents[rows] or [owner], device=device))
-                if team.synced:  # plain generate(): the same forwards on every rank, until every rank is done
+                # plain generate(): on a sharded team the same forwards on every rank, until every rank
+                # is done; beam search and assisted decoding expand the prompts themselves
+                if team.synced or PLAIN_GENERATE_ONLY & set(sampling):
                     copies = torch.arange(input_ids.shape[0], device=device).repeat_interleave(num_samples)
                     output = caller.generate(
-                        input_ids=input_ids[copies], attention_mask=attention_mask[copies], synced_gpus=True, **sampling
+                        input_ids=input_ids[copies],
+                        attention_mask=attention_mask[copies],
+                        **({"synced_gpus": True} if team.synced else {}),
+                        **sampling,
                     )
                 else:
                     output = sample_with_shared_prompts(caller, input_ids, attention_mask, num_samples, sampling)
@@ -204,6 +211,10 @@ class HFGenerator(Generator):
         finally:
             model.train(was_training)
         return results
+
+    def check_settings(self, settings: GenerationSettings) -> None:
+        """``settings.extra`` must be ``generate()`` options the generator does not set itself."""
+        hf_generate_options(settings.extra)
 
     def __repr__(self) -> str:
         return f"HFGenerator(batch_size={self.batch_size})"

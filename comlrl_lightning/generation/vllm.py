@@ -23,6 +23,7 @@ from comlrl_lightning.generation.base import (
     Generator,
     completion_from_ids,
 )
+from comlrl_lightning.generation.extra_options import vllm_sampling_options
 from comlrl_lightning.generation.seeded_sampling import request_seeds
 from comlrl_lightning.generation.vllm_weights import (
     WeightsStamp,
@@ -142,6 +143,10 @@ class VLLMGenerator(Generator):
         report_generated(len(encoded))  # a collection's progress bar, when one is shown
         return [[completion_from_ids(tokenizer, ids) for ids in row] for row in rows]
 
+    def check_settings(self, settings: GenerationSettings) -> None:
+        """``settings.extra`` must be options vLLM honours (:data:`~comlrl_lightning.generation.extra_options.VLLM_NAMES`)."""
+        vllm_sampling_options(settings.extra)
+
     def weights_updated(self) -> None:
         _UPDATES[0] += 1
 
@@ -250,6 +255,7 @@ class Engine:
                 stop_token_ids=[eos_token_id],
                 seed=seed,
                 detokenize=False,
+                **vllm_sampling_options(settings.extra),
             )
             for seed in seeds
         ]

@@ -17,7 +17,7 @@ the last non-padding hidden state of a backbone whose LM head is never computed.
 from __future__ import annotations
 
 import copy
-from typing import ClassVar, Dict, List, Literal, Optional, Sequence, get_args
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, Union, get_args
 
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
@@ -79,13 +79,19 @@ class ValueModel(nn.Module):
         tokenizer: its tokenizer (loaded from ``source`` when ``None``).
         head_hidden_dim: hidden width of the head (``None``: one linear layer).
         seed: seed of the head's initial weights.
+        loading: ``dtype`` / ``attn_implementation`` for a loaded backbone (the team's).
     """
 
     def __init__(
-        self, source: ModelSource, tokenizer=None, head_hidden_dim: Optional[int] = None, seed: int = 0
+        self,
+        source: ModelSource,
+        tokenizer=None,
+        head_hidden_dim: Optional[int] = None,
+        seed: int = 0,
+        loading: Optional[Dict[str, Any]] = None,
     ) -> None:
         super().__init__()
-        causal = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source)
+        causal = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source, **(loading or {}))
         self.backbone = causal.base_model
         self.head = ValueHead(hidden_size_of(causal.config), head_hidden_dim, seed)
         self.head.to(dtype=next(self.backbone.parameters()).dtype)
@@ -201,7 +207,7 @@ class SharedCritic(Critic):
     def build(self, team: Team, sources: Sequence[ModelSource], seed: int = 0) -> None:
         source = self.model_name or sources[0]
         tokenizer = None if isinstance(source, str) else team.tokenizers[0]
-        self.model = ValueModel(source, tokenizer, self.head_hidden_dim, seed)
+        self.model = ValueModel(source, tokenizer, self.head_hidden_dim, seed, team.loading)
 
     def place(self, team: Team) -> None:
         self.model.to(self.devices or team.device_of(0))
@@ -231,7 +237,8 @@ class IndividualCritics(Critic):
     """IAC: a critic per agent, a separate model or a value head on the agent's own model.
 
     Args:
-        model_name: backbone of every separate critic (default: each agent's own model).
+        model_name: backbone of every separate critic, or a list of one per agent (default: each
+            agent's own model).
         critic_type: ``v`` (V of the agent's prompt) or ``q`` (Q of its prompt and completion).
         learning_rate: the critics' learning rate (``None``: each agent's).
         value_loss_coef: weight of the critic loss (> 0).
@@ -248,7 +255,7 @@ class IndividualCritics(Critic):
 
     def __init__(
         self,
-        model_name: Optional[str] = None,
+        model_name: Union[str, List[str], None] = None,
         critic_type: CriticType = "v",
         learning_rate: Optional[PositiveFloat] = None,
         value_loss_coef: PositiveFloat = 0.6,
@@ -288,11 +295,19 @@ class IndividualCritics(Critic):
         self.heads = nn.ModuleList()
 
     def build(self, team: Team, sources: Sequence[ModelSource], seed: int = 0) -> None:
+        if isinstance(self.model_name, (list, tuple)):
+            require(
+                len(self.model_name) == team.num_agents,
+                f"critics length ({len(self.model_name)}) must match num_agents ({team.num_agents}).",
+            )
         for i in range(team.num_agents):
             if self.use_separate_critic:
-                source = self.model_name or sources[i]
+                given = self.model_name[i] if isinstance(self.model_name, (list, tuple)) else self.model_name
+                source = given or sources[i]
                 tokenizer = None if isinstance(source, str) else team.tokenizers[i]
-                self.models.append(ValueModel(source, tokenizer, self.critic_head_hidden_dim, seed * 1_000_003 + i))
+                self.models.append(
+                    ValueModel(source, tokenizer, self.critic_head_hidden_dim, seed * 1_000_003 + i, team.loading)
+                )
             else:
                 head = ValueHead(
                     hidden_size_of(team.agents[i].config), self.value_head_hidden_dim, seed * 1_000_003 + i

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
@@ -168,11 +168,15 @@ class JointRewardModel(nn.Module):
     Args:
         source: backbone (hub id, local path, ``"embedded"``, or a causal-LM object, copied).
         freeze_backbone: train only the head.
+        loading: ``dtype`` / ``attn_implementation`` for a loaded backbone (the team's, as the
+            reference loads its reward model with the actors' ``model_config``).
     """
 
-    def __init__(self, source: ModelSource, freeze_backbone: bool = False) -> None:
+    def __init__(
+        self, source: ModelSource, freeze_backbone: bool = False, loading: Optional[Dict[str, Any]] = None
+    ) -> None:
         super().__init__()
-        causal = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source)
+        causal = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source, **(loading or {}))
         self.backbone = causal.base_model  # the transformer without the LM head: no vocabulary logits
         self.head = nn.Linear(hidden_size_of(causal.config), 1)
         self.head.to(dtype=next(self.backbone.parameters()).dtype)
@@ -200,13 +204,18 @@ class RewardScorer:
 
     @classmethod
     def from_source(
-        cls, source: ModelSource, tokenizer=None, max_length: Optional[int] = None, freeze_backbone: bool = False
+        cls,
+        source: ModelSource,
+        tokenizer=None,
+        max_length: Optional[int] = None,
+        freeze_backbone: bool = False,
+        loading: Optional[Dict[str, Any]] = None,
     ) -> "RewardScorer":
         if tokenizer is None:
             if not isinstance(source, str):
                 raise ConfigurationError("reward_model.model_name must be provided when agent models are objects.")
             tokenizer = load_tokenizer(source)
-        return cls(JointRewardModel(source, freeze_backbone), tokenizer, max_length)
+        return cls(JointRewardModel(source, freeze_backbone, loading), tokenizer, max_length)
 
     def batch(self, prompts: Sequence[Sequence[str]], completions: Sequence[Sequence[str]]) -> Dict[str, torch.Tensor]:
         """Right-padded ids and mask of the joint texts of ``len(prompts)`` joint responses."""

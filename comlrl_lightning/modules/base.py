@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
@@ -16,7 +17,8 @@ from comlrl_lightning.data.task import Task
 from comlrl_lightning.generation.base import GenerationSettings, Generator, sample_team
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
-from comlrl_lightning.modules.hparams import PlainHyperparameters
+from comlrl_lightning.modules.evaluation_metrics import EvaluationMetrics, EvaluationSamples, domain_metrics
+from comlrl_lightning.modules.hparams import OBJECT, PlainHyperparameters, builtin_values
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.options import positive, require
 from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
@@ -88,6 +90,7 @@ class TeamModule(PlainHyperparameters, LightningModule):
             self.agent_devices = resolve_devices(team.agent_devices, self.num_agents, "agent_devices", [])
         self.generation_settings = sampling
         self.generator: Generator = generator if generator is not None else HFGenerator()
+        self.generator.check_settings(self.generation_settings)
         self.optimizer_class, self.lr_scheduler_class = optimizer, lr_scheduler
         self.seed = seed
         # MeanMetric keeps sums, so the value is exact across processes and uneven batches
@@ -265,11 +268,35 @@ class TeamModule(PlainHyperparameters, LightningModule):
         prompts = [task.prompts(item) for item in items]
         with self.generation_context():
             samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
-        rewards = []
-        for k, item in enumerate(items):
-            _, processed = task.oracle.score([[samples[a][k][0].text] for a in range(len(samples))], prompts[k], item)
-            rewards.append(processed[0])
+        texts = [[samples[a][k][0].text for a in range(len(samples))] for k in range(len(items))]
+        rewards = [
+            task.oracle.score([[text] for text in texts[k]], prompts[k], item)[1][0] for k, item in enumerate(items)
+        ]
+        if self._evaluation is not None:
+            self._evaluation.add(task, items, texts, rewards)
         return rewards
+
+    evaluation_metrics: Optional[EvaluationMetrics] = None
+    """Domain metrics of every evaluation, logged as ``eval/<key>`` (a callable, set from Python; see
+    :mod:`comlrl_lightning.modules.evaluation_metrics`)."""
+    _evaluation: Optional[EvaluationSamples] = None
+
+    def _start_evaluation(self) -> None:
+        self._evaluation = EvaluationSamples() if self.evaluation_metrics is not None else None
+
+    def _evaluation_domain_metrics(self) -> Dict[str, float]:
+        """The domain metrics of the evaluation that just ended (every process's samples), then stop recording."""
+        samples, self._evaluation = self._evaluation, None
+        if samples is None:
+            return {}
+        return domain_metrics(self.evaluation_metrics, samples.merged(rank_and_world(self.trainer)[1]))
+
+    def on_validation_epoch_start(self) -> None:
+        self._start_evaluation()
+
+    def on_validation_epoch_end(self) -> None:
+        for key, value in self._evaluation_domain_metrics().items():
+            self.log(key, value, on_step=False, on_epoch=True)
 
     def _eval_stream(self, *keys: object) -> RandomStream:
         # derived from the progress, so evaluation never shifts any other sampling, and resumes exactly
@@ -300,6 +327,7 @@ class TeamModule(PlainHyperparameters, LightningModule):
         rank, world = rank_and_world(self.trainer)
         items, task = shard(every_item, rank, world), datamodule.task
         rewards, unparsed_before = [], task.unparsed_completions
+        self._start_evaluation()
         # sharded agents: every rank runs as many batches (an empty one samples in step with the others)
         length = -(-len(every_item) // world) if self.team.synced else len(items)
         for index, start in enumerate(range(0, length, datamodule.eval_batch_size)):
@@ -311,6 +339,7 @@ class TeamModule(PlainHyperparameters, LightningModule):
         metrics = {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value}
         if task.centralized:
             metrics["eval/unparsed_rate"] = sum(t[2] for t in totals) / count
+        metrics.update(self._evaluation_domain_metrics())
         # Lightning logs a step's metrics at the index of its last update (updates - 1)
         step = max(self.global_step - 1, 0)
         for logger in self.loggers:
@@ -349,11 +378,26 @@ class TeamModule(PlainHyperparameters, LightningModule):
         # after the batch's optimizer step: a generator with its own copy of the weights refreshes it
         self.generator.weights_updated()
 
+    sampling_from_checkpoint: bool = True
+    """Whether a resumed run samples with the settings its checkpoint saved (so it continues exactly,
+    ``extra`` options included), or with the module's own (the seed API's ``train(**generation_kwargs)``
+    given at the resume)."""
+
+    def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        # plain values only (a checkpoint loads with weights_only); an extra option that is an
+        # object (a logits processor) is not saved: a resume gives it again
+        settings = builtin_values(dataclasses.asdict(self.generation_settings))
+        if settings is not OBJECT:
+            checkpoint["generation_settings"] = settings
+
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         # before the callbacks read their state: Lightning's ModelCheckpoint would delete the files
         # its saved paths name, so a path outside its folder is dropped (with a warning naming it)
         if attached_trainer(self) is not None:
             confine_checkpoint_callbacks(checkpoint, self.trainer.checkpoint_callbacks)
+        saved = checkpoint.get("generation_settings")
+        if saved is not None and self.sampling_from_checkpoint:
+            self.generation_settings = GenerationSettings(**saved)
         self.generator.weights_updated()
 
     def log_metrics_now(self, metrics: Dict[str, float]) -> None:

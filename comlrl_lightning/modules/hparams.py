@@ -51,6 +51,23 @@ def plain(value: Any) -> Any:
     return OBJECT
 
 
+def builtin_values(value: Any) -> Any:
+    """``value`` of builtin types only (an ``int`` subclass such as jsonargparse's ``PositiveInt``
+    becomes an ``int``), or :data:`OBJECT` when any part is something else."""
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        items = [builtin_values(item) for item in value]
+        return OBJECT if any(item is OBJECT for item in items) else items
+    if isinstance(value, Mapping):
+        entries = {str(key): builtin_values(item) for key, item in value.items()}
+        return OBJECT if any(item is OBJECT for item in entries.values()) else entries
+    return OBJECT
+
+
 class PlainHyperparameters(HyperparametersMixin):
     """``save_hyperparameters`` that stores every option as a plain value (see :func:`plain`)."""
 
@@ -66,4 +83,4 @@ class PlainHyperparameters(HyperparametersMixin):
                 self.hparams[key] = rendered
 
 
-__all__ = ["OBJECT", "PlainHyperparameters", "is_nested_options", "plain"]
+__all__ = ["OBJECT", "PlainHyperparameters", "builtin_values", "is_nested_options", "plain"]

@@ -20,6 +20,7 @@ from comlrl_lightning.losses import (
 )
 from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS, TeamModule
+from comlrl_lightning.modules.evaluation_metrics import RolloutMetrics, RolloutSamples, domain_metrics
 from comlrl_lightning.options import OptionError, at_least, choice, require
 from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
 from comlrl_lightning.runtime.quiet import expect_eval_mode_parts
@@ -246,6 +247,9 @@ class MAGRPOModule(TeamModule):
             loss, metrics = self.actor_critic_loss(prompts, texts, logprobs, shaped)
         if self.skip_nonfinite(loss):
             return None
+        if self.rollout_metrics is not None:
+            rollouts = RolloutSamples.of_update(task, items, texts, returns.tolist(), shaped.tolist())
+            metrics.update(domain_metrics(self.rollout_metrics, rollouts, prefix=""))
         metrics.update(
             {
                 "train/loss": loss.detach(),
@@ -263,6 +267,10 @@ class MAGRPOModule(TeamModule):
             )
         self.log_dict(metrics, batch_size=len(items))
         return loss
+
+    rollout_metrics: Optional[RolloutMetrics] = None
+    """Domain metrics of every update's rollouts, logged under the returned keys (a callable, set
+    from Python; see :mod:`comlrl_lightning.modules.evaluation_metrics`)."""
 
     def actor_critic_loss(
         self, prompts: List[List[str]], texts: List[List[List[str]]], logprobs: List[torch.Tensor], shaped: torch.Tensor

@@ -62,7 +62,9 @@ class MARLHFModule(MAGRPOModule):
             options = self.reward_options
             source = options.model_name or self.agent_sources[0]
             tokenizer = None if isinstance(source, str) else self.team.tokenizers[0]
-            self.scorer = RewardScorer.from_source(source, tokenizer, options.max_length, options.freeze_backbone)
+            self.scorer = RewardScorer.from_source(
+                source, tokenizer, options.max_length, options.freeze_backbone, self.team.loading
+            )
             self.reward_model = self.scorer.model  # a submodule: moved by Lightning, saved in checkpoints
             self.reward_model.requires_grad_(False).eval()
             self._fresh_reward_state = copy.deepcopy(self.reward_model.state_dict())

@@ -126,6 +126,14 @@ def require_hook(base: type, name: str, library: str) -> None:
         raise unsupported(library, f"{base.__name__}.{name}")
 
 
+def wandb_run_active(logger: Any) -> bool:
+    """Whether a ``WandbLogger``'s run is started and not finished (``wandb.run`` is it)."""
+    import wandb
+
+    run = private(logger, "_experiment", "lightning")
+    return run is not None and wandb.run is run
+
+
 # ----------------------------------------------------------------------------------------------
 # transformers
 

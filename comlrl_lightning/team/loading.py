@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -45,13 +45,19 @@ def resolve_source(source: str) -> str:
     return text
 
 
-def load_model(source: ModelSource, dtype: Optional[str] = None) -> nn.Module:
-    """A causal LM from a hub id, a local path, ``"embedded"``, or a model object (used as is)."""
+def load_model(
+    source: ModelSource, dtype: Optional[str] = None, attn_implementation: Optional[str] = None
+) -> nn.Module:
+    """A causal LM from a hub id, a local path, ``"embedded"``, or a model object (used as is);
+    ``attn_implementation`` (``sdpa``, ``eager``, ``flash_attention_2``...; ``None``: transformers'
+    choice) goes to ``from_pretrained``."""
     if isinstance(source, nn.Module):
         return source
     from transformers import AutoModelForCausalLM
 
-    kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
+    kwargs: Dict[str, Any] = {"dtype": getattr(torch, dtype)} if dtype else {}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
     with transformers_bars_off():  # no per-file bar for every agent, snapshot and critic loaded
         return AutoModelForCausalLM.from_pretrained(resolve_source(source), **kwargs)
 
@@ -62,6 +68,24 @@ def load_tokenizer(source: str):
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_source(source))
     return prepare_tokenizer(tokenizer)
+
+
+def add_special_tokens(tokenizers: Sequence[Any], special_tokens: Optional[Dict[str, Any]]) -> None:
+    """``tokenizer.add_special_tokens(special_tokens)`` on each distinct tokenizer (the reference's
+    ``model_config["special_tokens"]``; a token a tokenizer has already is not added again)."""
+    if not special_tokens:
+        return
+    for tokenizer in {id(tokenizer): tokenizer for tokenizer in tokenizers}.values():
+        tokenizer.add_special_tokens(dict(special_tokens))
+
+
+def fit_embeddings(model: nn.Module, tokenizer: Any) -> None:
+    """Grow ``model``'s token embeddings (and tied output head) to ``len(tokenizer)`` rows when the
+    tokenizer has more tokens (added special tokens): their ids must index a row. The reference
+    (CoMLRL) does not resize, so a sampled or encoded new token would index past the table."""
+    embeddings = model.get_input_embeddings()
+    if embeddings is not None and embeddings.num_embeddings < len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer))
 
 
 def encode_prompt(tokenizer, prompt: str) -> List[int]:

@@ -141,14 +141,18 @@ def lora_for_agents(config: LoraConfig) -> LoraConfig:
 
 
 def build_lora_agents(
-    source: ModelSource, num_agents: int, config: LoraConfig, dtype: Optional[str] = None
+    source: ModelSource,
+    num_agents: int,
+    config: LoraConfig,
+    dtype: Optional[str] = None,
+    attn_implementation: Optional[str] = None,
 ) -> List[LoraAgent]:
     """One base model (loaded once, frozen) with ``num_agents`` adapters ``agent_0 ... agent_{N-1}``
     made from ``config`` (see :func:`lora_for_agents`); every adapter's parameters are trainable."""
     from peft import get_peft_model
 
     config = lora_for_agents(config)
-    base = load_model(source, dtype)
+    base = load_model(source, dtype, attn_implementation)
     shared = get_peft_model(base, config, adapter_name=adapter_name(0))
     for index in range(1, num_agents):
         shared.add_adapter(adapter_name(index), config)

@@ -10,7 +10,7 @@ makes the :class:`~comlrl_lightning.team.Team`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from jsonargparse.typing import PositiveInt
 from peft import LoraConfig
@@ -19,7 +19,7 @@ from comlrl_lightning.defaults import EMBEDDED
 from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.devices import DeviceSpec
 from comlrl_lightning.team.activation_checkpointing import enable_activation_checkpointing
-from comlrl_lightning.team.loading import ModelSource, load_tokenizer
+from comlrl_lightning.team.loading import ModelSource, add_special_tokens, fit_embeddings, load_tokenizer
 from comlrl_lightning.team.lora import build_lora_agents, lora_for_agents
 from comlrl_lightning.team.team import Team
 
@@ -76,6 +76,11 @@ class TeamOptions:
             agent. Adapters that cannot be routed per row (DoRA, an adapter on the LM head,
             ``modules_to_save``) run agent by agent either way; without ``lora`` it has no effect.
         memory: activation checkpointing and the fused LM head (:class:`MemoryOptions`).
+        attn_implementation: the attention of loaded models (``from_pretrained``'s: ``sdpa``,
+            ``eager``, ``flash_attention_2``...; ``None``: transformers' choice).
+        special_tokens: added to every agent's tokenizer (``tokenizer.add_special_tokens``, e.g.
+            ``{additional_special_tokens: ["<tool>"]}``), each model's token embeddings grown to
+            the tokenizer's size.
     """
 
     agent_model: str = EMBEDDED
@@ -87,9 +92,16 @@ class TeamOptions:
     lora: Optional[LoraConfig] = None
     lora_one_pass: bool = True
     memory: MemoryOptions = MemoryOptions()
+    attn_implementation: Optional[str] = None
+    special_tokens: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
         at_least("num_agents", self.num_agents, 1, allow_none=True)
+        require(
+            self.special_tokens is None or isinstance(self.special_tokens, dict),
+            "special_tokens must be a mapping for tokenizer.add_special_tokens "
+            "(e.g. {additional_special_tokens: [...]}).",
+        )
         if self.lora is not None:
             at_least("lora.r", self.lora.r, 1)
             lora_for_agents(self.lora)  # its task type, now rather than when the team loads
@@ -107,18 +119,28 @@ class TeamOptions:
     def load_tokenizers(self, sources: List[ModelSource]) -> List[Any]:
         """Each agent's tokenizer, loaded without the models (a LoRA team's adapters share its base's)."""
         if self.lora is None:
-            return Team.resolve_tokenizers(sources, self.tokenizers)
-        shared = self.tokenizers if self.tokenizers is not None else load_tokenizer(sources[0])
-        return Team.resolve_tokenizers(sources, shared)
+            tokenizers = Team.resolve_tokenizers(sources, self.tokenizers)
+        else:
+            shared = self.tokenizers if self.tokenizers is not None else load_tokenizer(sources[0])
+            tokenizers = Team.resolve_tokenizers(sources, shared)
+        add_special_tokens(tokenizers, self.special_tokens)
+        return tokenizers
 
     def build(self, sources: List[ModelSource], tokenizers: List[Any]) -> Team:
         """The team: full models, or one base with an adapter per agent; checkpointed as ``memory`` says."""
         fused = self.memory.fused_lm_head
+        attention = self.attn_implementation
         if self.lora is None:
-            team = Team(sources, tokenizers, self.dtype, fused_head=fused)
+            team = Team(sources, tokenizers, self.dtype, fused_head=fused, attn_implementation=attention)
+            models = list(team.agents)
         else:
-            agents = build_lora_agents(sources[0], len(sources), self.lora, dtype=self.dtype)
+            agents = build_lora_agents(sources[0], len(sources), self.lora, self.dtype, attention)
             team = Team(agents, tokenizers, fused_head=fused, one_pass=self.lora_one_pass)
+            team.loading = {"dtype": self.dtype, "attn_implementation": attention}
+            models = [agents[0].get_base_model()]  # the one model the adapters share
+        if self.special_tokens:
+            for model, tokenizer in zip(models, tokenizers):
+                fit_embeddings(model, tokenizer)
         if self.memory.gradient_checkpointing:
             for agent in team.agents:
                 enable_activation_checkpointing(agent, self.memory.checkpoint_every_n_layers)

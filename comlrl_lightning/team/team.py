@@ -7,7 +7,7 @@ where models and tokenizers come from lives in :mod:`comlrl_lightning.team.loadi
 from __future__ import annotations
 
 import contextlib
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -59,11 +59,14 @@ class Team(nn.Module):
         fused_head: Optional[bool] = None,
         synced: bool = False,
         one_pass: bool = True,
+        attn_implementation: Optional[str] = None,
     ) -> None:
         super().__init__()
         if not agents:
             raise ConfigurationError("A team needs at least one agent.")
-        self.agents = nn.ModuleList([load_model(source, dtype) for source in agents])
+        self.agents = nn.ModuleList([load_model(source, dtype, attn_implementation) for source in agents])
+        # how the team's models were loaded: the parts beside it (reward model, critics) load so too
+        self.loading: Dict[str, Any] = {"dtype": dtype, "attn_implementation": attn_implementation}
         self.tokenizers = self.resolve_tokenizers(agents, tokenizers)
         self._fused_head, self._synced = fused_head, synced
         self.one_pass = one_pass

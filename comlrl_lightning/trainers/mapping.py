@@ -34,13 +34,17 @@ from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCri
 from comlrl_lightning.models.joint_reward import RewardModelFit
 from comlrl_lightning.modules.collaboration import Centralized
 from comlrl_lightning.modules.magrpo import GROUP_BASELINES, ReferenceKL
+from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.trainers.configs import MADPOConfig
+
+SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k")
+"""The config fields that are sampling settings (``GenerationSettings``' fields but ``extra``)."""
 
 FIELD_MAP: Dict[str, str] = {
     "num_train_epochs": "`data.num_train_epochs` (MADPO: epochs over the pairs; MARLHF: policy epochs; per round when iterative)",
     "agent_learning_rate": "`model.agent_learning_rate`",
-    "logging_steps": "`trainer.log_every_n_steps`",
+    "logging_steps": "W&B: training metrics logged at least `logging_steps` environment steps apart, as the reference (the CSV log has every step)",
     "num_agents": "`model.team.num_agents` (and the data module's)",
     "collaboration_mode": "`model.collaboration`: `Decentralized()` or `Centralized(adapter)`",
     "parallel_training": "`none`: every agent on the first of `agent_devices`; `mp`: agent i on `agent_devices[i]` (one process, as `model.team.agent_devices`)",
@@ -109,6 +113,8 @@ FIELD_MAP: Dict[str, str] = {
     "comparator_api_response_field": "`response_field` of `ApiComparator`",
     "comparator_api_extra_body": "`extra_body` of `ApiComparator`",
     "preference_scoring_reward": "`model.preference_scoring_reward`",
+    "use_environment_step": "`trainer.env_step` advances with MADPO's updates (the W&B step, as the reference)",
+    "environment_steps_per_pair": "`trainer.env_step` increment per trained pair (the W&B step, as the reference)",
 }
 """Every mapped field and the option it becomes."""
 
@@ -117,8 +123,6 @@ IGNORED: Dict[str, str] = {
     "early_termination_threshold": "multi-turn only; no effect in single-turn training (as in the reference)",
     "external_prompt_passthrough": "multi-turn only; no effect in single-turn training (as in the reference)",
     "advantage_mode": "decided by `rl_algorithm` for the group baselines and unused by MADPO and the critics (as in the reference)",
-    "use_environment_step": "metrics are logged against Lightning's `global_step` (optimizer updates)",
-    "environment_steps_per_pair": "metrics are logged against Lightning's `global_step` (optimizer updates)",
     "reward_model_device": "the reward model is part of the team module and lives on its device",
     "comparator_api_key": "refused: a key is never a config value; name an environment variable in `comparator_api_key_env`",
 }
@@ -152,16 +156,45 @@ def _devices(spec: Any) -> Any:
     return spec if spec is None or isinstance(spec, str) else list(spec)
 
 
+MODEL_CONFIG_KEYS = ("torch_dtype", "dtype", "attn_implementation", "model_kwargs", "special_tokens")
+"""The reference's ``model_config`` keys taken here."""
+
+
+def model_loading(model_config: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The reference's ``model_config`` as team options: ``torch_dtype`` / ``dtype`` -> ``dtype``
+    (a name), ``attn_implementation`` (also from ``model_kwargs``, as the reference reads it) and
+    ``special_tokens``. Another key is an error naming it (the reference would ignore it)."""
+    model_config = dict(model_config or {})
+    unknown = sorted(set(model_config) - set(MODEL_CONFIG_KEYS))
+    if unknown:
+        raise OptionError(f"model_config: {', '.join(unknown)} not supported (taken: {', '.join(MODEL_CONFIG_KEYS)}).")
+    nested = dict(model_config.get("model_kwargs") or {})
+    others = sorted(set(nested) - {"attn_implementation"})
+    if others:
+        raise OptionError(f"model_config.model_kwargs: {', '.join(others)} not supported (taken: attn_implementation).")
+    dtype = model_config.get("torch_dtype") or model_config.get("dtype")
+    return dict(
+        dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
+        attn_implementation=model_config.get("attn_implementation", nested.get("attn_implementation")),
+        special_tokens=model_config.get("special_tokens"),
+    )
+
+
 def team_for(
-    config: MADPOConfig, sources: Dict[str, Any], tokenizers: Any = None, dtype: Optional[str] = None
+    config: MADPOConfig, sources: Dict[str, Any], tokenizers: Any = None, model_config: Optional[Dict[str, Any]] = None
 ) -> TeamOptions:
     """The ``team`` option: the models in ``sources`` (``agent_model`` or ``agents``), the config's
-    ``num_agents`` and its devices (``parallel_training="none"`` keeps the first, as the reference)."""
+    ``num_agents`` and its devices (``parallel_training="none"`` keeps the first, as the reference),
+    loaded as ``model_config`` says (:func:`model_loading`)."""
     devices = config.agent_devices
     if devices is not None and not isinstance(devices, str):
         devices = list(devices) if config.parallel_training == "mp" else list(devices)[:1]
     return TeamOptions(
-        **sources, num_agents=config.num_agents, tokenizers=tokenizers, dtype=dtype, agent_devices=devices
+        **sources,
+        num_agents=config.num_agents,
+        tokenizers=tokenizers,
+        agent_devices=devices,
+        **model_loading(model_config),
     )
 
 
@@ -170,7 +203,7 @@ def module_options(config: MADPOConfig, marlhf: bool) -> Dict[str, Any]:
     the team is :func:`team_for`'s."""
     options: Dict[str, Any] = dict(
         agent_learning_rate=config.agent_learning_rate,
-        sampling=GenerationSettings(**_same(config, *(f.name for f in dataclasses.fields(GenerationSettings)))),
+        sampling=GenerationSettings(**_same(config, *SAMPLING_FIELDS)),
     )
     if not marlhf:
         return {**options, "dpo_beta": config.dpo_beta}
@@ -215,7 +248,7 @@ def trainer_options(config: MADPOConfig) -> Dict[str, Any]:
     """
     options: Dict[str, Any] = dict(
         max_epochs=total_epochs(config.num_train_epochs, getattr(config, "num_iterations", 1)),
-        log_every_n_steps=config.logging_steps,
+        log_every_n_steps=1,  # the W&B logger throttles by environment steps, as the reference
         check_val_every_n_epoch=None,
     )
     if config.eval_interval == 0:
@@ -223,6 +256,12 @@ def trainer_options(config: MADPOConfig) -> Dict[str, Any]:
     else:
         options.update(val_check_interval=config.eval_interval)
     return options
+
+
+def wandb_options(config: MADPOConfig) -> Dict[str, Any]:
+    """Options of the W&B logger (:class:`~comlrl_lightning.trainers.wandb_compat.ReferenceStepWandbLogger`):
+    training metrics at least ``logging_steps`` environment steps apart, as the reference."""
+    return {"logging_steps": config.logging_steps}
 
 
 def collaboration_for(config: MADPOConfig, adapter: Any = None) -> Optional[Centralized]:
@@ -282,11 +321,41 @@ def comparator_for(config: Any, adapter: Any = None) -> Comparator:
     return comparator
 
 
-def critic_for(config: Any, critic_model: Any = None) -> Optional[Critic]:
+def actor_critic(config: Any) -> bool:
+    """Whether the config trains with a critic (MARLHF's ``maac`` / ``iac``), not a group baseline."""
+    return getattr(config, "rl_algorithm", None) in ("maac", "iac")
+
+
+def critic_sources(config: Any, critic_model: Any = None, critics: Any = None) -> Any:
+    """The critic backbone(s) the reference's arguments name: ``critics`` (``maac``: one;
+    ``iac``: one per agent, with ``use_separate_critic``), else ``critic_model``, else
+    ``critic_model_name`` (``None``: the agents' own models)."""
+    if critics is None:
+        return critic_model if critic_model is not None else config.critic_model_name
+    require(
+        isinstance(critics, (list, tuple)) and len(critics) > 0,
+        "critics must be a non-empty sequence of critic models or names.",
+    )
+    require(
+        config.rl_algorithm != "iac" or config.use_separate_critic,
+        "critics can only be provided when use_separate_critic=True.",
+    )
+    if critic_model is not None:
+        require(
+            all(isinstance(c, str) and c == critic_model for c in critics),
+            f"critic_model and critics conflict: {critic_model!r} != {list(critics)!r}.",
+        )
+    if config.rl_algorithm == "maac":
+        require(len(critics) == 1, f"critics length ({len(critics)}) must match 1 critic.")
+        return critics[0]
+    return list(critics)
+
+
+def critic_for(config: Any, critic_model: Any = None, critics: Any = None) -> Optional[Critic]:
     """The critic of ``maac`` (``SharedCritic``) or ``iac`` (``IndividualCritics``); ``None`` for the group baselines."""
     if config.rl_algorithm in GROUP_BASELINES:
         return None
-    model_name = critic_model if critic_model is not None else config.critic_model_name
+    model_name = critic_sources(config, critic_model, critics)
     common = dict(
         critic_type=config.critic_type,
         learning_rate=config.critic_learning_rate,

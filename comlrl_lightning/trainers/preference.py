@@ -28,7 +28,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import WandbLogger
 
 from comlrl_lightning.callbacks.reward_curve import RewardCurvePlot
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
@@ -45,16 +44,20 @@ from comlrl_lightning.data.task import TaskOptions
 from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.defaults import EMBEDDED
-from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
-from comlrl_lightning.generation.base import GenerationSettings
+from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
-from comlrl_lightning.runtime.compat import wandb_run_started
 from comlrl_lightning.runtime.files import ensure_writable_folder
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
+from comlrl_lightning.trainers.arguments import check_arguments
+from comlrl_lightning.trainers.attributes import (
+    MARLHFAttributes,
+    ReferenceAttributes,
+    reference_task,
+)
 from comlrl_lightning.trainers.checkpoints import CheckpointMethods
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
@@ -62,24 +65,19 @@ from comlrl_lightning.trainers.configs import (
     MARLHFConfig,
     MARLHFIterConfig,
 )
+from comlrl_lightning.trainers.environment_steps import environment_steps_for
+from comlrl_lightning.trainers.eval_callbacks import ReferenceCallbacks, evaluate_now
+from comlrl_lightning.trainers.wandb_compat import finish_runs
 from comlrl_lightning.trainers.wandb_config import logger_from_wandb_config, output_base
 
-GENERATION_KWARGS = tuple(field.name for field in dataclasses.fields(GenerationSettings))
-"""What ``train(**generation_kwargs)`` may override: the sampling settings."""
-
-UNSUPPORTED_ARGUMENTS = {
-    "external_transition": "multi-turn training is not supported here (num_turns must be 1)",
-    "eval_logger": "log domain metrics from a Lightning Callback (e.g. on_validation_batch_end) instead",
-    "eval_aggregator": "log domain metrics from a Lightning Callback (e.g. on_validation_batch_end) instead",
-    "metrics_callback": "log domain metrics from a Lightning Callback (e.g. on_validation_batch_end) instead",
-    "critics": "give one critic model as critic_model= (or args.critic_model_name)",
-}
-"""Constructor arguments of the reference this library does not take, and what to do instead."""
+GENERATION_KWARGS = mapping.SAMPLING_FIELDS
+"""The ``train(**generation_kwargs)`` that replace sampling settings (the others become ``extra`` options)."""
 
 
-class _PreferenceTrainer(CheckpointMethods):
-    """What the four trainers share: building the parts, ``train()``, ``save_model()`` and the
-    checkpoint methods (:class:`~comlrl_lightning.trainers.checkpoints.CheckpointMethods`).
+class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
+    """What the four trainers share: building the parts, ``train()``, ``evaluate()``, ``save_model()``,
+    the reference's attributes (:class:`~comlrl_lightning.trainers.attributes.ReferenceAttributes`)
+    and the checkpoint methods (:class:`~comlrl_lightning.trainers.checkpoints.CheckpointMethods`).
 
     The constructor takes the reference's arguments (models, tokenizer, datasets, reward function,
     formatters, ``args``). Beyond the reference it accepts import paths for ``reward_func``,
@@ -115,13 +113,9 @@ class _PreferenceTrainer(CheckpointMethods):
         **marlhf_arguments: Any,
     ) -> None:
         self.args = args if args is not None else self.config_class()
-        self._refuse_unsupported(
-            external_transition=external_transition,
-            eval_logger=eval_logger,
-            eval_aggregator=eval_aggregator,
-            **marlhf_arguments,
-        )
-        self._check_team(num_agents, agent_model, agents)
+        given = dict(external_transition=external_transition, **marlhf_arguments)
+        check_arguments(type(self).__name__, self.config_class, self.args, self.module_class is MARLHFModule, given)
+        self._check_team(num_agents, agent_model, agents, tokenizer)
         train_dataset, eval_dataset = _task_datasets(agent_model, train_dataset, eval_dataset, reward_func)
         mapping.warn_ignored(self.args)
         # args and wandb_config go to the W&B run and the checkpoints: no key's value anywhere in them
@@ -136,7 +130,7 @@ class _PreferenceTrainer(CheckpointMethods):
             tokenizer,
             model_config or {},
             centralized_comparator_adapter,
-            marlhf_arguments.get("critic_model"),
+            {key: given.get(key) for key in ("critic_model", "critics")},
         )
         self.datamodule = self._build_datamodule(
             centralized_comparator_adapter,
@@ -148,17 +142,28 @@ class _PreferenceTrainer(CheckpointMethods):
                 reward_processor=reward_processor,
             ),
         )
+        self.task = reference_task(self.datamodule, self.module, tokenizer)  # checked now, as the reference
+        self.model_source = agent_model if not agents else list(agents)[0]
+        self.environment_steps = environment_steps_for(self.args)
+        self.reference_callbacks = ReferenceCallbacks(eval_logger, eval_aggregator, given.get("metrics_callback"))
+        self.reference_callbacks.install(self.module, mapping.actor_critic(self.args))
         self.trainer: Optional[Trainer] = None
 
-    def _check_team(self, num_agents: int, agent_model: Any, agents: Optional[Sequence[Any]]) -> None:
+    def _check_team(self, num_agents: int, agent_model: Any, agents: Optional[Sequence[Any]], tokenizer: Any) -> None:
+        if self.args.collaboration_mode == "centralized":  # the reference's checks, in its order
+            require(agents is None or len(agents) == 1, "Centralized collaboration requires exactly one actor model.")
+            require(
+                not isinstance(tokenizer, (list, tuple)) or len(tokenizer) == 1,
+                "Centralized collaboration requires one actor tokenizer.",
+            )
         require(
             num_agents in (2, self.args.num_agents),
-            f"num_agents ({num_agents}) must match args.num_agents ({self.args.num_agents}) (the role count).",
+            f"num_agents must match args.num_agents (the role count). Got {num_agents} and {self.args.num_agents}.",
         )
-        require(agent_model is not None or agents, "agent_model or agents is required.")
+        require(agent_model is not None or agents, "Either agent_model or agents must be provided.")
         require(
             agents or agent_model is None or isinstance(agent_model, (str, os.PathLike)),
-            "agent_model must be a model name or path; pass model objects as agents=[...] with tokenizer=.",
+            "agent_model should be a string to create homogeneous agents (model objects go in agents=[...] with tokenizer=).",
         )
 
     def _build_datamodule(self, adapter: Any, task: TaskOptions) -> PreferenceDataModule:
@@ -176,47 +181,20 @@ class _PreferenceTrainer(CheckpointMethods):
             resolve_reward_range(resolve_callable(datamodule.reward_func, "reward_func"))
         return datamodule
 
-    def _refuse_unsupported(self, **given: Any) -> None:
-        """``args`` of another trainer's kind, a keyword the reference does not have (a ``TypeError``)
-        and one it has that this library does not support are errors with the reason (never silently ignored)."""
-        # MARLHFConfig and the iterative configs derive from MADPOConfig: each trainer takes its own kind only
-        other_kinds = tuple(
-            {MADPOConfig, MARLHFConfig, MADPOIterConfig, MARLHFIterConfig} - set(self.config_class.__mro__)
-        )
-        require(
-            isinstance(self.args, self.config_class) and not isinstance(self.args, other_kinds),
-            f"args must be a {self.config_class.__name__} (got {type(self.args).__name__}).",
-        )
-        marlhf_only = ("metrics_callback", "critic_model", "critics")
-        for name in given:
-            if (
-                name in marlhf_only
-                and self.module_class is not MARLHFModule
-                or name not in UNSUPPORTED_ARGUMENTS
-                and name not in marlhf_only
-            ):
-                raise ConfigurationTypeError(f"{type(self).__name__}() got an unexpected keyword argument {name!r}")
-            if name in UNSUPPORTED_ARGUMENTS and given[name] is not None:
-                raise OptionError(f"{name} is not supported: {UNSUPPORTED_ARGUMENTS[name]}.")
-
-    def _build_module(self, agent_model, agents, tokenizer, model_config, adapter, critic_model):
-        dtype = model_config.get("torch_dtype", model_config.get("dtype"))
-        unknown = sorted(set(model_config) - {"torch_dtype", "dtype"})  # transformers picks the attention itself
-        require(not unknown, f"model_config: {', '.join(unknown)} not supported (dtype / torch_dtype is).")
+    def _build_module(self, agent_model, agents, tokenizer, model_config, adapter, critic_arguments):
         sources: Dict[str, Any] = {"agent_model": str(agent_model)} if not agents else {"agents": list(agents)}
         objects = bool(agents) and not all(isinstance(a, (str, os.PathLike)) for a in agents)
         require(not objects or tokenizer is not None, "Tokenizer(s) must be provided when agents are model objects.")
         options = mapping.module_options(self.args, marlhf=self.module_class is MARLHFModule)
         if self.module_class is MARLHFModule:
-            options["critic"] = mapping.critic_for(self.args, critic_model)
+            options["critic"] = mapping.critic_for(self.args, **critic_arguments)
         if agents and self.args.collaboration_mode == "decentralized":
             require(
                 len(list(agents)) == self.args.num_agents,
                 f"num_agents ({self.args.num_agents}) must match the number of agents ({len(list(agents))}).",
             )
-        dtype = str(dtype).replace("torch.", "") if dtype is not None else None
         return self.module_class(
-            team=mapping.team_for(self.args, sources, tokenizer, dtype),
+            team=mapping.team_for(self.args, sources, tokenizer, model_config),
             collaboration=mapping.collaboration_for(self.args, adapter),
             seed=self.seed,
             **options,
@@ -242,13 +220,17 @@ class _PreferenceTrainer(CheckpointMethods):
         checkpoints (the one with the most progress); the run continues exactly where it stopped
         (raise ``num_iterations`` to extend a finished run), with the same logs and W&B run, and its
         checkpoints go on beside the one it resumed unless ``checkpoint_dir`` says otherwise.
-        Checkpoint options may differ from the earlier parts of the run. ``generation_kwargs``
-        override the sampling settings (``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``;
-        ``do_sample=True`` is accepted).
+        Checkpoint options may differ from the earlier parts of the run. ``generation_kwargs`` go to
+        every sampler (collection, comparators, evaluation, rollouts) as the reference forwards them
+        to Hugging Face ``generate()``: ``max_new_tokens``, ``temperature``, ``top_p`` and ``top_k``
+        replace the config's, any other ``generate()`` option (``repetition_penalty``,
+        ``suppress_tokens``...) is passed on (the vLLM generator maps those vLLM supports and
+        refuses the rest by name); ``do_sample=True`` is accepted. They are saved in checkpoints: a
+        resume without them continues with the saved ones.
         """
         plan = self.checkpoint_plan(resume_from_checkpoint, checkpoint_dir, checkpoint_interval, checkpoint_total_limit)
         self._apply_generation_kwargs(generation_kwargs)
-        callbacks: List[Callback] = [RewardCurvePlot(), *plan.callbacks]
+        callbacks: List[Callback] = [RewardCurvePlot(), self.environment_steps, *plan.callbacks]
         if getattr(self.args, "log_reward_distribution", False):
             from comlrl_lightning.callbacks.reward_distributions import (
                 RewardDistributions,
@@ -261,7 +243,9 @@ class _PreferenceTrainer(CheckpointMethods):
             devices=1,
             default_root_dir=str(self.output_dir),
             callbacks=callbacks,
-            logger=logger_from_wandb_config(self.wandb_config, self.output_dir, self.args, plan.metadata),
+            logger=logger_from_wandb_config(
+                self.wandb_config, self.output_dir, self.args, self._run_identity(), plan.metadata
+            ),
             enable_checkpointing=plan.tracking,
             enable_progress_bar=bool(verbose),
             enable_model_summary=False,
@@ -269,39 +253,42 @@ class _PreferenceTrainer(CheckpointMethods):
         )
         try:
             self.trainer.fit(self.module, self.datamodule, ckpt_path=plan.resume)
-        finally:  # a W&B run is complete (and its offline record flushed) when train() returns
-            for logger in self.trainer.loggers:
-                if isinstance(logger, WandbLogger) and wandb_run_started(logger):
-                    logger.experiment.finish()
+        except BaseException:  # a failed run's W&B record is complete; a finished one stays open, as the reference's
+            finish_runs(self.trainer.loggers)
+            raise
 
-    def evaluate(self) -> Dict[str, float]:
-        """Evaluate the current policy on the evaluation items with the task reward (one joint sample
-        per item, as in training's evaluations) and return the metrics, e.g. ``eval/turn_1/reward_mean``."""
-        # no inference mode: tensors made under it (the team's buffers, metric states) could not be trained after
-        trainer = Trainer(
-            accelerator="auto",
-            devices=1,
-            default_root_dir=str(self.output_dir),  # an iterative data module's folders: the run's, not the cwd
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            inference_mode=False,
+    def _run_identity(self) -> Dict[str, Any]:
+        """What the W&B run config and steps need from the trainer (see :mod:`~comlrl_lightning.trainers.wandb_compat`)."""
+        return dict(
+            model_name=self.model_name,
+            num_agents=self.num_agents,
+            num_roles=self.module.num_roles,
+            env_step=lambda: self.environment_steps.env_step,
         )
-        results = trainer.validate(self.module, self.datamodule, verbose=False)
-        return {key: float(value) for key, value in (results[0] if results else {}).items()}
+
+    def evaluate(self, num_eval_samples: Optional[int] = None) -> Dict[str, float]:
+        """Evaluate the current policy now and return the metrics it logged: one joint sample per
+        evaluation item (the first ``num_eval_samples``, default ``args.eval_num_samples``) scored with
+        the task reward (``eval/turn_1/reward_mean``, ``eval/turn_1/expected_return``), and ``eval/<key>``
+        from ``eval_logger`` + ``eval_aggregator`` (for every trainer, as the reference's ``evaluate()``).
+        After ``train()`` the metrics go to its logs too, at its last step."""
+        return evaluate_now(self, num_eval_samples)
 
     def _apply_generation_kwargs(self, kwargs: Dict[str, Any]) -> None:
+        """``train(**generation_kwargs)`` onto the sampling settings: the four named ones replace
+        theirs, the others become ``extra`` options, checked by the generator now; given, they
+        also win over the settings a resumed checkpoint saved."""
         if kwargs.pop("do_sample", True) is not True:
             raise OptionError("do_sample=False is not supported: preference collection samples.")
-        unknown = sorted(set(kwargs) - set(GENERATION_KWARGS))
-        require(
-            not unknown,
-            f"train(): generation option(s) {', '.join(unknown)} not supported "
-            f"(supported: {', '.join(GENERATION_KWARGS)}, do_sample).",
-        )
-        if kwargs:
-            self.module.generation_settings = dataclasses.replace(self.module.generation_settings, **kwargs)
+        if not kwargs:
+            return
+        named = {key: kwargs.pop(key) for key in GENERATION_KWARGS if key in kwargs}
+        current = self.module.generation_settings
+        extra = {**(current.extra or {}), **kwargs} or None
+        settings = dataclasses.replace(current, **named, extra=extra)
+        self.module.generator.check_settings(settings)
+        self.module.generation_settings = settings
+        self.module.sampling_from_checkpoint = False
 
     def save_model(self, output_dir: str) -> None:
         """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer.
@@ -329,6 +316,8 @@ class _PreferenceTrainer(CheckpointMethods):
                 os.replace(staging, target)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
+        if self.trainer is not None:  # as the reference: the W&B run ends with the saved model
+            finish_runs(self.trainer.loggers, final_model_saved=str(output_dir))
 
 
 def _task_datasets(agent_model: Any, train_dataset: Any, eval_dataset: Any, reward_func: Any) -> Tuple[Any, Any]:
@@ -366,13 +355,13 @@ class MADPOIterTrainer(_PreferenceTrainer):
     config_class, module_class, iterative = MADPOIterConfig, MADPOModule, True
 
 
-class MARLHFTrainer(_PreferenceTrainer):
+class MARLHFTrainer(MARLHFAttributes, _PreferenceTrainer):
     """MARLHF: pairs, a joint reward model, then multi-agent RL on it (``critic_model=`` for maac/iac)."""
 
     config_class, module_class = MARLHFConfig, MARLHFModule
 
 
-class MARLHFIterTrainer(_PreferenceTrainer):
+class MARLHFIterTrainer(MARLHFAttributes, _PreferenceTrainer):
     """Iterative MARLHF: per round, pairs against a comparator, a fresh reward model, then RL."""
 
     config_class, module_class, iterative = MARLHFIterConfig, MARLHFModule, True

@@ -7,10 +7,12 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.loggers import Logger
 
 from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
 from comlrl_lightning.options import require
+from comlrl_lightning.trainers.mapping import wandb_options
+from comlrl_lightning.trainers.wandb_compat import reference_run_config, start_reference_logger
 
 WANDB_KEYS = (
     "project",
@@ -38,16 +40,23 @@ def output_base(wandb_config: Dict[str, Any]) -> Path:
 
 
 def logger_from_wandb_config(
-    wandb_config: Dict[str, Any], output_dir: Path, args: Any, resumed: Optional[Dict[str, Any]] = None
+    wandb_config: Dict[str, Any],
+    output_dir: Path,
+    args: Any,
+    reference: Dict[str, Any],
+    resumed: Optional[Dict[str, Any]] = None,
 ) -> List[Logger]:
     """A CSV logger (``<output_dir>/lightning_logs/version_N/metrics.csv``) and, when ``wandb_config``
-    names a project or run, a ``WandbLogger`` with the config's fields and ``args`` as its config.
+    names a project or run, a W&B logger with the config's fields and the reference's run config
+    (see :mod:`comlrl_lightning.trainers.wandb_compat`), every ``args`` field beside it.
 
-    The W&B key is read by wandb from its own environment (``WANDB_API_KEY``); ``mode="offline"``
-    (or ``WANDB_MODE=offline``) runs without a login. ``resumed`` is the metadata of the checkpoint a
-    run resumes (:func:`~comlrl_lightning.runtime.checkpoint_metadata.read_checkpoint_metadata`): the
-    CSV log continues in its version folder (when it lies in this ``output_dir``), and the W&B run
-    continues under its id unless ``wandb_config`` names an ``id`` or ``resume`` itself (as the reference).
+    ``reference`` holds the run's ``model_name``, ``num_agents``, ``num_roles`` and its ``env_step``
+    (a callable). The W&B key is read by wandb from its own environment (``WANDB_API_KEY``);
+    ``mode="offline"`` (or ``WANDB_MODE=offline``) runs without a login. ``resumed`` is the metadata
+    of the checkpoint a run resumes
+    (:func:`~comlrl_lightning.runtime.checkpoint_metadata.read_checkpoint_metadata`): the CSV log
+    continues in its version folder (when it lies in this ``output_dir``), and the W&B run continues
+    under its id unless ``wandb_config`` names an ``id`` or ``resume`` itself (as the reference).
     """
     logs = (resumed or {}).get("logs") or {}
     same_folder = same_log_folder(output_dir, "lightning_logs", logs)
@@ -63,15 +72,19 @@ def logger_from_wandb_config(
         for key in ("project", "entity"):
             if identity.get(key) and not options.get(key):
                 options[key] = identity[key]
-    wandb = WandbLogger(
+    init = dict(
         name=wandb_config.get("name") or wandb_config.get("run_name"),
-        save_dir=str(wandb_config.get("dir") or output_dir),
-        offline=wandb_config.get("mode") == "offline",
+        dir=str(wandb_config.get("dir") or output_dir),
+        **({"mode": "offline"} if wandb_config.get("mode") == "offline" else {}),
         **options,
     )
-    sections = {key: value for key, value in (wandb_config.get("config_sections") or {}).items() if key != "output"}
-    wandb.log_hyperparams(
-        {**dataclasses.asdict(args), "algorithm": type(args).__name__.replace("Config", ""), **sections}
+    sections = dict(wandb_config.get("config_sections") or {})
+    algorithm = type(args).__name__.replace("Config", "")
+    run_config = reference_run_config(
+        args, algorithm, reference["model_name"], reference["num_agents"], reference["num_roles"], sections
+    )
+    wandb = start_reference_logger(
+        init, {**dataclasses.asdict(args), **run_config}, reference["env_step"], **wandb_options(args)
     )
     loggers.append(wandb)
     return loggers

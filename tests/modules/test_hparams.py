@@ -30,7 +30,7 @@ def test_option_objects_are_stored_as_mappings_and_a_peft_config_as_class_path_a
         reward_model=RewardModelFit(learning_rate=1e-3),
     )
     hparams = dict(module.hparams)
-    assert hparams["sampling"] == {"max_new_tokens": 6, "temperature": 0.6, "top_p": 0.6, "top_k": 50}
+    assert hparams["sampling"] == {"max_new_tokens": 6, "temperature": 0.6, "top_p": 0.6, "top_k": 50, "extra": None}
     assert hparams["reference_kl"] == {"coef": 0.05, "devices": None}
     assert hparams["reward_model"]["learning_rate"] == 1e-3
     assert "tokenizers" not in hparams["team"]  # an object no config can hold
@@ -63,3 +63,13 @@ def test_plain_leaves_out_what_is_an_object_and_keeps_the_rest():
     }
     assert plain([1, model]) is OBJECT and plain(model) is OBJECT
     assert "agents" not in plain(TeamOptions(agents=[model])) and plain(TeamOptions())["agents"] is None
+
+
+def test_builtin_values_turn_int_subclasses_into_ints_and_objects_into_the_marker():
+    from jsonargparse.typing import PositiveInt
+
+    from comlrl_lightning.modules.hparams import builtin_values
+
+    converted = builtin_values({"n": PositiveInt(3), "l": [1.5, "x", None, True]})
+    assert converted == {"n": 3, "l": [1.5, "x", None, True]} and type(converted["n"]) is int
+    assert builtin_values({"processor": torch.nn.Identity()}) is OBJECT

@@ -16,6 +16,7 @@ from comlrl_lightning.trainers.configs import (
     MARLHFConfig,
     MARLHFIterConfig,
 )
+from comlrl_lightning.trainers.environment_steps import environment_steps_for
 
 # The reference's (CoMLRL 1.4.3) fields and defaults, copied from its dataclasses.
 MADPO_DEFAULTS = dict(
@@ -332,6 +333,8 @@ def built(config) -> dict:
         module=mapping.module_options(config, marlhf),
         data=mapping.data_options(config),
         trainer=mapping.trainer_options(config),
+        wandb=mapping.wandb_options(config),
+        env_steps=vars(environment_steps_for(config)),
         collaboration=repr(mapping.collaboration_for(config)),
     )
     if hasattr(config, "num_iterations"):
@@ -427,6 +430,8 @@ CHANGES = {  # field -> (config class, base options, new value)
     "comparator_api_response_field": (MADPOIterConfig, API, "data.texts"),
     "comparator_api_extra_body": (MADPOIterConfig, API, {"seed": 1}),
     "preference_scoring_reward": (MARLHFIterConfig, {}, "reward_model"),
+    "use_environment_step": (MADPOConfig, {}, False),
+    "environment_steps_per_pair": (MADPOConfig, {}, 3),
 }
 
 

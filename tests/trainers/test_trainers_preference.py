@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from comlrl_lightning.trainers.preference import (
     MARLHFIterTrainer,
     MARLHFTrainer,
 )
+from tests.helpers.wandb_records import settled
 
 SMALL = dict(
     max_new_tokens=6,
@@ -215,6 +215,29 @@ def test_marlhf_with_a_critic_model_object(tmp_path):
     assert trainer.trainer.global_step > 0
 
 
+def test_marlhf_iac_with_one_critic_per_agent(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    critics = [AutoModelForCausalLM.from_pretrained(embedded_model_path()), "embedded"]
+    trainer = MARLHFTrainer(
+        agent_model="embedded",
+        args=MARLHFConfig(**SMALL_MARLHF, rl_algorithm="iac"),
+        critics=critics,
+        wandb_config={"output_dir": str(tmp_path)},
+    )
+    assert trainer.module.critic.model_name == critics
+    trainer.train()
+    assert len(trainer.critics) == 2 and trainer.critics[0] is not critics[0]  # a copy of the object trains
+    with pytest.raises(OptionError, match="critics can only be provided when use_separate_critic=True."):
+        MARLHFTrainer(
+            agent_model="embedded", critics=critics, args=MARLHFConfig(rl_algorithm="iac", use_separate_critic=False)
+        )
+    with pytest.raises(OptionError, match="critic_model and critics conflict"):
+        MARLHFTrainer(
+            agent_model="embedded", critic_model="a", critics=["b", "b"], args=MARLHFConfig(rl_algorithm="iac")
+        )
+
+
 def test_objects_from_python_work(tmp_path):
     """Model and tokenizer objects, a reward callable with a declared range, formatter callables,
     a reward processor and a ``datasets.Dataset``: what the reference's users pass."""
@@ -270,14 +293,12 @@ def test_wandb_config_logs_offline(tmp_path, monkeypatch):
     from lightning.pytorch.loggers import WandbLogger
 
     assert (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").is_file()
+    run = next(logger for logger in trainer.trainer.loggers if isinstance(logger, WandbLogger)).experiment
+    assert wandb.run is run  # open after train(), as the reference's: evaluate() logs into it
+    trainer.save_model(str(tmp_path / "model"))  # ... and save_model() finishes it
+    assert wandb.run is None
     # the run's offline record (where wandb put it: an earlier run in this process may have fixed its root)
-    run = next(logger for logger in trainer.trainer.loggers if isinstance(logger, WandbLogger))._experiment
-    # wandb's service may still be writing the record when finish() returns (measured: a 7-byte file,
-    # complete half a second later), so wait for it a little
-    deadline, record = time.monotonic() + 30, b""
-    while b"dpo_beta" not in record and time.monotonic() < deadline:
-        time.sleep(0.2)
-        record = Path(run.settings.sync_file).read_bytes()  # args and config_sections are in it
+    record = settled(Path(run.settings.sync_file)).read_bytes()  # args and config_sections are in it
     assert b"dpo_beta" in record and b"toy" in record and b"facade" in record
 
 
@@ -288,13 +309,13 @@ def test_wandb_config_logs_offline(tmp_path, monkeypatch):
         (
             lambda: MADPOTrainer(agent_model="embedded", num_agents=3),
             OptionError,
-            "num_agents (3) must match args.num_agents (2)",
+            "num_agents must match args.num_agents (the role count). Got 3 and 2.",
         ),
-        (lambda: MADPOTrainer(), OptionError, "agent_model or agents is required."),
+        (lambda: MADPOTrainer(), OptionError, "Either agent_model or agents must be provided."),
         (
             lambda: MADPOTrainer(agent_model=torch.nn.Linear(1, 1)),
             OptionError,
-            "agent_model must be a model name or path",
+            "agent_model should be a string to create homogeneous agents",
         ),
         (
             lambda: MADPOTrainer(agents=[torch.nn.Linear(1, 1)] * 2, train_dataset=[{"prompt": "a"}], reward_func=len),
@@ -311,7 +332,11 @@ def test_wandb_config_logs_offline(tmp_path, monkeypatch):
             OptionError,
             "reward_func must be a callable.",
         ),
-        (lambda: MADPOTrainer(agent_model="embedded", eval_logger=print), OptionError, "eval_logger is not supported"),
+        (
+            lambda: MADPOTrainer(agent_model="embedded", eval_logger=print),
+            OptionError,
+            "eval_logger needs eval_aggregator",
+        ),
         (
             lambda: MADPOTrainer(agent_model="embedded", external_transition=print),
             OptionError,
@@ -322,11 +347,15 @@ def test_wandb_config_logs_offline(tmp_path, monkeypatch):
             TypeError,
             "unexpected keyword argument 'critic_model'",
         ),
-        (lambda: MARLHFTrainer(agent_model="embedded", critics=["a", "b"]), OptionError, "critics is not supported"),
         (
-            lambda: MADPOTrainer(agent_model="embedded", model_config={"special_tokens": ["<x>"]}),
+            lambda: MARLHFTrainer(agent_model="embedded", critics=["a", "b"], args=MARLHFConfig(rl_algorithm="maac")),
             OptionError,
-            "model_config: special_tokens not supported",
+            "critics length (2) must match 1 critic.",
+        ),
+        (
+            lambda: MADPOTrainer(agent_model="embedded", model_config={"trust_remote_code": True}),
+            OptionError,
+            "model_config: trust_remote_code not supported",
         ),
         (
             lambda: MADPOTrainer(agent_model="embedded", wandb_config={"projct": "x"}),
@@ -356,7 +385,7 @@ def test_bad_arguments_are_named_before_any_model_loads(call, error, message):
         (dict(checkpoint_interval=True), "checkpoint_interval must be a positive integer."),
         (dict(checkpoint_total_limit=0), "checkpoint_total_limit must be a positive integer or None."),
         (dict(checkpoint_total_limit=True), "checkpoint_total_limit must be a positive integer or None."),
-        (dict(num_beams=4), "generation option(s) num_beams not supported"),
+        (dict(num_beamz=4), "generation option(s) num_beamz unknown to Hugging Face generate()"),
         (dict(do_sample=False), "do_sample=False is not supported"),
         (
             dict(resume_from_checkpoint="missing-folder"),

@@ -1,0 +1,97 @@
+"""Further sampling options (``GenerationSettings.extra``): Hugging Face ``generate()`` keyword
+arguments, checked by name before any sampling, and the ones vLLM can honour mapped onto its own.
+
+The reference (CoMLRL) forwards ``train(**kwargs)`` to ``generate()`` verbatim. Here they are the
+sampling settings' ``extra`` and reach every sampler alike (collection, comparators, evaluation,
+rollouts): :class:`~comlrl_lightning.generation.HFGenerator` passes them to ``generate()`` (a name
+``generate()`` does not know is an error now, not at the first sample), and
+:class:`~comlrl_lightning.generation.VLLMGenerator` maps those vLLM supports (:data:`VLLM_NAMES`)
+and refuses the others by name. Options the generators set themselves are refused with the reason.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict, Mapping, Optional
+
+from comlrl_lightning.options import OptionError
+
+RESERVED: Dict[str, str] = {
+    "num_return_sequences": "the candidate count is preference_num_candidates / num_generations",
+    "max_new_tokens": "set it as the sampling setting max_new_tokens",
+    "temperature": "set it as the sampling setting temperature",
+    "top_p": "set it as the sampling setting top_p",
+    "top_k": "set it as the sampling setting top_k",
+    "do_sample": "preference collection samples (do_sample=True always)",
+    "pad_token_id": "the agent's tokenizer's pad token marks the end of a completion",
+    "return_dict_in_generate": "the generators read the sampled token ids only",
+    "output_scores": "the generators read the sampled token ids only",
+    "output_logits": "the generators read the sampled token ids only",
+    "output_attentions": "the generators read the sampled token ids only",
+    "output_hidden_states": "the generators read the sampled token ids only",
+    "synced_gpus": "set by the generator for a sharded team",
+    "logits_processor": "the generator's seeded sampler is the logits processor (every prompt draws from its own seed)",
+    "inputs": "the prompts come from the task",
+    "input_ids": "the prompts come from the task",
+    "attention_mask": "the prompts come from the task",
+}
+"""``generate()`` options the generators set themselves, and why they cannot be given."""
+
+PLAIN_GENERATE_ONLY = frozenset(
+    {
+        "num_beams",
+        "num_beam_groups",
+        "diversity_penalty",
+        "penalty_alpha",
+        "assistant_model",
+        "prompt_lookup_num_tokens",
+    }
+)
+"""Options that need ``generate()``'s own expansion of the prompts (beam search, assisted
+decoding): with them the prompts' shared prefill is skipped."""
+
+VLLM_NAMES: Dict[str, str] = {
+    "repetition_penalty": "repetition_penalty",
+    "min_p": "min_p",
+    "min_new_tokens": "min_tokens",
+}
+"""The ``generate()`` options vLLM honours, and their ``SamplingParams`` names."""
+
+
+def _generate_names() -> frozenset:
+    from transformers import GenerationConfig, GenerationMixin
+
+    names = set(GenerationConfig().to_dict()) | set(inspect.signature(GenerationMixin.generate).parameters)
+    return frozenset(name for name in names if not name.startswith("_") and name not in ("self", "kwargs"))
+
+
+def hf_generate_options(extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """``extra`` as ``generate()`` keyword arguments; a reserved name or one ``generate()`` does not
+    know is an :class:`OptionError` naming it."""
+    extra = dict(extra or {})
+    for name in sorted(extra):
+        if name in RESERVED:
+            raise OptionError(f"generation option {name} cannot be given here: {RESERVED[name]}.")
+    unknown = sorted(set(extra) - _generate_names())
+    if unknown:
+        raise OptionError(
+            f"generation option(s) {', '.join(unknown)} unknown to Hugging Face generate() "
+            "(see transformers.GenerationConfig for its options)."
+        )
+    return extra
+
+
+def vllm_sampling_options(extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """``extra`` as vLLM ``SamplingParams`` fields (:data:`VLLM_NAMES`); any other is an :class:`OptionError`."""
+    extra = dict(extra or {})
+    hf_generate_options(extra)
+    unsupported = sorted(set(extra) - set(VLLM_NAMES))
+    if unsupported:
+        raise OptionError(
+            f"VLLMGenerator: generation option(s) {', '.join(unsupported)} not supported by vLLM sampling "
+            f"(supported: {', '.join(VLLM_NAMES)}); use HFGenerator for them."
+        )
+    return {VLLM_NAMES[name]: value for name, value in extra.items()}
+
+
+__all__ = ["PLAIN_GENERATE_ONLY", "RESERVED", "VLLM_NAMES", "hf_generate_options", "vllm_sampling_options"]

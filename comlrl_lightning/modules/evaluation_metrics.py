@@ -1,0 +1,143 @@
+"""Domain metrics of an evaluation: the joint samples a team module's evaluation drew, given to a
+user's function whose numbers are logged under ``eval/<key>``.
+
+A team module with ``evaluation_metrics`` set (a callable, from Python) records every evaluation
+item, each role's prompt and completion and the task reward; when the evaluation ends it calls
+``evaluation_metrics(samples)`` once with the :class:`EvaluationSamples` of every process, and logs
+each returned ``key: number`` as ``eval/<key>`` beside ``eval/turn_1/reward_mean``. The seed API
+builds this callable from the reference (CoMLRL)'s ``eval_logger`` + ``eval_aggregator`` or
+``metrics_callback``. A policy-gradient module's ``rollout_metrics`` is the same for each update's
+rollouts (:class:`RolloutSamples`), logged under the returned keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Sequence
+
+from comlrl_lightning.data.centralized_task import parse_roles
+from comlrl_lightning.errors import DataError
+from comlrl_lightning.runtime.distributed import gather_objects
+
+
+@dataclass
+class EvaluationSamples:
+    """One evaluation's joint samples, item by item.
+
+    Attributes:
+        items: the evaluation items.
+        role_prompts: ``role_prompts[k][r]``: role ``r``'s prompt for item ``k`` (as its formatter built it).
+        completions: ``completions[k][r]``: role ``r``'s completion (a centralized team's joint
+            completion split into roles; ``""`` for a role it could not split).
+        rewards: the processed task reward of each item's joint sample.
+    """
+
+    items: List[Dict[str, Any]] = field(default_factory=list)
+    role_prompts: List[List[str]] = field(default_factory=list)
+    completions: List[List[str]] = field(default_factory=list)
+    rewards: List[float] = field(default_factory=list)
+
+    def add(self, task: Any, items: Sequence[Dict[str, Any]], texts: Sequence[Sequence[str]], rewards: Sequence[float]):
+        """Record ``items`` with ``texts[k]`` (each agent's completion for item ``k``) and their rewards."""
+        for item, agent_texts, reward in zip(items, texts, rewards):
+            if task.centralized:
+                roles = parse_roles(task.adapter, agent_texts[0], item, task.num_roles)
+                self.role_prompts.append(task.role_prompts(item))
+                self.completions.append(list(roles) if roles is not None else [""] * task.num_roles)
+            else:
+                self.role_prompts.append([str(prompt) for prompt in task.agent_prompts(item)])
+                self.completions.append(list(agent_texts))
+            self.items.append(item)
+            self.rewards.append(float(reward))
+
+    def merged(self, world: int) -> "EvaluationSamples":
+        """Every process's samples, in rank order (the same on every rank)."""
+        merged = EvaluationSamples()
+        for part in gather_objects(self, world):
+            merged.items += part.items
+            merged.role_prompts += part.role_prompts
+            merged.completions += part.completions
+            merged.rewards += part.rewards
+        return merged
+
+
+@dataclass
+class RolloutSamples:
+    """A policy update's samples, item by item: ``G`` joint samples per item.
+
+    Attributes:
+        items: the task items of the update.
+        role_prompts: ``role_prompts[k][r]``: role ``r``'s prompt for item ``k``.
+        completions: ``completions[k][r][g]``: role ``r``'s completion in joint sample ``g``.
+        rewards: ``rewards[k][g]``: the joint sample's reward (what the policy learns from).
+        returns: ``returns[k][r][g]``: role ``r``'s return after the reference-KL penalty.
+    """
+
+    items: List[Dict[str, Any]]
+    role_prompts: List[List[str]]
+    completions: List[List[List[str]]]
+    rewards: List[List[float]]
+    returns: List[List[List[float]]]
+
+    @classmethod
+    def of_evaluation(cls, samples: EvaluationSamples) -> "RolloutSamples":
+        """An evaluation's samples as rollouts: one joint sample per item, its return its reward."""
+        return cls(
+            items=list(samples.items),
+            role_prompts=list(samples.role_prompts),
+            completions=[[[text] for text in texts] for texts in samples.completions],
+            rewards=[[reward] for reward in samples.rewards],
+            returns=[[[reward]] * len(texts) for texts, reward in zip(samples.completions, samples.rewards)],
+        )
+
+    @classmethod
+    def of_update(cls, task: Any, items: Sequence[Dict[str, Any]], texts, rewards, returns) -> "RolloutSamples":
+        """From a policy step: ``texts[agent][k][g]``, ``rewards`` ``[items, G]``, ``returns`` ``[agents, items, G]``
+        (a centralized team's joint completions split into roles, each role given the joint return)."""
+        record = cls([], [], [], [], [])
+        for k, item in enumerate(items):
+            if task.centralized:
+                split = [parse_roles(task.adapter, text, item, task.num_roles) for text in texts[0][k]]
+                roles = [[(parts or [""] * task.num_roles)[r] for parts in split] for r in range(task.num_roles)]
+                record.role_prompts.append(task.role_prompts(item))
+                record.returns.append([[float(v) for v in returns[0][k]]] * task.num_roles)
+            else:
+                roles = [list(agent[k]) for agent in texts]
+                record.role_prompts.append([str(prompt) for prompt in task.agent_prompts(item)])
+                record.returns.append([[float(v) for v in agent[k]] for agent in returns])
+            record.items.append(item)
+            record.completions.append(roles)
+            record.rewards.append([float(v) for v in rewards[k]])
+        return record
+
+
+EvaluationMetrics = Callable[[EvaluationSamples], Dict[str, Any]]
+"""What a team module's ``evaluation_metrics`` is: samples in, ``{key: number}`` out."""
+
+
+def domain_metrics(function: Callable[[Any], Dict[str, Any]], samples: Any, prefix: str = "eval/") -> Dict[str, float]:
+    """``{"<prefix><key>": float(value)}`` of what ``function(samples)`` returns; a value that is not a
+    finite number is an error naming the key (a silently dropped metric would go unnoticed)."""
+    if not samples.items:
+        return {}
+    returned = function(samples)
+    if not isinstance(returned, dict):
+        raise DataError(f"evaluation metrics must return a dict of numbers (got {type(returned).__name__}).")
+    metrics = {}
+    for key, value in returned.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise DataError(f"evaluation metric {key!r} is not a number (got {value!r}).") from None
+        if not math.isfinite(number):
+            raise DataError(f"evaluation metric {key!r} is not finite (got {number}).")
+        metrics[f"{prefix}{key}"] = number
+    return metrics
+
+
+RolloutMetrics = Callable[[RolloutSamples], Dict[str, Any]]
+"""What a policy-gradient module's ``rollout_metrics`` is: a step's samples in, ``{key: number}`` out."""
+
+
+__all__ = ["EvaluationMetrics", "EvaluationSamples", "RolloutMetrics", "RolloutSamples", "domain_metrics"]

@@ -1,0 +1,48 @@
+"""The seed API's constructor arguments: which the reference (CoMLRL) has that are not taken here, and why.
+
+A keyword the reference does not have is a ``TypeError`` (as Python gives it); one it has that this
+library does not take is an error with the reason and what to do instead; ``args`` of another
+trainer's kind is refused. Nothing is ever silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from comlrl_lightning.errors import ConfigurationTypeError
+from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.trainers.configs import (
+    MADPOConfig,
+    MADPOIterConfig,
+    MARLHFConfig,
+    MARLHFIterConfig,
+)
+
+UNSUPPORTED_ARGUMENTS = {
+    "external_transition": "multi-turn training is not supported here (num_turns must be 1)",
+}
+"""Constructor arguments of the reference this library does not take, and what to do instead."""
+
+MARLHF_ONLY = ("metrics_callback", "critic_model", "critics")
+"""Keywords only the reference's MARLHF trainers have."""
+
+CONFIG_KINDS = (MADPOConfig, MARLHFConfig, MADPOIterConfig, MARLHFIterConfig)
+
+
+def check_arguments(trainer: str, config_class: type, args: Any, marlhf: bool, given: Dict[str, Any]) -> None:
+    """Refuse ``args`` of another kind than ``config_class``, keywords in ``given`` the reference's
+    ``trainer`` does not have, and given (not ``None``) ones listed in :data:`UNSUPPORTED_ARGUMENTS`."""
+    # MARLHFConfig and the iterative configs derive from MADPOConfig: each trainer takes its own kind only
+    other_kinds = tuple(set(CONFIG_KINDS) - set(config_class.__mro__))
+    require(
+        isinstance(args, config_class) and not isinstance(args, other_kinds),
+        f"args must be a {config_class.__name__} (got {type(args).__name__}).",
+    )
+    for name, value in given.items():
+        if name in MARLHF_ONLY and not marlhf or name not in MARLHF_ONLY and name not in UNSUPPORTED_ARGUMENTS:
+            raise ConfigurationTypeError(f"{trainer}() got an unexpected keyword argument {name!r}")
+        if name in UNSUPPORTED_ARGUMENTS and value is not None:
+            raise OptionError(f"{name} is not supported: {UNSUPPORTED_ARGUMENTS[name]}.")
+
+
+__all__ = ["MARLHF_ONLY", "UNSUPPORTED_ARGUMENTS", "check_arguments"]

@@ -1,0 +1,179 @@
+"""The reference (CoMLRL)'s evaluation callbacks as a team module's ``evaluation_metrics``.
+
+* ``eval_logger`` + ``eval_aggregator`` (MADPO and the MAGRPO-family MARLHF): called once per
+  evaluation as ``eval_aggregator(eval_logger(agent_completions_turns=..., batch_items=...,
+  prompts=...), num_turns=1)``; ``agent_completions_turns[i][k]`` is agent ``i``'s list of turn
+  completions (one turn) for item ``k``, ``prompts[k]`` is ``item.get("prompt", "")``.
+* ``metrics_callback`` (MARLHF with ``maac`` / ``iac``): called once per evaluation item with that
+  item's rollout samples (one per agent: ``agent_idx``, ``prompt``, ``completion``, ``reward``,
+  ``returns``, ``metadata`` with ``turn_idx``, ``generation_idx`` and ``batch_item``); each
+  returned key is averaged over the items.
+
+Either way the numbers are logged as ``eval/<key>`` and returned by ``evaluate()``. As in the
+reference, the MAGRPO-family path ignores ``metrics_callback`` and the actor-critic path ignores
+``eval_logger`` / ``eval_aggregator``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Union
+
+import torch
+from lightning.pytorch import Trainer
+from lightning.pytorch.loggers import WandbLogger
+
+from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, RolloutSamples
+from comlrl_lightning.options import OptionError, at_least, require
+from comlrl_lightning.runtime.compat import wandb_run_active
+
+
+class EvalLoggerMetrics:
+    """``eval_aggregator(eval_logger(...), num_turns=1)`` over one evaluation's samples."""
+
+    def __init__(self, eval_logger: Callable[..., Any], eval_aggregator: Callable[..., Any]) -> None:
+        self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
+
+    def __call__(self, samples: EvaluationSamples) -> Dict[str, Any]:
+        roles = len(samples.completions[0])
+        turns = [[[completions[role]] for completions in samples.completions] for role in range(roles)]
+        prompts = [item.get("prompt", "") for item in samples.items]
+        detailed = self.eval_logger(agent_completions_turns=turns, batch_items=list(samples.items), prompts=prompts)
+        return dict(self.eval_aggregator(detailed, num_turns=1))
+
+
+@dataclass
+class RolloutSample:
+    """One agent's sample as the reference's actor-critic ``metrics_callback`` receives it."""
+
+    agent_idx: int
+    prompt: str
+    completion: str
+    reward: torch.Tensor
+    returns: torch.Tensor
+    metadata: Dict[str, Any] = field(default_factory=dict)
+
+
+def item_rollouts(samples: RolloutSamples, k: int) -> List[RolloutSample]:
+    """Item ``k``'s rollouts in the reference's order: agent by agent, generation by generation."""
+    rollouts = []
+    for agent, texts in enumerate(samples.completions[k]):
+        for g, text in enumerate(texts):
+            rollouts.append(
+                RolloutSample(
+                    agent_idx=agent,
+                    prompt=samples.role_prompts[k][agent],
+                    completion=text,
+                    reward=torch.tensor([samples.rewards[k][g]], dtype=torch.float32),
+                    returns=torch.tensor([samples.returns[k][agent][g]], dtype=torch.float32),
+                    metadata={"turn_idx": 0, "generation_idx": g, "batch_item": samples.items[k]},
+                )
+            )
+    return rollouts
+
+
+class RolloutMetrics:
+    """``metrics_callback(rollouts)`` per item, each key averaged over the items (values that are not
+    numbers are skipped, as the reference skips them). Takes an update's :class:`RolloutSamples`, or
+    an evaluation's samples (one joint sample per item)."""
+
+    def __init__(self, metrics_callback: Callable[[List[RolloutSample]], Dict[str, Any]]) -> None:
+        self.metrics_callback = metrics_callback
+
+    def __call__(self, samples: Union[RolloutSamples, EvaluationSamples]) -> Dict[str, float]:
+        if isinstance(samples, EvaluationSamples):
+            samples = RolloutSamples.of_evaluation(samples)
+        values: Dict[str, List[float]] = defaultdict(list)
+        for k in range(len(samples.items)):
+            returned = self.metrics_callback(item_rollouts(samples, k))
+            for key, value in (returned if isinstance(returned, dict) else {}).items():
+                try:
+                    values[str(key)].append(float(value))
+                except (TypeError, ValueError):
+                    continue
+        return {key: sum(found) / len(found) for key, found in values.items() if found}
+
+
+class ReferenceCallbacks:
+    """The reference's ``eval_logger`` + ``eval_aggregator`` and ``metrics_callback``, routed as it routes them.
+
+    ``evaluate()`` and the evaluations of MADPO and the MAGRPO-family MARLHF use the first pair; a
+    ``maac`` / ``iac`` run's evaluations and its updates' rollouts use ``metrics_callback``.
+    ``eval_logger`` without ``eval_aggregator`` (or the reverse) is refused: the reference would
+    silently log nothing.
+    """
+
+    def __init__(self, eval_logger: Any = None, eval_aggregator: Any = None, metrics_callback: Any = None) -> None:
+        for name, value in (
+            ("eval_logger", eval_logger),
+            ("eval_aggregator", eval_aggregator),
+            ("metrics_callback", metrics_callback),
+        ):
+            require(value is None or callable(value), f"{name} must be a callable.")
+        if (eval_logger is None) != (eval_aggregator is None):
+            given, missing = (
+                ("eval_logger", "eval_aggregator") if eval_aggregator is None else ("eval_aggregator", "eval_logger")
+            )
+            raise OptionError(
+                f"{given} needs {missing} too: the reference logs their metrics only when both are given."
+            )
+        self.logger_metrics = EvalLoggerMetrics(eval_logger, eval_aggregator) if eval_logger is not None else None
+        self.rollout_metrics = RolloutMetrics(metrics_callback) if metrics_callback is not None else None
+
+    def install(self, module: Any, actor_critic: bool) -> None:
+        """Set the module's ``evaluation_metrics`` (and a ``maac`` / ``iac`` module's ``rollout_metrics``)."""
+        module.evaluation_metrics = self.rollout_metrics if actor_critic else self.logger_metrics
+        if actor_critic:
+            module.rollout_metrics = self.rollout_metrics
+
+
+def evaluate_now(trainer: Any, num_eval_samples: Optional[int] = None) -> Dict[str, float]:
+    """A seed-API trainer's ``evaluate()``: a validation of its module on its data module (at most
+    ``num_eval_samples`` items), its metrics logged to the loggers of the last ``train()`` (if any) and returned."""
+    datamodule, module = trainer.datamodule, trainer.module
+    default, in_training = datamodule.eval_num_samples, module.evaluation_metrics
+    if num_eval_samples is not None:
+        at_least("num_eval_samples", num_eval_samples, 0)
+        datamodule.eval_num_samples = num_eval_samples
+    module.evaluation_metrics = trainer.reference_callbacks.logger_metrics  # the reference's evaluate(): always these
+    # no inference mode: tensors made under it (the team's buffers, metric states) could not be trained after
+    validator = Trainer(
+        accelerator="auto",
+        devices=1,
+        default_root_dir=str(trainer.output_dir),  # an iterative data module's folders: the run's, not the cwd
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        inference_mode=False,
+    )
+    try:
+        results = validator.validate(module, datamodule, verbose=False)
+    finally:
+        datamodule.eval_num_samples, module.evaluation_metrics = default, in_training
+    metrics = {key: float(value) for key, value in (results[0] if results else {}).items()}
+    if trainer.trainer is not None and metrics:
+        log_after_training(trainer.trainer, metrics)
+    return metrics
+
+
+def log_after_training(trainer: Trainer, metrics: Dict[str, float]) -> None:
+    """Log ``metrics`` to a finished ``fit``'s loggers at its last step (a W&B run already finished is skipped)."""
+    step = max(trainer.global_step - 1, 0)
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger) and not wandb_run_active(logger):
+            continue
+        logger.log_metrics(metrics, step=step)
+        logger.save()
+
+
+__all__ = [
+    "EvalLoggerMetrics",
+    "ReferenceCallbacks",
+    "RolloutMetrics",
+    "RolloutSample",
+    "evaluate_now",
+    "item_rollouts",
+    "log_after_training",
+]

@@ -1,0 +1,48 @@
+"""Domain metrics of evaluations and updates: the samples recorded, the numbers checked and prefixed."""
+
+from __future__ import annotations
+
+import pytest
+
+from comlrl_lightning.data.task import Task
+from comlrl_lightning.errors import DataError
+from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, RolloutSamples, domain_metrics
+
+TASK = Task(["w {prompt}", "m {prompt}"], reward_func=lambda a, b: [0.0], num_agents=2)
+
+
+def test_evaluation_samples_record_each_roles_prompt_completion_and_reward():
+    samples = EvaluationSamples()
+    samples.add(TASK, [{"prompt": "sun"}, {"prompt": "moon"}], [["a", "b"], ["c", "d"]], [0.5, 1.0])
+    assert samples.role_prompts == [["w sun", "m sun"], ["w moon", "m moon"]]
+    assert samples.completions == [["a", "b"], ["c", "d"]] and samples.rewards == [0.5, 1.0]
+    assert samples.merged(world=1).items == samples.items
+
+
+def test_update_rollouts_keep_generations_per_role_and_each_roles_return():
+    rollouts = RolloutSamples.of_update(
+        TASK,
+        [{"prompt": "sun"}],
+        texts=[[["a0", "a1"]], [["b0", "b1"]]],
+        rewards=[[1.0, 0.0]],
+        returns=[[[0.9, -0.1]], [[0.8, -0.2]]],
+    )
+    assert rollouts.completions == [[["a0", "a1"], ["b0", "b1"]]]
+    assert rollouts.rewards == [[1.0, 0.0]] and rollouts.returns == [[[0.9, -0.1], [0.8, -0.2]]]
+
+
+def test_an_evaluation_is_one_joint_sample_per_item_as_rollouts():
+    samples = EvaluationSamples([{"prompt": "x"}], [["w x", "m x"]], [["a", "b"]], [0.25])
+    rollouts = RolloutSamples.of_evaluation(samples)
+    assert rollouts.completions == [[["a"], ["b"]]] and rollouts.returns == [[[0.25], [0.25]]]
+
+
+def test_metrics_are_prefixed_and_a_non_number_is_named():
+    samples = EvaluationSamples([{"prompt": "x"}], [["w", "m"]], [["a", "b"]], [0.0])
+    assert domain_metrics(lambda s: {"turn_1/n": 2}, samples) == {"eval/turn_1/n": 2.0}
+    assert domain_metrics(lambda s: {"n": 2}, samples, prefix="") == {"n": 2.0}
+    assert domain_metrics(lambda s: {"n": 2}, EvaluationSamples()) == {}
+    with pytest.raises(DataError, match="evaluation metric 'bad' is not a number"):
+        domain_metrics(lambda s: {"bad": "x"}, samples)
+    with pytest.raises(DataError, match="evaluation metric 'inf' is not finite"):
+        domain_metrics(lambda s: {"inf": float("inf")}, samples)

@@ -1,0 +1,49 @@
+"""CoMLRL-style scripts (tests/trainers/scripts/) run here with only their import prefix changed, and
+(slow) unchanged against the reference (CoMLRL) in its venv, which must print the same RESULT.
+
+Each script records only what both libraries must agree on (attributes, keys, messages, counts),
+never sampled values: the two sample with different random streams.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.comlrl_scripts import run_here, run_reference
+
+SCRIPTS = {
+    "madpo_attributes.py": {},
+    "constructor_errors.py": {},
+    "eval_callbacks.py": {},
+    "marlhf_attributes.py": {},
+    "generation_kwargs.py": {},
+    "model_config.py": {},
+    "centralized_eval.py": {},
+}
+"""Each script and the environment it runs with."""
+
+FAITHFUL = [
+    "madpo_attributes.py",
+    "constructor_errors.py",
+    "eval_callbacks.py",
+    "marlhf_attributes.py",
+    "generation_kwargs.py",
+    "model_config.py",
+    "centralized_eval.py",
+]
+"""The scripts also run against the reference, whose RESULT must be the same."""
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_a_comlrl_script_runs_with_only_its_import_prefix_changed(name, tmp_path, monkeypatch, capsys):
+    result = run_here(name, tmp_path, monkeypatch, capsys, SCRIPTS[name])
+    assert result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAITHFUL)
+def test_the_reference_gives_the_same_result(name, tmp_path, monkeypatch, capsys):
+    (tmp_path / "here").mkdir()
+    (tmp_path / "reference").mkdir()
+    ours = run_here(name, tmp_path / "here", monkeypatch, capsys, SCRIPTS[name])
+    assert run_reference(name, tmp_path / "reference", SCRIPTS[name]) == ours
