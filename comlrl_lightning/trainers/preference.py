@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import WandbLogger
 
 from comlrl_lightning.callbacks.reward_curve import RewardCurvePlot
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
@@ -49,6 +50,7 @@ from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
+from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.files import ensure_writable_folder
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
@@ -264,7 +266,15 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
             num_agents=self.num_agents,
             num_roles=self.module.num_roles,
             env_step=lambda: self.environment_steps.env_step,
+            wandb_run=self.wandb_run(),
         )
+
+    def wandb_run(self) -> Any:
+        """The W&B run of the last ``train()`` while it is open (``None`` without one)."""
+        for logger in self.trainer.loggers if self.trainer is not None else []:
+            if isinstance(logger, WandbLogger) and wandb_run_active(logger):
+                return logger.experiment
+        return None
 
     def evaluate(self, num_eval_samples: Optional[int] = None) -> Dict[str, float]:
         """Evaluate the current policy now and return the metrics it logged: one joint sample per

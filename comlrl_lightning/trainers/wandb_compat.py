@@ -92,20 +92,28 @@ class ReferenceStepWandbLogger(WandbLogger):
 
 
 def start_reference_logger(
-    init: Dict[str, Any], run_config: Dict[str, Any], env_step: Callable[[], int], logging_steps: int
+    init: Dict[str, Any],
+    run_config: Dict[str, Any],
+    env_step: Callable[[], int],
+    logging_steps: int,
+    previous: Optional[Any] = None,
 ) -> ReferenceStepWandbLogger:
-    """Start (or, as the reference, reuse the active) W&B run with ``wandb.init(**init, config=run_config)``
-    and wrap it in a :class:`ReferenceStepWandbLogger`.
+    """Start a W&B run with ``wandb.init(**init, config=run_config)`` (or continue ``previous``, this
+    trainer's run an earlier ``train()`` left open, as the reference keeps one run per trainer) and
+    wrap it in a :class:`ReferenceStepWandbLogger`. Another trainer's run still open is finished
+    first, as ``wandb.init`` does in a script.
 
     The run is started here rather than by Lightning so that its default x-axis stays W&B's step,
     which is ``env_step`` as in the reference (Lightning would make it ``trainer/global_step``).
     """
     import wandb
 
-    if wandb.run is not None:
-        run = wandb.run
+    if previous is not None and wandb.run is previous:
+        run = previous
         run.config.update(run_config, allow_val_change=True)
     else:
+        if wandb.run is not None:
+            wandb.run.finish()
         run = wandb.init(**init, config=run_config)
     return ReferenceStepWandbLogger(
         env_step, logging_steps, experiment=run, save_dir=init.get("dir"), name=init.get("name")

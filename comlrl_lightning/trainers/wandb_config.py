@@ -50,8 +50,8 @@ def logger_from_wandb_config(
     names a project or run, a W&B logger with the config's fields and the reference's run config
     (see :mod:`comlrl_lightning.trainers.wandb_compat`), every ``args`` field beside it.
 
-    ``reference`` holds the run's ``model_name``, ``num_agents``, ``num_roles`` and its ``env_step``
-    (a callable). The W&B key is read by wandb from its own environment (``WANDB_API_KEY``);
+    ``reference`` holds the run's ``model_name``, ``num_agents``, ``num_roles``, its ``env_step``
+    (a callable) and ``wandb_run`` (the run an earlier ``train()`` of the trainer left open, or ``None``). The W&B key is read by wandb from its own environment (``WANDB_API_KEY``);
     ``mode="offline"`` (or ``WANDB_MODE=offline``) runs without a login. ``resumed`` is the metadata
     of the checkpoint a run resumes
     (:func:`~comlrl_lightning.runtime.checkpoint_metadata.read_checkpoint_metadata`): the CSV log
@@ -84,7 +84,11 @@ def logger_from_wandb_config(
         args, algorithm, reference["model_name"], reference["num_agents"], reference["num_roles"], sections
     )
     wandb = start_reference_logger(
-        init, {**dataclasses.asdict(args), **run_config}, reference["env_step"], **wandb_options(args)
+        init,
+        {**dataclasses.asdict(args), **run_config},
+        reference["env_step"],
+        previous=reference.get("wandb_run"),
+        **wandb_options(args),
     )
     loggers.append(wandb)
     return loggers

@@ -97,3 +97,27 @@ def test_the_reference_logs_no_config_key_or_metric_the_facade_does_not(tmp_path
     reference = logged_keys(tmp_path / "reference" / "wandb_out")
     assert reference[0] <= ours[0], sorted(reference[0] - ours[0])
     assert reference[1] <= ours[1], sorted(reference[1] - ours[1])
+
+
+@pytest.mark.slow
+def test_a_trainer_keeps_its_run_open_and_another_trainer_starts_its_own(tmp_path, offline):
+    import wandb
+
+    from comlrl_lightning.trainers.configs import MADPOConfig as Config
+    from comlrl_lightning.trainers.preference import MADPOTrainer
+
+    def trainer(name):
+        args = Config(num_train_epochs=1, max_new_tokens=4, preference_num_candidates=2, eval_interval=0)
+        config = {"project": "runs", "name": name, "mode": "offline", "dir": str(tmp_path), "output_dir": str(tmp_path)}
+        return MADPOTrainer(agent_model="embedded", args=args, wandb_config=config)
+
+    first = trainer("first")
+    first.train()
+    run = first.wandb_run()
+    first.train()  # a second train() of the same trainer continues its run, as the reference's
+    assert first.wandb_run() is run and wandb.run is run
+    second = trainer("second")
+    second.train()  # another trainer: the first's run is finished, a new one started
+    assert first.wandb_run() is None and second.wandb_run().id != run.id
+    second.save_model(str(tmp_path / "model"))
+    assert wandb.run is None
