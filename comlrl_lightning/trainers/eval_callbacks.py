@@ -4,14 +4,14 @@
   evaluation as ``eval_aggregator(eval_logger(agent_completions_turns=..., batch_items=...,
   prompts=...), num_turns=1)``; ``agent_completions_turns[i][k]`` is agent ``i``'s list of turn
   completions (one turn) for item ``k``, ``prompts[k]`` is ``item.get("prompt", "")``.
-* ``metrics_callback`` (MARLHF with ``maac`` / ``iac``): called once per evaluation item with that
-  item's rollout samples (one per agent: ``agent_idx``, ``prompt``, ``completion``, ``reward``,
-  ``returns``, ``metadata`` with ``turn_idx``, ``generation_idx`` and ``batch_item``); each
-  returned key is averaged over the items.
+* ``metrics_callback`` (MARLHF with ``maac`` / ``iac``): called once per item with that item's
+  rollout samples (``agent_idx``, ``prompt``, ``completion``, ``reward``, ``returns``,
+  ``metadata`` with ``turn_idx``, ``generation_idx`` and ``batch_item``): in an update, ``G`` per
+  agent, logged under the returned keys; in an evaluation during training, one per agent, logged
+  as ``eval/<key>``. Each returned key is averaged over the items.
 
-Either way the numbers are logged as ``eval/<key>`` and returned by ``evaluate()``. As in the
-reference, the MAGRPO-family path ignores ``metrics_callback`` and the actor-critic path ignores
-``eval_logger`` / ``eval_aggregator``.
+As in the reference, the MAGRPO-family path ignores ``metrics_callback``, the actor-critic path's
+evaluations ignore ``eval_logger`` / ``eval_aggregator``, and ``evaluate()`` always uses the latter.
 """
 
 from __future__ import annotations
