@@ -182,20 +182,16 @@ class HFGenerator(Generator):
                 input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
                 sampling = seeded_sampling_options(
                     settings, tokenizer, seeds[rows] or [0], num_samples, input_ids.shape[1]
-                )
-                sampling.update(hf_generate_options(settings.extra))  # eos_token_id may be overridden, as the reference
+                ) | hf_generate_options(settings.extra)  # eos_token_id may be overridden, as the reference
                 caller = model
                 if one_pass:
                     caller = team.one_pass_model(torch.tensor(agents[rows] or [owner], device=device))
-                # plain generate(): on a sharded team the same forwards on every rank, until every rank
-                # is done; beam search and assisted decoding expand the prompts themselves
+                # plain generate(): lockstep on a sharded team; beam search expands the prompts itself
                 if team.synced or PLAIN_GENERATE_ONLY & set(sampling):
                     copies = torch.arange(input_ids.shape[0], device=device).repeat_interleave(num_samples)
+                    sampling.update({"synced_gpus": True} if team.synced else {})
                     output = caller.generate(
-                        input_ids=input_ids[copies],
-                        attention_mask=attention_mask[copies],
-                        **({"synced_gpus": True} if team.synced else {}),
-                        **sampling,
+                        input_ids=input_ids[copies], attention_mask=attention_mask[copies], **sampling
                     )
                 else:
                     output = sample_with_shared_prompts(caller, input_ids, attention_mask, num_samples, sampling)

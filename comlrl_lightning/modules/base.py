@@ -17,7 +17,7 @@ from comlrl_lightning.data.task import Task
 from comlrl_lightning.generation.base import GenerationSettings, Generator, sample_team
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
-from comlrl_lightning.modules.evaluation_metrics import EvaluationMetrics, EvaluationSamples, domain_metrics
+from comlrl_lightning.modules.evaluation_metrics import DomainMetrics
 from comlrl_lightning.modules.hparams import OBJECT, PlainHyperparameters, builtin_values
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.options import positive, require
@@ -37,7 +37,7 @@ NOT_HYPERPARAMETERS = ["optimizer", "lr_scheduler", "generator", "critic", "coll
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
 
 
-class TeamModule(PlainHyperparameters, LightningModule):
+class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
     """A team of N causal-LM agents with sampling settings and task-reward evaluation.
 
     Correct under a plain ``Trainer()``: the module evaluates the team itself before the first
@@ -272,31 +272,9 @@ class TeamModule(PlainHyperparameters, LightningModule):
         rewards = [
             task.oracle.score([[text] for text in texts[k]], prompts[k], item)[1][0] for k, item in enumerate(items)
         ]
-        if self._evaluation is not None:
-            self._evaluation.add(task, items, texts, rewards)
+        if self.evaluation_record is not None:
+            self.evaluation_record.add(task, items, texts, rewards)
         return rewards
-
-    evaluation_metrics: Optional[EvaluationMetrics] = None
-    """Domain metrics of every evaluation, logged as ``eval/<key>`` (a callable, set from Python; see
-    :mod:`comlrl_lightning.modules.evaluation_metrics`)."""
-    _evaluation: Optional[EvaluationSamples] = None
-
-    def _start_evaluation(self) -> None:
-        self._evaluation = EvaluationSamples() if self.evaluation_metrics is not None else None
-
-    def _evaluation_domain_metrics(self) -> Dict[str, float]:
-        """The domain metrics of the evaluation that just ended (every process's samples), then stop recording."""
-        samples, self._evaluation = self._evaluation, None
-        if samples is None:
-            return {}
-        return domain_metrics(self.evaluation_metrics, samples.merged(rank_and_world(self.trainer)[1]))
-
-    def on_validation_epoch_start(self) -> None:
-        self._start_evaluation()
-
-    def on_validation_epoch_end(self) -> None:
-        for key, value in self._evaluation_domain_metrics().items():
-            self.log(key, value, on_step=False, on_epoch=True)
 
     def _eval_stream(self, *keys: object) -> RandomStream:
         # derived from the progress, so evaluation never shifts any other sampling, and resumes exactly
@@ -327,7 +305,7 @@ class TeamModule(PlainHyperparameters, LightningModule):
         rank, world = rank_and_world(self.trainer)
         items, task = shard(every_item, rank, world), datamodule.task
         rewards, unparsed_before = [], task.unparsed_completions
-        self._start_evaluation()
+        self.start_evaluation()
         # sharded agents: every rank runs as many batches (an empty one samples in step with the others)
         length = -(-len(every_item) // world) if self.team.synced else len(items)
         for index, start in enumerate(range(0, length, datamodule.eval_batch_size)):
@@ -339,7 +317,7 @@ class TeamModule(PlainHyperparameters, LightningModule):
         metrics = {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value}
         if task.centralized:
             metrics["eval/unparsed_rate"] = sum(t[2] for t in totals) / count
-        metrics.update(self._evaluation_domain_metrics())
+        metrics.update(self.evaluation_domain_metrics(world))
         # Lightning logs a step's metrics at the index of its last update (updates - 1)
         step = max(self.global_step - 1, 0)
         for logger in self.loggers:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from comlrl_lightning.data.centralized_task import parse_roles
 from comlrl_lightning.errors import DataError
@@ -136,8 +136,41 @@ def domain_metrics(function: Callable[[Any], Dict[str, Any]], samples: Any, pref
     return metrics
 
 
+class DomainMetrics:
+    """A team module's evaluation domain metrics: records each evaluation's samples while
+    ``evaluation_metrics`` is set and logs what it returns as ``eval/<key>``."""
+
+    evaluation_metrics: Optional[EvaluationMetrics] = None
+    """Domain metrics of every evaluation, logged as ``eval/<key>`` (a callable, set from Python)."""
+    evaluation_record: Optional[EvaluationSamples] = None
+    """The samples of the evaluation under way (``None``: not recording)."""
+
+    def start_evaluation(self) -> None:
+        self.evaluation_record = EvaluationSamples() if self.evaluation_metrics is not None else None
+
+    def evaluation_domain_metrics(self, world: int) -> Dict[str, float]:
+        """The domain metrics of the evaluation that just ended (every process's samples), then stop recording."""
+        samples, self.evaluation_record = self.evaluation_record, None
+        return {} if samples is None else domain_metrics(self.evaluation_metrics, samples.merged(world))
+
+    def on_validation_epoch_start(self) -> None:
+        self.start_evaluation()
+
+    def on_validation_epoch_end(self) -> None:
+        world = getattr(self.trainer, "world_size", 1)  # type: ignore[attr-defined]
+        for key, value in self.evaluation_domain_metrics(world).items():
+            self.log(key, value, on_step=False, on_epoch=True)  # type: ignore[attr-defined]
+
+
 RolloutMetrics = Callable[[RolloutSamples], Dict[str, Any]]
 """What a policy-gradient module's ``rollout_metrics`` is: a step's samples in, ``{key: number}`` out."""
 
 
-__all__ = ["EvaluationMetrics", "EvaluationSamples", "RolloutMetrics", "RolloutSamples", "domain_metrics"]
+__all__ = [
+    "DomainMetrics",
+    "EvaluationMetrics",
+    "EvaluationSamples",
+    "RolloutMetrics",
+    "RolloutSamples",
+    "domain_metrics",
+]
