@@ -59,6 +59,7 @@ class AfterRound1(Callback):
         self.provider.always = self.fault
 
 
+@pytest.mark.slow  # trains long for the everyday tier
 def test_retried_faults_change_nothing_and_a_failed_round_is_redone_on_resume(tmp_path, monkeypatch):
     from lightning.pytorch.callbacks import ModelCheckpoint
 

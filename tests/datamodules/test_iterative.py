@@ -130,6 +130,7 @@ def test_resume_fails_at_once_naming_a_missing_or_corrupt_round_file(tmp_path):
         trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "epoch=1-step=6.ckpt"))
 
 
+@pytest.mark.slow  # trains long for the everyday tier
 def test_raising_num_iterations_extends_a_finished_run(uninterrupted, tmp_path):
     from lightning.pytorch.callbacks import ModelCheckpoint
 

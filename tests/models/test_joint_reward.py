@@ -131,6 +131,7 @@ def _synthetic_pairs(count, seed):
     return pairs
 
 
+@pytest.mark.slow  # trains long for the everyday tier
 def test_reward_model_learns_a_held_out_synthetic_preference():
     torch.manual_seed(0)
     scorer = RewardScorer.from_source("embedded")

@@ -175,8 +175,9 @@ def _state(module):
     "iterative, stop_step, refits, algorithm",
     [
         (False, 5, [], "magrpo"),  # base: stopped in the second RL epoch, the fitted reward model is restored
-        (True, 3, [1], "magrpo"),  # iterative: stopped in round 1, so only round 2's reward model is fitted after
         # the variants below repeat the scenario in other places and with critics: the slow tier
+        # iterative: stopped in round 1, so only round 2's reward model is fitted after
+        pytest.param(True, 3, [1], "magrpo", marks=pytest.mark.slow),
         pytest.param(True, 11, [], "magrpo", marks=pytest.mark.slow),  # iterative: stopped in round 2, after its fit
         # actor-critic: the critic and its optimizer state resume mid-round too
         pytest.param(True, 3, [1], "maac", marks=pytest.mark.slow),
@@ -236,6 +237,7 @@ def test_reward_model_scoring_for_collection_after_the_first_fit():
     assert raw == processed and len(raw) == 2
 
 
+@pytest.mark.slow  # trains long for the everyday tier
 def test_every_reward_model_epoch_is_logged_at_the_step_of_its_fit(tmp_path):
     """One row per Bradley–Terry epoch, with its epoch and round; a fit between two updates shares
     their step, so the CSV log's steps never decrease."""

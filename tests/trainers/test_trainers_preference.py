@@ -178,6 +178,7 @@ def test_madpo_trains_saves_hugging_face_folders_and_resumes(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(weights(whole), weights(resumed)))
 
 
+@pytest.mark.slow  # trains long for the everyday tier; MARLHF facade runs stay there in test_scripts (eval_callbacks.py, marlhf_attributes.py)
 def test_marlhf_base_and_iterative_run(tmp_path):
     torch.manual_seed(0)
     base = MARLHFTrainer(
