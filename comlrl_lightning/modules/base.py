@@ -322,8 +322,11 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         step = max(self.global_step - 1, 0)
         for logger in self.loggers:
             logger.log_metrics(metrics, step=step)
-        rank_zero_info(f"evaluation ({label}, {self.global_step} updates): eval/turn_1/reward_mean = {value:.4f}")
+        self._report_evaluation(label, value)
         return value
+
+    def _report_evaluation(self, label: str, value: float) -> None:
+        rank_zero_info(f"evaluation ({label}, {self.global_step} updates): eval/turn_1/reward_mean = {value:.4f}")
 
     initial_eval_reward: Optional[float] = None
     final_eval_reward: Optional[float] = None
@@ -345,10 +348,7 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
     def on_train_end(self) -> None:
         if self._validated is not None and self._validated[0] == self.global_step:
             self.final_eval_reward = self._validated[1]
-            rank_zero_info(
-                f"evaluation (after training, {self.global_step} updates): "
-                f"eval/turn_1/reward_mean = {self.final_eval_reward:.4f}"
-            )
+            self._report_evaluation("after training", self.final_eval_reward)
         else:
             self.final_eval_reward = self.evaluate_now("after training")
 
