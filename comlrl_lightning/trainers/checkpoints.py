@@ -29,7 +29,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Checkpoint
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord
-from comlrl_lightning.errors import RunStateError
+from comlrl_lightning.errors import DataError, RunStateError
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.checkpoint_metadata import (
     CHECKPOINT_FILE,
@@ -94,6 +94,16 @@ def resume_source(path: Optional[str], trainer_class: str) -> Tuple[Optional[Pat
             f"cannot continue it. Resume it with {metadata['trainer_class']}, or start a new run."
         )
     return resume, metadata
+
+
+def saved_generation_kwargs(checkpoint: Dict[str, Any], path: Any) -> Optional[Dict[str, Any]]:
+    """The ``train(**generation_kwargs)`` the run of ``checkpoint`` was given (``None``: it records none);
+    a record that is not a mapping is a :class:`~comlrl_lightning.errors.DataError` naming the file."""
+    hyper = checkpoint.get("hyper_parameters")
+    saved = hyper.get("generation_kwargs") if isinstance(hyper, dict) else None
+    if saved is not None and not (isinstance(saved, dict) and all(isinstance(key, str) for key in saved)):
+        raise DataError(f"{path}: hyper_parameters.generation_kwargs is not a mapping of option names.")
+    return saved
 
 
 def default_directory(resume: Optional[Path], output_dir: Path) -> Path:
@@ -308,6 +318,7 @@ __all__ = [
     "CommitCheckpoints",
     "default_directory",
     "resume_source",
+    "saved_generation_kwargs",
     "OWNER_FILE",
     "check_destination",
     "checkpoint_folders",

@@ -46,12 +46,15 @@ from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.defaults import EMBEDDED
 from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
+from comlrl_lightning.modules.resume_rule import apply_resume_rule
 from comlrl_lightning.options import OptionError, require
-from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
+from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.files import ensure_writable_folder
+from comlrl_lightning.runtime.hparams import set_hyperparameter
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
 from comlrl_lightning.trainers.arguments import check_arguments
@@ -60,7 +63,7 @@ from comlrl_lightning.trainers.attributes import (
     ReferenceAttributes,
     reference_task,
 )
-from comlrl_lightning.trainers.checkpoints import CheckpointMethods
+from comlrl_lightning.trainers.checkpoints import CheckpointMethods, saved_generation_kwargs
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
     MADPOIterConfig,
@@ -231,7 +234,11 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         resume without them continues with the saved ones.
         """
         plan = self.checkpoint_plan(resume_from_checkpoint, checkpoint_dir, checkpoint_interval, checkpoint_total_limit)
-        self._apply_generation_kwargs(generation_kwargs)
+        loaded = load_checkpoint_dict(plan.resume) if plan.resume else None
+        saved = saved_generation_kwargs(loaded, plan.resume) if loaded is not None else None
+        self._apply_generation_kwargs(generation_kwargs, saved)
+        if loaded is not None:  # the resume rule: this run's options; a fixed one changed is refused now
+            apply_resume_rule(loaded, self.module, self.datamodule, plan.resume)
         callbacks: List[Callback] = [RewardCurvePlot(), self.environment_steps, *plan.callbacks]
         if getattr(self.args, "log_reward_distribution", False):
             from comlrl_lightning.callbacks.reward_distributions import (
@@ -284,21 +291,20 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         After ``train()`` the metrics go to its logs too, at its last step."""
         return evaluate_now(self, num_eval_samples)
 
-    def _apply_generation_kwargs(self, kwargs: Dict[str, Any]) -> None:
-        """``train(**generation_kwargs)`` onto the sampling settings: the four named ones replace
-        theirs, the others become ``extra`` options, checked by the generator now; given, they
-        also win over the settings a resumed checkpoint saved."""
+    def _apply_generation_kwargs(self, kwargs: Dict[str, Any], saved: Optional[Dict[str, Any]] = None) -> None:
+        """``train(**generation_kwargs)`` onto the config's sampling settings: the four named ones
+        replace theirs, the others become ``extra`` options, checked by the generator now. A resume
+        given none continues with the ones its checkpoint saved (``saved``); one given some uses
+        exactly those. The settings they make are the module's ``sampling`` hyperparameter, and the
+        kwargs themselves its ``generation_kwargs``."""
         if kwargs.pop("do_sample", True) is not True:
             raise OptionError("do_sample=False is not supported: preference collection samples.")
-        if not kwargs:
-            return
-        named = {key: kwargs.pop(key) for key in GENERATION_KWARGS if key in kwargs}
-        current = self.module.generation_settings
-        extra = {**(current.extra or {}), **kwargs} or None
-        settings = dataclasses.replace(current, **named, extra=extra)
-        self.module.generator.check_settings(settings)
-        self.module.generation_settings = settings
-        self.module.sampling_from_checkpoint = False
+        kwargs = dict(kwargs) if kwargs or not saved else dict(saved)
+        named = {key: kwargs[key] for key in GENERATION_KWARGS if key in kwargs}
+        extra = {key: value for key, value in kwargs.items() if key not in GENERATION_KWARGS} or None
+        base = GenerationSettings(**{key: getattr(self.args, key) for key in GENERATION_KWARGS})
+        self.module.use_sampling(dataclasses.replace(base, **named, extra=extra))
+        set_hyperparameter(self.module, "generation_kwargs", kwargs)
 
     def save_model(self, output_dir: str) -> None:
         """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer.
