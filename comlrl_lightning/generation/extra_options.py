@@ -61,9 +61,9 @@ VLLM_NAMES: Dict[str, str] = {
 def _plain(value: Any) -> bool:
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
-    if isinstance(value, (list, tuple)):
+    if type(value) in (list, tuple):  # a list subclass (StoppingCriteriaList) holds objects
         return all(_plain(item) for item in value)
-    if isinstance(value, Mapping):
+    if type(value) is dict:
         return all(isinstance(key, str) and _plain(item) for key, item in value.items())
     return False
 

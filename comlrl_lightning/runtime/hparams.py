@@ -19,6 +19,8 @@ from typing import Any, Mapping
 
 from lightning.pytorch.core.mixins import HyperparametersMixin
 
+from comlrl_lightning.runtime.compat import initial_hyperparameters
+
 OBJECT = object()
 """What :func:`plain` returns for a value no config file can hold."""
 
@@ -92,9 +94,7 @@ def set_hyperparameter(owner: HyperparametersMixin, name: str, value: Any) -> No
     if rendered is OBJECT:
         return
     owner.hparams[name] = rendered
-    initial = getattr(owner, "_hparams_initial", None)
-    if initial is not None:
-        initial[name] = rendered
+    initial_hyperparameters(owner)[name] = rendered
 
 
 class PlainHyperparameters(HyperparametersMixin):

@@ -301,10 +301,13 @@ class CheckpointMethods:
         """
         path, _ = resume_source(checkpoint, type(self).__name__)
         loaded = load_checkpoint_dict(path)
+        progress = vars(checkpoint_progress(loaded, path)).copy()
+        if not isinstance(loaded.get("state_dict"), dict):
+            raise DataError(f"{path}: the checkpoint holds no state_dict (the weights).")
         self.module.configure_model()
         self.module.on_load_checkpoint(loaded)
         self.module.load_state_dict(loaded["state_dict"])
-        return vars(checkpoint_progress(loaded)).copy()
+        return progress
 
 
 def _position(trainer: Trainer) -> Tuple[int, int]:

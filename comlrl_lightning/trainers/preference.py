@@ -57,7 +57,7 @@ from comlrl_lightning.runtime.files import ensure_writable_folder
 from comlrl_lightning.runtime.hparams import set_hyperparameter
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
-from comlrl_lightning.trainers.arguments import check_arguments
+from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments
 from comlrl_lightning.trainers.attributes import (
     MARLHFAttributes,
     ReferenceAttributes,
@@ -120,6 +120,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         self.args = args if args is not None else self.config_class()
         given = dict(external_transition=external_transition, **marlhf_arguments)
         check_arguments(type(self).__name__, self.config_class, self.args, self.module_class is MARLHFModule, given)
+        check_argument_types(num_agents, wandb_config, model_config)
         self._check_team(num_agents, agent_model, agents, tokenizer)
         train_dataset, eval_dataset = _task_datasets(agent_model, train_dataset, eval_dataset, reward_func)
         mapping.warn_ignored(self.args)
@@ -292,11 +293,9 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         return evaluate_now(self, num_eval_samples)
 
     def _apply_generation_kwargs(self, kwargs: Dict[str, Any], saved: Optional[Dict[str, Any]] = None) -> None:
-        """``train(**generation_kwargs)`` onto the config's sampling settings: the four named ones
-        replace theirs, the others become ``extra`` options, checked by the generator now. A resume
-        given none continues with the ones its checkpoint saved (``saved``); one given some uses
-        exactly those. The settings they make are the module's ``sampling`` hyperparameter, and the
-        kwargs themselves its ``generation_kwargs``."""
+        """``train(**generation_kwargs)`` onto the config's sampling settings (the four named ones replace
+        theirs, the others are ``extra``, checked now); a resume given none uses the ``saved`` ones, one
+        given some exactly those. They are the module's ``sampling`` and ``generation_kwargs`` hparams."""
         if kwargs.pop("do_sample", True) is not True:
             raise OptionError("do_sample=False is not supported: preference collection samples.")
         kwargs = dict(kwargs) if kwargs or not saved else dict(saved)

@@ -59,22 +59,30 @@ def test_generate_options_reach_the_rollouts():
     assert rollouts and not any(vowel in text for text in rollouts for vowel in VOWELS)
 
 
-def test_options_are_checked_before_the_run_and_saved_for_a_resume(tmp_path):
+def test_options_are_checked_before_the_run_saved_whole_and_a_resume_continues_with_them_when_given_none():
     trainer = MADPOIterTrainer(agent_model="embedded", args=MADPOIterConfig(num_iterations=1, **SMALL))
     with pytest.raises(OptionError, match="repetiton_penalty unknown"):
         trainer.train(repetiton_penalty=1.1)
+    from transformers import StoppingCriteriaList
+
+    # an object cannot be saved: refused by name when the run starts (a checkpoint would lose it)
+    with pytest.raises(OptionError, match="generation option stopping_criteria holds a StoppingCriteriaList object"):
+        trainer.train(stopping_criteria=StoppingCriteriaList())
     assert trainer.trainer is None
-    module = trainer.module
-    module.generation_settings = module.generation_settings.__class__(max_new_tokens=3, extra={"min_new_tokens": 2})
+    saved = {"repetition_penalty": 1.2, "top_k": 5, "suppress_tokens": [1, 2]}
+    trainer._apply_generation_kwargs({}, saved)  # a resume given none: every saved one
+    settings = trainer.module.generation_settings
+    assert settings.top_k == 5 and settings.extra == {"repetition_penalty": 1.2, "suppress_tokens": [1, 2]}
     checkpoint = {}
-    module.on_save_checkpoint(checkpoint)
-    resumed = MADPOIterTrainer(agent_model="embedded", args=MADPOIterConfig(num_iterations=1, **SMALL)).module
-    resumed.on_load_checkpoint(checkpoint)  # a resume without generation kwargs continues with the saved ones
-    assert resumed.generation_settings == module.generation_settings
-    given = MADPOIterTrainer(agent_model="embedded", args=MADPOIterConfig(num_iterations=1, **SMALL))
-    given._apply_generation_kwargs({"repetition_penalty": 1.2})
-    given.module.on_load_checkpoint(checkpoint)  # ... and one with them keeps them
-    assert given.module.generation_settings.extra == {"repetition_penalty": 1.2}
+    trainer.module.on_save_checkpoint(checkpoint)
+    assert checkpoint["generation_settings"]["extra"] == settings.extra  # saved whole
+    assert trainer.module.hparams["sampling"]["extra"] == settings.extra  # hparams.yaml shows them
+    assert trainer.module.hparams_initial["generation_kwargs"] == saved
+    trainer._apply_generation_kwargs({"min_p": 0.1}, saved)  # a resume given some: exactly those
+    settings = trainer.module.generation_settings
+    assert settings.top_k is None and settings.extra == {"min_p": 0.1}
+    trainer.module.on_load_checkpoint(checkpoint)  # the checkpoint's settings never replace the given ones
+    assert trainer.module.generation_settings == settings
 
 
 def test_a_resume_without_the_options_continues_as_the_run_with_them(tmp_path):
