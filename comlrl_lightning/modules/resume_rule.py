@@ -180,6 +180,10 @@ def resume_changes(checkpoint: Mapping[str, Any], module: Any, datamodule: Any, 
     """
     saved_model, saved_data = saved_options(checkpoint)
     given_model, given_data = given_options(module, datamodule)
+    if not isinstance(checkpoint.get(TEAM_KEY), Mapping):  # written before the layout was recorded
+        given_model = {
+            k: v for k, v in given_model.items() if k not in ("model.class", "model.collaboration", "model.roles")
+        }
     changes = option_changes(saved_model, given_model) if saved_model else []
     if set(saved_data) - {"data.kind"} and set(given_data) - {"data.kind"}:  # both record their options
         changes += option_changes(saved_data, given_data)
