@@ -73,7 +73,7 @@ from comlrl_lightning.trainers.configs import (
 from comlrl_lightning.trainers.environment_steps import environment_steps_for
 from comlrl_lightning.trainers.eval_callbacks import ReferenceCallbacks, evaluate_now
 from comlrl_lightning.trainers.wandb_compat import finish_runs
-from comlrl_lightning.trainers.wandb_config import logger_from_wandb_config, output_base
+from comlrl_lightning.trainers.wandb_config import effective_sampling, logger_from_wandb_config, output_base
 
 GENERATION_KWARGS = mapping.SAMPLING_FIELDS
 """The ``train(**generation_kwargs)`` that replace sampling settings (the others become ``extra`` options)."""
@@ -274,6 +274,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
             num_agents=self.num_agents,
             num_roles=self.module.num_roles,
             env_step=lambda: self.environment_steps.env_step,
+            sampling=effective_sampling(self.module),
             wandb_run=self.wandb_run(),
         )
 
