@@ -111,6 +111,14 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _known(name: str, flat: Mapping[str, Any]) -> bool:
+    """Whether ``flat`` says what option ``name`` is: it has it, or a null above it (``lora: null``
+    says there is no ``lora.r``). An option left out as an object (a callable reward function) is
+    not known, so a resume cannot tell whether it changed."""
+    parts = name.split(".")
+    return name in flat or any(flat.get(".".join(parts[:i]), NOT_GIVEN) is None for i in range(1, len(parts)))
+
+
 def is_fixed(name: str) -> bool:
     """Whether a resume refuses a change of option ``name`` (:data:`FIXED`)."""
     return name in FIXED
@@ -189,7 +197,8 @@ def resume_changes(checkpoint: Mapping[str, Any], module: Any, datamodule: Any, 
         changes += option_changes(saved_data, given_data)
     elif "data.kind" in saved_data and "data.kind" in given_data:  # else the kinds only
         changes += option_changes({"data.kind": saved_data["data.kind"]}, {"data.kind": given_data["data.kind"]})
-    refused = [change for change in changes if is_fixed(change[0])]
+    saved_all, given_all = {**saved_model, **saved_data}, {**given_model, **given_data}
+    refused = [c for c in changes if is_fixed(c[0]) and _known(c[0], saved_all) and _known(c[0], given_all)]
     if refused:
         raise ConfigurationError(
             f"cannot resume {path} with other {', '.join(name for name, _, _ in refused)} "

@@ -29,7 +29,9 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Checkpoint
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord
-from comlrl_lightning.errors import DataError, RunStateError
+from comlrl_lightning.errors import ConfigurationError, DataError, RunStateError
+from comlrl_lightning.generation.base import GenerationSettings
+from comlrl_lightning.generation.extra_options import hf_generate_options
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.checkpoint_metadata import (
     CHECKPOINT_FILE,
@@ -43,6 +45,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
 from comlrl_lightning.runtime.compat import epochs_processed
 from comlrl_lightning.runtime.files import fsync_directory, write_atomically
 from comlrl_lightning.runtime.paths import require_local
+from comlrl_lightning.trainers.mapping import SAMPLING_FIELDS
 
 OWNER_FILE = "checkpoint_owner.json"
 _FOLDER = re.compile(r"checkpoint-(\d+)")
@@ -103,6 +106,13 @@ def saved_generation_kwargs(checkpoint: Dict[str, Any], path: Any) -> Optional[D
     saved = hyper.get("generation_kwargs") if isinstance(hyper, dict) else None
     if saved is not None and not (isinstance(saved, dict) and all(isinstance(key, str) for key in saved)):
         raise DataError(f"{path}: hyper_parameters.generation_kwargs is not a mapping of option names.")
+    try:  # an option a newer version saved, or a value of the wrong kind: named with the file, now
+        named = {key: value for key, value in (saved or {}).items() if key in SAMPLING_FIELDS}
+        GenerationSettings(
+            **named, extra=hf_generate_options({k: v for k, v in (saved or {}).items() if k not in named})
+        )
+    except ConfigurationError as error:
+        raise DataError(f"{path}: the generation kwargs the checkpoint saved cannot be used: {error}") from None
     return saved
 
 

@@ -232,7 +232,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         replace the config's, any other ``generate()`` option (``repetition_penalty``,
         ``suppress_tokens``...) is passed on (the vLLM generator maps those vLLM supports and
         refuses the rest by name); ``do_sample=True`` is accepted. They are saved in checkpoints: a
-        resume without them continues with the saved ones.
+        resume given none continues with all the saved ones, one given some uses exactly those.
         """
         plan = self.checkpoint_plan(resume_from_checkpoint, checkpoint_dir, checkpoint_interval, checkpoint_total_limit)
         loaded = load_checkpoint_dict(plan.resume) if plan.resume else None

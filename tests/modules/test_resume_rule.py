@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from comlrl_lightning.data.task import TaskOptions
 from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.errors import ConfigurationError
@@ -110,3 +111,53 @@ def test_a_restored_optimizer_gets_the_new_rates_and_a_schedule_continues_from_i
     scheduled.step()
     scheduler.step()
     assert scheduled.param_groups[0]["lr"] == pytest.approx(0.4 * 0.75)  # the schedule goes on with the new base
+
+
+def test_a_plain_lightning_resume_follows_the_same_rule(tmp_path, caplog):
+    """``Trainer.fit(ckpt_path=...)`` with neither the CLI nor the seed API: the module's own hook lists the
+    changes, the new sampling and learning rate are used; another team is refused before any step."""
+    from lightning.pytorch import Trainer
+
+    task = dict(train_dataset="embedded", eval_dataset="embedded")
+    sizes = dict(preference_num_candidates=3, preference_pairs_per_sample=2, train_batch_size=8, eval_num_samples=2)
+
+    def parts(lr=3e-3, temperature=1.0, team=TeamOptions(agent_model="embedded")):
+        from comlrl_lightning.data.task import TaskOptions
+
+        sampling = GenerationSettings(max_new_tokens=4, temperature=temperature, top_p=1.0, top_k=None)
+        module = MADPOModule(team=team, sampling=sampling, agent_learning_rate=lr)
+        return module, PreferenceDataModule(task=TaskOptions(**task), num_train_epochs=2, **sizes)
+
+    def trainer(epochs):
+        return Trainer(max_epochs=epochs, default_root_dir=str(tmp_path), enable_progress_bar=False, logger=False)
+
+    first = trainer(1)
+    first.fit(*parts())
+    first.save_checkpoint(tmp_path / "one.ckpt")
+    caplog.clear()
+    module, data = parts(lr=1e-4, temperature=0.5)
+    resumed = trainer(2)
+    resumed.fit(module, data, ckpt_path=str(tmp_path / "one.ckpt"))
+    assert [m for m in caplog.messages if m.startswith("resumed with changed options")] == [
+        "resumed with changed options: model.agent_learning_rate: 0.003 -> 0.0001, model.sampling.temperature: 1.0 -> 0.5"
+    ]
+    assert [g["lr"] for g in resumed.optimizers[0].param_groups] == [1e-4, 1e-4]
+    assert module.generation_settings.temperature == 0.5 and resumed.global_step > first.global_step
+    from comlrl_lightning.defaults import embedded_model_path
+
+    other, data = parts(team=TeamOptions(agent_model=str(embedded_model_path())))
+    with pytest.raises(ConfigurationError, match="model.team.agent_model: 'embedded' -> '/"):
+        trainer(2).fit(other, data, ckpt_path=str(tmp_path / "one.ckpt"))
+
+
+def test_an_option_left_out_as_an_object_is_listed_but_not_refused_and_a_null_parent_is_known():
+    callable_reward = PreferenceDataModule(task=TaskOptions(reward_func=lambda *a: [0.0]))
+    checkpoint = saved_by(MADPOModule(), callable_reward)
+    assert resume_changes(checkpoint, MADPOModule(), PreferenceDataModule(), "x") == [
+        ("data.task.reward_func", NOT_GIVEN, None)
+    ]
+    from peft import LoraConfig
+
+    lora = MADPOModule(team=TeamOptions(lora=LoraConfig(r=2, target_modules=["q_proj"])))
+    with pytest.raises(ConfigurationError, match="model.team.lora.r: \\(not given\\) -> 2"):
+        resume_changes(saved_by(MADPOModule(), PreferenceDataModule()), lora, PreferenceDataModule(), "x")

@@ -4,6 +4,7 @@ rollouts), checked before the run, saved in checkpoints so a resume continues wi
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -107,3 +108,20 @@ def test_a_resume_without_the_options_continues_as_the_run_with_them(tmp_path):
     assert (tmp_path / "parts" / round_two).read_bytes() == (tmp_path / "whole" / round_two).read_bytes()
     for mine, theirs in zip(resumed.agents, whole.agents):
         assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()))
+
+
+@pytest.mark.parametrize(
+    "saved, named",
+    [
+        ({"newer_option": 1}, "newer_option unknown to Hugging Face generate()"),
+        ({"temperature": "hot"}, "temperature must be a number (got str)"),
+        (["top_k"], "hyper_parameters.generation_kwargs is not a mapping"),
+    ],
+)
+def test_generation_kwargs_a_checkpoint_saved_that_cannot_be_used_are_one_error_naming_the_file(saved, named):
+    from comlrl_lightning.errors import DataError
+    from comlrl_lightning.trainers.checkpoints import saved_generation_kwargs
+
+    with pytest.raises(DataError, match="^ckpt/checkpoint-1: .*" + re.escape(named)):
+        saved_generation_kwargs({"hyper_parameters": {"generation_kwargs": saved}}, "ckpt/checkpoint-1")
+    assert saved_generation_kwargs({"hyper_parameters": {}}, "x") is None
