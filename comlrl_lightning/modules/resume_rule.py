@@ -18,6 +18,10 @@ One rule for every way in (the ``comlrl-lightning fit --ckpt_path`` command, the
   position, the data module's state (the pairs, the replay history, the rounds done, the
   comparator's state).
 
+With rounds (an iterative data module) ``data.num_train_epochs`` is fixed too: the loop position
+counts epochs, and the epochs per round say which round it is in (raise ``num_iterations`` to
+extend a run).
+
 Options are compared as plain values (:mod:`comlrl_lightning.runtime.hparams`), named as in a config
 (``model.team.num_agents``, ``data.train_batch_size``); an option that is an object (a model given
 as an object, a reward function given as a callable) cannot be compared and is not.
@@ -25,7 +29,7 @@ as an object, a reward function given as a callable) cannot be compared and is n
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -63,6 +67,10 @@ FIXED: Tuple[str, ...] = (
     "data.task.reward_func",
 )
 """The options a resume cannot change: the checkpoint's state would mean nothing with another value."""
+
+FIXED_WITH_ROUNDS: Tuple[str, ...] = ("data.num_train_epochs",)
+"""Fixed for a data module with rounds (``data.kind`` ``iterative``): the loop position counts epochs,
+and epochs per round say which round it is in (raise ``num_iterations`` to extend a run)."""
 
 IGNORED_PREFIXES = ("model.generation_kwargs",)
 """Options shown elsewhere: the seed API's ``train(**generation_kwargs)`` are listed as the sampling
@@ -119,9 +127,10 @@ def _known(name: str, flat: Mapping[str, Any]) -> bool:
     return name in flat or any(flat.get(".".join(parts[:i]), NOT_GIVEN) is None for i in range(1, len(parts)))
 
 
-def is_fixed(name: str) -> bool:
-    """Whether a resume refuses a change of option ``name`` (:data:`FIXED`)."""
-    return name in FIXED
+def is_fixed(name: str, kind: Optional[str] = None) -> bool:
+    """Whether a resume refuses a change of option ``name`` (:data:`FIXED`; with rounds, ``kind``
+    ``"iterative"``, also :data:`FIXED_WITH_ROUNDS`)."""
+    return name in FIXED or (kind == "iterative" and name in FIXED_WITH_ROUNDS)
 
 
 def _shown(value: Any) -> str:
@@ -198,7 +207,8 @@ def resume_changes(checkpoint: Mapping[str, Any], module: Any, datamodule: Any, 
     elif "data.kind" in saved_data and "data.kind" in given_data:  # else the kinds only
         changes += option_changes({"data.kind": saved_data["data.kind"]}, {"data.kind": given_data["data.kind"]})
     saved_all, given_all = {**saved_model, **saved_data}, {**given_model, **given_data}
-    refused = [c for c in changes if is_fixed(c[0]) and _known(c[0], saved_all) and _known(c[0], given_all)]
+    kind = saved_data.get("data.kind")
+    refused = [c for c in changes if is_fixed(c[0], kind) and _known(c[0], saved_all) and _known(c[0], given_all)]
     if refused:
         raise ConfigurationError(
             f"cannot resume {path} with other {', '.join(name for name, _, _ in refused)} "
@@ -260,6 +270,7 @@ def use_learning_rates(module: Any) -> List[Change]:
 
 __all__ = [
     "FIXED",
+    "FIXED_WITH_ROUNDS",
     "NOT_GIVEN",
     "TEAM_KEY",
     "apply_resume_rule",

@@ -51,6 +51,7 @@ def test_what_a_resume_cannot_change_is_fixed_and_everything_else_is_not():
         assert is_fixed(name)
     for name in ("model.agent_learning_rate", "model.sampling.temperature", "data.train_batch_size", "model.seed"):
         assert not is_fixed(name)
+    assert is_fixed("data.num_train_epochs", "iterative") and not is_fixed("data.num_train_epochs", "preference")
 
 
 def test_a_resume_lists_every_changed_option_of_the_module_and_the_data_module():
