@@ -24,7 +24,8 @@ extend a run).
 
 Options are compared as plain values (:mod:`comlrl_lightning.runtime.hparams`), named as in a config
 (``model.team.num_agents``, ``data.train_batch_size``); an option that is an object (a model given
-as an object, a reward function given as a callable) cannot be compared and is not.
+as an object, a reward function given as a callable) is not recorded, so it cannot be compared: a
+change to or from one is listed as ``(not given)``, never refused.
 """
 
 from __future__ import annotations
