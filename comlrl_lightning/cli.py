@@ -38,7 +38,7 @@ from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, Configurati
 from comlrl_lightning.generation.vllm import engines_running
 from comlrl_lightning.modules.resume_rule import apply_resume_rule
 from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
-from comlrl_lightning.runtime.checkpoint_metadata import checkpoint_progress, resolve_checkpoint, run_record
+from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, resumable, run_record
 from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import refuse_non_regular
 from comlrl_lightning.runtime.paths import require_local
@@ -144,8 +144,8 @@ class PreferenceCLI(LightningCLI):
         section["ckpt_path"] = str(path)
         if not path.is_file():  # a sharded checkpoint (a folder): Lightning reads it
             return
-        self.resumed_checkpoint, self.resumed_path = read_checkpoint(path), path
-        checkpoint_progress(self.resumed_checkpoint, path)  # a corrupt field: one line naming it, now
+        # a corrupt field or a newer version's: one line naming the file and the field, now
+        self.resumed_checkpoint, self.resumed_path = resumable(read_checkpoint(path), path), path
         self.resumed_record = run_record(self.resumed_checkpoint, path) or {}
 
 

@@ -139,6 +139,16 @@ def checkpoint_progress(checkpoint: Dict[str, Any], path: PathLike = "the checkp
     return CheckpointProgress(epochs, step, batches or 0, built)
 
 
+def resumable(checkpoint: Any, path: PathLike) -> Dict[str, Any]:
+    """``checkpoint`` (loaded from ``path``) if a run can resume it: its sections of their kinds, its
+    progress counts (:func:`checkpoint_progress`) and its weights (``state_dict``); a
+    :class:`CheckpointFieldError` naming the file and the field otherwise, before anything is restored."""
+    checkpoint_progress(checkpoint, path)
+    if not isinstance(checkpoint.get("state_dict"), dict):
+        raise _field_error(path, "state_dict", checkpoint.get("state_dict"), "a dict (the weights)")
+    return checkpoint
+
+
 def _section(parent: Dict[str, Any], name: str, where: str, path: PathLike) -> Dict[str, Any]:
     value = parent.get(name)
     if value is None:
@@ -311,5 +321,6 @@ __all__ = [
     "newest_checkpoint",
     "read_checkpoint_metadata",
     "resolve_checkpoint",
+    "resumable",
     "run_record",
 ]

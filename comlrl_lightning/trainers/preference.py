@@ -51,7 +51,7 @@ from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.modules.resume_rule import apply_resume_rule
 from comlrl_lightning.options import OptionError, require
-from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata
+from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.files import ensure_writable_folder
 from comlrl_lightning.runtime.hparams import set_hyperparameter
@@ -235,7 +235,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         resume given none continues with all the saved ones, one given some uses exactly those.
         """
         plan = self.checkpoint_plan(resume_from_checkpoint, checkpoint_dir, checkpoint_interval, checkpoint_total_limit)
-        loaded = load_checkpoint_dict(plan.resume) if plan.resume else None
+        loaded = resumable(load_checkpoint_dict(plan.resume), plan.resume) if plan.resume else None
         saved = saved_generation_kwargs(loaded, plan.resume) if loaded is not None else None
         self._apply_generation_kwargs(generation_kwargs, saved)
         if loaded is not None:  # the resume rule: this run's options; a fixed one changed is refused now

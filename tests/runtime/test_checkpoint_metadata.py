@@ -195,3 +195,14 @@ def test_one_unreadable_file_in_a_folder_is_skipped_with_a_warning_naming_it(tmp
     good.unlink()
     with pytest.warns(UserWarning), pytest.raises(CheckpointNotFoundError, match="2 unreadable: last.ckpt, torn.ckpt"):
         newest_checkpoint(tmp_path)
+
+
+def test_a_checkpoint_without_weights_is_not_resumable_and_the_error_names_the_field(tmp_path):
+    from comlrl_lightning.runtime.checkpoint_metadata import resumable
+
+    path = fake_checkpoint(tmp_path / "a.ckpt", epochs=1, step=2)
+    state = torch.load(path, weights_only=True)
+    assert resumable(state, path) is state
+    del state["state_dict"]
+    with pytest.raises(DataError, match="a.ckpt: checkpoint field state_dict is None, not a dict"):
+        resumable(state, path)
