@@ -135,6 +135,9 @@ def test_a_plain_lightning_resume_follows_the_same_rule(tmp_path, caplog):
     first = trainer(1)
     first.fit(*parts())
     first.save_checkpoint(tmp_path / "one.ckpt")
+    state = torch.load(tmp_path / "one.ckpt", weights_only=True)
+    state["generation_settings"]["newer_field"] = 1  # a field a newer version saved: never read back
+    torch.save(state, tmp_path / "one.ckpt")
     caplog.clear()
     module, data = parts(lr=1e-4, temperature=0.5)
     resumed = trainer(2)
