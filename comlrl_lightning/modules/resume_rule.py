@@ -153,24 +153,22 @@ def module_layout(module: Any) -> Dict[str, Any]:
     }
 
 
+def _options(hparams: Mapping[str, Any]) -> Dict[str, Any]:
+    """Hyperparameters without LightningCLI's own entries (``_class_path``, ``_instantiator``)."""
+    return {key: value for key, value in hparams.items() if not str(key).startswith("_")}
+
+
 def saved_options(checkpoint: Mapping[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """The model's and the data module's options a checkpoint records (each empty when it records none)."""
     hyper = checkpoint.get("hyper_parameters")
-    model = (
-        flat_options({k: v for k, v in hyper.items() if not str(k).startswith("_")}, "model.")
-        if isinstance(hyper, Mapping)
-        else {}
-    )
+    model = flat_options(_options(hyper), "model.") if isinstance(hyper, Mapping) else {}
     layout = checkpoint.get(TEAM_KEY)
     if isinstance(layout, Mapping):
         model.update(flat_options(dict(layout), "model."))
     data_hyper = checkpoint.get("datamodule_hyper_parameters")
-    data = flat_options(dict(data_hyper), "data.") if isinstance(data_hyper, Mapping) else {}
-    state = (
-        (checkpoint.get("callbacks") or {}).get(DATA_STATE_KEY)
-        if isinstance(checkpoint.get("callbacks"), Mapping)
-        else None
-    )
+    data = flat_options(_options(data_hyper), "data.") if isinstance(data_hyper, Mapping) else {}
+    callbacks = checkpoint.get("callbacks")
+    state = callbacks.get(DATA_STATE_KEY) if isinstance(callbacks, Mapping) else None
     if isinstance(state, Mapping) and "kind" in state:
         data["data.kind"] = state["kind"]
     return model, data
@@ -178,11 +176,10 @@ def saved_options(checkpoint: Mapping[str, Any]) -> Tuple[Dict[str, Any], Dict[s
 
 def given_options(module: Any, datamodule: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """The options this run was given, named as :func:`saved_options` names them."""
-    hparams = {k: v for k, v in dict(getattr(module, "hparams", {}) or {}).items() if not str(k).startswith("_")}
-    model = flat_options(hparams, "model.")
+    model = flat_options(_options(getattr(module, "hparams", None) or {}), "model.")
     if hasattr(module, "collaboration"):
         model.update(flat_options(module_layout(module), "model."))
-    data = flat_options(dict(getattr(datamodule, "hparams", {}) or {}), "data.") if datamodule is not None else {}
+    data = flat_options(_options(getattr(datamodule, "hparams", None) or {}), "data.") if datamodule is not None else {}
     kind = getattr(datamodule, "state_kind", None)
     if kind is not None:
         data["data.kind"] = kind
