@@ -29,7 +29,6 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
-from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
 from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
@@ -37,8 +36,9 @@ from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.datamodules.preference import total_epochs
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.generation.vllm import engines_running
+from comlrl_lightning.modules.resume_rule import apply_resume_rule
 from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
-from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, run_record
+from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, resumable, run_record
 from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import refuse_non_regular
 from comlrl_lightning.runtime.paths import require_local
@@ -51,19 +51,6 @@ def data_total_epochs(data_options) -> int:
     """The data section's :func:`~comlrl_lightning.datamodules.preference.total_epochs` (one round
     for a data module without ``num_iterations``)."""
     return total_epochs(data_options.num_train_epochs, getattr(data_options, "num_iterations", 1))
-
-
-def flat_options(options: Any, prefix: str = "") -> Dict[str, Any]:
-    """Nested options as ``{"a.b": value}`` (a namespace or a mapping; a ``class_path`` object's
-    ``init_args`` under its own name), so a saved and a given config compare option by option."""
-    if hasattr(options, "as_dict"):
-        options = options.as_dict()
-    if not isinstance(options, dict) or not options:
-        return {prefix.rstrip("."): options} if prefix else {}
-    flat: Dict[str, Any] = {}
-    for name, value in options.items():
-        flat.update(flat_options(value, prefix if name == "init_args" else f"{prefix}{name}."))
-    return flat
 
 
 class PreferenceCLI(LightningCLI):
@@ -128,18 +115,24 @@ class PreferenceCLI(LightningCLI):
     def before_fit(self) -> None:
         # before Lightning starts any process or loads any model: a mesh that does not fit the processes
         check_mesh_plan(self.trainer.strategy)
+        resumed = getattr(self, "resumed_checkpoint", None)
+        if resumed is not None:  # the resume rule: these options; a fixed one changed is refused now
+            apply_resume_rule(resumed, self.model, self.datamodule, self.resumed_path)
 
     def _parse_ckpt_path(self) -> None:
         """Resuming keeps the options of this command line and config, and says what changed.
 
         A folder is resolved to its checkpoint with the most progress. LightningCLI would overwrite
         the options silently with the hyperparameters saved in the checkpoint
-        (``--model.init_args.dpo_beta 7`` would train on with 0.1). Here the given options win and
-        every model option that differs from the checkpoint's is printed with both values. A remote
-        checkpoint (a URL, an fsspec chain) is refused: Lightning would load it with
+        (``--model.init_args.dpo_beta 7`` would train on with 0.1). Here the given options are the
+        run's (:mod:`comlrl_lightning.modules.resume_rule`): once the classes are built, before
+        training, the options a resume cannot change are refused if they differ, and every other
+        difference is listed in one line and takes effect (sampling, learning rates, data options).
+        A remote checkpoint (a URL, an fsspec chain) is refused: Lightning would load it with
         ``weights_only=False``, i.e. run code from the network.
         """
         self.resumed_record: Dict[str, Any] = {}
+        self.resumed_checkpoint: Optional[Dict[str, Any]] = None
         if not self.config.get("subcommand"):
             return
         section = self.config[self.config.subcommand]
@@ -151,16 +144,9 @@ class PreferenceCLI(LightningCLI):
         section["ckpt_path"] = str(path)
         if not path.is_file():  # a sharded checkpoint (a folder): Lightning reads it
             return
-        loaded = read_checkpoint(path)
-        self.resumed_record = run_record(loaded, path) or {}
-        saved = flat_options({k: v for k, v in loaded.get("hyper_parameters", {}).items() if not k.startswith("_")})
-        given = flat_options(section.get("model", {}).get("init_args", {}))
-        for name, value in sorted(saved.items()):
-            if name in given and given[name] != value:
-                rank_zero_info(
-                    f"resuming with model option {name} = {given[name]!r} (the checkpoint was "
-                    f"trained with {value!r}); the given options win."
-                )
+        # a corrupt field or a newer version's: one line naming the file and the field, now
+        self.resumed_checkpoint, self.resumed_path = resumable(read_checkpoint(path), path), path
+        self.resumed_record = run_record(self.resumed_checkpoint, path) or {}
 
 
 class SaveConfigInPlace(SaveConfigCallback):

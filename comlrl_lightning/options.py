@@ -8,9 +8,10 @@ a bad config fails while it is being parsed by the CLI.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional
+import numbers
+from typing import Any, Iterable, Optional
 
-from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
 
 
 class OptionError(ConfigurationError):
@@ -24,20 +25,29 @@ def require(condition: bool, message: str) -> None:
         raise OptionError(message)
 
 
+def number(name: str, value: Any) -> None:
+    """``value`` is a number (``True``/``False`` are not): a
+    :class:`~comlrl_lightning.errors.ConfigurationTypeError` naming ``name`` otherwise (never the value)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigurationTypeError(f"{name} must be a number (got {type(value).__name__}).")
+
+
 def at_least(name: str, value: Optional[float], minimum: float, allow_none: bool = False) -> None:
-    """``value >= minimum`` (``None`` only when ``allow_none``)."""
+    """``value >= minimum`` (``None`` only when ``allow_none``); a value that is not a number is a type error."""
     if value is None:
         require(allow_none, f"{name} must be >= {minimum}.")
         return
+    number(name, value)
     suffix = " or null" if allow_none else ""
     require(value >= minimum, f"{name} must be >= {minimum}{suffix}.")
 
 
 def positive(name: str, value: Optional[float], allow_none: bool = False) -> None:
-    """``value > 0`` and finite (``None`` only when ``allow_none``)."""
+    """``value > 0`` and finite (``None`` only when ``allow_none``); a value that is not a number is a type error."""
     if value is None:
         require(allow_none, f"{name} must be > 0.")
         return
+    number(name, value)
     suffix = " or null" if allow_none else ""
     require(math.isfinite(value) and value > 0, f"{name} must be > 0{suffix}.")
 

@@ -609,3 +609,45 @@ def test_the_vllm_config_is_the_iterative_default_with_another_generator():
     assert vllm["trainer"].pop("default_root_dir") == "runs/madpo_iter_vllm"
     default["trainer"].pop("default_root_dir")
     assert vllm == default
+
+
+@pytest.mark.slow
+def test_a_cli_resume_uses_the_given_options_lists_them_in_one_line_and_refuses_a_fixed_one(tmp_path, caplog, capsys):
+    """The options given with --ckpt_path are the run's: a new learning rate on the restored optimizer,
+    a new temperature in the resumed round's sampling, a data option; a new model is refused before
+    training, naming the option and both values; a corrupt checkpoint field is one error line."""
+    from comlrl_lightning.cli import run_cli
+    from comlrl_lightning.defaults import embedded_model_path
+
+    def args(rounds, *extra):
+        root = ["--trainer.default_root_dir", str(tmp_path), "--data.init_args.num_iterations", str(rounds)]
+        return ["fit", "--config", "configs/madpo_iter.yaml", *root, *ITER_TINY, *extra]
+
+    main(args(1))
+    checkpoints = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    caplog.clear()
+    changed = ["--model.init_args.agent_learning_rate", "0.0001", "--model.init_args.sampling.temperature", "0.9"]
+    cli = run_cli(args(2, *changed, "--data.init_args.eval_num_samples", "2", "--ckpt_path", str(checkpoints)))
+    lines = [m for m in caplog.messages if m.startswith("resumed with changed options: ")]
+    assert lines == [
+        "resumed with changed options: model.agent_learning_rate: 0.003 -> 0.0001, model.sampling.temperature: "
+        "1.0 -> 0.9, data.eval_num_samples: 4 -> 2, data.num_iterations: 1 -> 2"
+    ]
+    assert [group["lr"] for group in cli.trainer.optimizers[0].param_groups] == [0.0001, 0.0001]
+    assert cli.model.generation_settings.temperature == 0.9 and cli.datamodule.eval_num_samples == 2
+    assert "temperature: 0.9" in (tmp_path / "lightning_logs" / "version_0" / "hparams.yaml").read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_status:
+        main(args(3, "--model.init_args.team.agent_model", str(embedded_model_path()), "--ckpt_path", str(checkpoints)))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_status.value.code == 2 and len(err) == 1
+    assert err[0].startswith("error: cannot resume ") and "model.team.agent_model: 'embedded' -> '" in err[0]
+    import torch
+
+    state = torch.load(checkpoints / "last.ckpt", weights_only=True)
+    state["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"] = "two"
+    torch.save(state, tmp_path / "corrupt.ckpt")
+    with pytest.raises(SystemExit):
+        main(args(3, "--ckpt_path", str(tmp_path / "corrupt.ckpt")))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint field loops.fit_loop.epoch_progress.current.processed is 'two'" in err[0]

@@ -88,7 +88,7 @@ class CheckpointRecord(Callback):
         self.run_id = record.get("run_id") or self.run_id
         self.sequence = int(record.get("sequence") or 0)
         self.wandb = record.get("wandb")
-        progress = checkpoint_progress(checkpoint)
+        progress = checkpoint_progress(checkpoint, trainer.ckpt_path)
         logs = record.get("logs")
         if logs:
             for logger in trainer.loggers:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Dict
 
 from lightning.pytorch import Callback
 
+from comlrl_lightning.errors import ComlrlError, DataError
 from comlrl_lightning.runtime.checkpoint_assets import ASSETS_KEY
 
 if TYPE_CHECKING:
@@ -33,7 +34,23 @@ class DataStateCallback(Callback):
         return self.datamodule.data_state_dict()
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        self.datamodule.load_data_state_dict(state_dict)
+        """Restore the data module's state; a state with a field missing or of the wrong kind (a
+        corrupt checkpoint, or one of a newer version) is a :class:`~comlrl_lightning.errors.DataError`
+        naming the file and the field, never a bare ``KeyError`` or ``TypeError``."""
+        trainer = getattr(self.datamodule, "trainer", None)
+        path = getattr(trainer, "ckpt_path", None) or "the checkpoint"
+        if not isinstance(state_dict, dict) or state_dict.get("version") != 1:
+            version = state_dict.get("version") if isinstance(state_dict, dict) else None
+            raise DataError(f"{path}: data state ({self.state_key}) of an unknown format (version {version!r}).")
+        try:
+            self.datamodule.load_data_state_dict(state_dict)
+        except ComlrlError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+            what = f"field {error.args[0]!r} missing" if isinstance(error, KeyError) and error.args else str(error)
+            raise DataError(
+                f"{path}: the data state ({self.state_key}) is corrupt or of a newer version ({what[:200]})."
+            ) from None
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: Dict[str, Any]) -> None:
         assets = self.datamodule.checkpoint_assets()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -26,6 +27,7 @@ from comlrl_lightning.errors import DataError
 from comlrl_lightning.options import at_least, choice, require
 from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
+from comlrl_lightning.runtime.hparams import PlainHyperparameters, summarized
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
 
@@ -36,7 +38,7 @@ def total_epochs(num_train_epochs: int, num_iterations: int = 1) -> int:
     return num_train_epochs * num_iterations
 
 
-class TaskDataModule(LightningDataModule):
+class TaskDataModule(PlainHyperparameters, LightningDataModule):
     """Task items, prompts, the oracle and evaluation: what every training flow needs.
 
     On its own it serves shuffled batches of task items (``train_batch_size`` items per step) to
@@ -85,6 +87,17 @@ class TaskDataModule(LightningDataModule):
         self.eval_items: Sequence[Dict[str, Any]] = []
         self.state_callback = DataStateCallback(self)
         self._context_checked = False
+        self.record_options()
+
+    def record_options(self) -> None:
+        """Record the options this data module was made with (every class's, as plain values) in
+        its ``hparams``: checkpoints save them (a resume lists what changed), the loggers do not (the
+        module's hyperparameters are the run's). A dataset given as a long list is recorded by its
+        length and digest."""
+        frame = inspect.currentframe().f_back  # TaskDataModule.__init__: its arguments and its callers'
+        self.save_hyperparameters(frame=frame, logger=False)
+        if isinstance(self.hparams.get("task"), dict):
+            self.hparams["task"] = summarized(self.hparams["task"])
 
     # ------------------------------------------------------------------------------------------
     # Lightning hooks

@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
-from comlrl_lightning.options import OptionError, at_least, positive, require
+from comlrl_lightning.generation.extra_options import check_saveable
+from comlrl_lightning.options import OptionError, at_least, number, positive, require
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team
 
@@ -44,8 +45,10 @@ class GenerationSettings:
     def __post_init__(self) -> None:
         at_least("max_new_tokens", self.max_new_tokens, 1)
         positive("temperature", self.temperature)
+        number("top_p", self.top_p)
         require(0 < self.top_p <= 1, "top_p must be in (0, 1].")
         at_least("top_k", self.top_k, 1, allow_none=True)
+        check_saveable(self.extra)
 
 
 @dataclass

@@ -58,6 +58,33 @@ VLLM_NAMES: Dict[str, str] = {
 """The ``generate()`` options vLLM honours, and their ``SamplingParams`` names."""
 
 
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if type(value) in (list, tuple):  # a list subclass (StoppingCriteriaList) holds objects
+        return all(_plain(item) for item in value)
+    if type(value) is dict:
+        return all(isinstance(key, str) and _plain(item) for key, item in value.items())
+    return False
+
+
+def check_saveable(extra: Any) -> None:
+    """``extra`` is a mapping of option names to plain values (numbers, text, lists and mappings of
+    them): what a checkpoint saves, so a resume continues with every option. An option holding an
+    object is an :class:`OptionError` naming it."""
+    if extra is None:
+        return
+    if not isinstance(extra, Mapping):
+        raise OptionError(f"generation options (extra) must be a mapping of option names (got {type(extra).__name__}).")
+    for name, value in extra.items():
+        if not _plain(value):
+            raise OptionError(
+                f"generation option {name} holds a {type(value).__name__} object: checkpoints save plain values "
+                "only (numbers, text, lists and mappings of them), so a resume could not continue with it; give "
+                "it as plain values (token ids, not a processor object)."
+            )
+
+
 def _generate_names() -> frozenset:
     from transformers import GenerationConfig, GenerationMixin
 
@@ -94,4 +121,11 @@ def vllm_sampling_options(extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     return {VLLM_NAMES[name]: value for name, value in extra.items()}
 
 
-__all__ = ["PLAIN_GENERATE_ONLY", "RESERVED", "VLLM_NAMES", "hf_generate_options", "vllm_sampling_options"]
+__all__ = [
+    "PLAIN_GENERATE_ONLY",
+    "RESERVED",
+    "VLLM_NAMES",
+    "check_saveable",
+    "hf_generate_options",
+    "vllm_sampling_options",
+]

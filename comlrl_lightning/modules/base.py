@@ -18,14 +18,15 @@ from comlrl_lightning.generation.base import GenerationSettings, Generator, samp
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
 from comlrl_lightning.modules.evaluation_metrics import DomainMetrics
-from comlrl_lightning.modules.hparams import OBJECT, PlainHyperparameters, builtin_values
 from comlrl_lightning.modules.optim import adamw
+from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
 from comlrl_lightning.options import positive, require
 from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
 from comlrl_lightning.runtime.files import check_log_files
+from comlrl_lightning.runtime.hparams import PlainHyperparameters, builtin_values, set_hyperparameter
 from comlrl_lightning.runtime.paths import confine_checkpoint_callbacks
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import check_strategy, is_sharded
@@ -332,6 +333,8 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
     final_eval_reward: Optional[float] = None
 
     def on_train_start(self) -> None:
+        if self.trainer.ckpt_path is not None:  # the restored optimizer takes this run's learning rates
+            use_learning_rates(self)
         # a run resumed from a checkpoint taken before the first update evaluated before it already
         if self.global_step == 0 and self.trainer.ckpt_path is None:
             self.initial_eval_reward = self.evaluate_now("before training")
@@ -356,26 +359,28 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         # after the batch's optimizer step: a generator with its own copy of the weights refreshes it
         self.generator.weights_updated()
 
-    sampling_from_checkpoint: bool = True
-    """Whether a resumed run samples with the settings its checkpoint saved (so it continues exactly,
-    ``extra`` options included), or with the module's own (the seed API's ``train(**generation_kwargs)``
-    given at the resume)."""
+    resume_checked: bool = False
+    """Whether the options of the checkpoint being resumed were compared with this run's already (the
+    command line and the seed API do it before training; a plain ``Trainer.fit`` when it loads)."""
+
+    def use_sampling(self, settings: GenerationSettings) -> None:
+        """Sample with ``settings`` from now on (checked by the generator), and record them as the
+        ``sampling`` hyperparameter (``hparams.yaml``, checkpoints)."""
+        self.generator.check_settings(settings)
+        self.generation_settings = settings
+        set_hyperparameter(self, "sampling", settings)
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        # plain values only (a checkpoint loads with weights_only); an extra option that is an
-        # object (a logits processor) is not saved: a resume gives it again
-        settings = builtin_values(dataclasses.asdict(self.generation_settings))
-        if settings is not OBJECT:
-            checkpoint["generation_settings"] = settings
+        checkpoint["generation_settings"] = builtin_values(dataclasses.asdict(self.generation_settings))
+        checkpoint[TEAM_KEY] = module_layout(self)
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         # before the callbacks read their state: Lightning's ModelCheckpoint would delete the files
         # its saved paths name, so a path outside its folder is dropped (with a warning naming it)
         if attached_trainer(self) is not None:
             confine_checkpoint_callbacks(checkpoint, self.trainer.checkpoint_callbacks)
-        saved = checkpoint.get("generation_settings")
-        if saved is not None and self.sampling_from_checkpoint:
-            self.generation_settings = GenerationSettings(**saved)
+            if not self.resume_checked:  # the resume rule: this run's options, the changes listed
+                apply_resume_rule(checkpoint, self, self.trainer.datamodule, self.trainer.ckpt_path)
         self.generator.weights_updated()
 
     def log_metrics_now(self, metrics: Dict[str, float]) -> None:

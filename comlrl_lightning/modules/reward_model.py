@@ -11,8 +11,8 @@ from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.defaults import EMBEDDED
 from comlrl_lightning.losses import bradley_terry_metrics
 from comlrl_lightning.models.joint_reward import RewardModelOptions, RewardScorer
-from comlrl_lightning.modules.hparams import PlainHyperparameters
 from comlrl_lightning.modules.optim import adamw
+from comlrl_lightning.runtime.hparams import PlainHyperparameters
 from comlrl_lightning.runtime.quiet import expect_eval_mode_parts
 
 

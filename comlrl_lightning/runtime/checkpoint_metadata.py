@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -84,21 +85,93 @@ def load_checkpoint_dict(path: PathLike) -> Dict[str, Any]:
     return checked_checkpoint(path, load)
 
 
-def checkpoint_progress(checkpoint: Dict[str, Any]) -> CheckpointProgress:
-    """The progress a checkpoint dict records (Lightning's loop state, else its ``epoch`` and ``global_step``)."""
-    fit_loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
-    epochs = _processed(fit_loop.get("epoch_progress"))
-    batches = _processed(fit_loop.get("epoch_loop.batch_progress"))
+class CheckpointFieldError(DataError):
+    """A checkpoint field of the wrong kind: the file is corrupt, or written by a newer version."""
+
+
+SECTIONS: Dict[str, type] = {
+    "loops": dict,
+    "callbacks": dict,
+    "state_dict": dict,
+    "hyper_parameters": dict,
+    "datamodule_hyper_parameters": dict,
+    "optimizer_states": list,
+    "lr_schedulers": list,
+}
+"""The sections of a Lightning checkpoint and the kind each must be where present."""
+
+
+def check_sections(checkpoint: Any, path: PathLike) -> None:
+    """``checkpoint`` is a mapping whose sections (:data:`SECTIONS`, the data state) are of their kind;
+    a :class:`CheckpointFieldError` naming the file and the field otherwise."""
+    if not isinstance(checkpoint, dict):
+        raise CheckpointFieldError(f"{path}: not a Lightning checkpoint (it holds a {type(checkpoint).__name__}).")
+    for name, kind in SECTIONS.items():
+        if name in checkpoint and not isinstance(checkpoint[name], kind):
+            raise _field_error(path, name, checkpoint[name], f"a {kind.__name__}")
+    data = (checkpoint.get("callbacks") or {}).get(DATA_STATE_KEY)
+    if data is not None and not isinstance(data, dict):
+        raise _field_error(path, f"callbacks.{DATA_STATE_KEY}", data, "a dict")
+
+
+def _field_error(path: PathLike, field: str, value: Any, expected: str) -> CheckpointFieldError:
+    shown = repr(value) if isinstance(value, (int, float, str, type(None))) else f"a {type(value).__name__}"
+    return CheckpointFieldError(
+        f"{path}: checkpoint field {field} is {shown[:60]}, not {expected}: the file is corrupt or written by a "
+        "newer version of comlrl_lightning."
+    )
+
+
+def checkpoint_progress(checkpoint: Dict[str, Any], path: PathLike = "the checkpoint") -> CheckpointProgress:
+    """The progress a checkpoint dict records (Lightning's loop state, else its ``epoch`` and ``global_step``);
+    a field that is not a count (an integer >= 0) is a :class:`CheckpointFieldError` naming ``path`` and it."""
+    check_sections(checkpoint, path)
+    fit_loop = _section(checkpoint.get("loops") or {}, "fit_loop", "loops", path)
+    epochs = _processed(fit_loop, "epoch_progress", path)
+    batches = _processed(fit_loop, "epoch_loop.batch_progress", path)
     if epochs is None:
-        epochs = int(checkpoint.get("epoch", 0))
+        epochs = _count(checkpoint.get("epoch", 0), "epoch", path)
     data = (checkpoint.get("callbacks") or {}).get(DATA_STATE_KEY) or {}
     built = data.get("built_round", 0 if data.get("pairs") is not None else None)
-    return CheckpointProgress(epochs, int(checkpoint.get("global_step", 0)), batches or 0, built)
+    if built is not None:
+        built = _count(built, f"callbacks.{DATA_STATE_KEY}.built_round", path)
+    step = _count(checkpoint.get("global_step", 0), "global_step", path)
+    return CheckpointProgress(epochs, step, batches or 0, built)
 
 
-def _processed(progress: Any) -> Optional[int]:
-    current = progress.get("current") if isinstance(progress, dict) else None
-    return int(current["processed"]) if isinstance(current, dict) and "processed" in current else None
+def resumable(checkpoint: Any, path: PathLike) -> Dict[str, Any]:
+    """``checkpoint`` (loaded from ``path``) if a run can resume it: its sections of their kinds, its
+    progress counts (:func:`checkpoint_progress`) and its weights (``state_dict``); a
+    :class:`CheckpointFieldError` naming the file and the field otherwise, before anything is restored."""
+    checkpoint_progress(checkpoint, path)
+    if not isinstance(checkpoint.get("state_dict"), dict):
+        raise _field_error(path, "state_dict", checkpoint.get("state_dict"), "a dict (the weights)")
+    return checkpoint
+
+
+def _section(parent: Dict[str, Any], name: str, where: str, path: PathLike) -> Dict[str, Any]:
+    value = parent.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _field_error(path, f"{where}.{name}", value, "a dict")
+    return value
+
+
+def _processed(fit_loop: Dict[str, Any], name: str, path: PathLike) -> Optional[int]:
+    current = _section(_section(fit_loop, name, "loops.fit_loop", path), "current", f"loops.fit_loop.{name}", path)
+    if "processed" not in current:
+        return None
+    return _count(current["processed"], f"loops.fit_loop.{name}.current.processed", path)
+
+
+def _count(value: Any, field: str, path: PathLike) -> int:
+    """``value`` as a count: an integer >= 0 (a float only when it is a whole number, as older files write)."""
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if type(value) is not int or value < 0:
+        raise _field_error(path, field, value, "a count (an integer >= 0)")
+    return value
 
 
 def checkpoint_files(folder: PathLike) -> List[Path]:
@@ -120,14 +193,22 @@ def checkpoint_files(folder: PathLike) -> List[Path]:
 
 def newest_checkpoint(folder: PathLike) -> Path:
     """The checkpoint of ``folder`` with the most progress (:class:`CheckpointProgress`); among equals the one
-    written last. :class:`CheckpointNotFoundError` when the folder holds none."""
+    written last. A file that cannot be read as a checkpoint is skipped with a warning naming it;
+    :class:`CheckpointNotFoundError` when the folder holds no readable one."""
     candidates: List[Tuple[CheckpointProgress, int, Path]] = []
+    skipped: List[str] = []
     for path in checkpoint_files(folder):
-        progress = checkpoint_progress(load_checkpoint_dict(path))
+        try:
+            progress = checkpoint_progress(load_checkpoint_dict(path), path)
+        except DataError as error:
+            warnings.warn(f"skipping {path} in the folder resume: {error}", stacklevel=2)
+            skipped.append(path.name)
+            continue
         candidates.append((progress, path.stat().st_mtime_ns, path))
     if not candidates:
+        unreadable = f" ({len(skipped)} unreadable: {', '.join(skipped)})" if skipped else ""
         raise CheckpointNotFoundError(
-            f"{folder} holds no checkpoint (no *.ckpt file and no checkpoint-N/{CHECKPOINT_FILE})."
+            f"{folder} holds no checkpoint (no *.ckpt file and no checkpoint-N/{CHECKPOINT_FILE}){unreadable}."
         )
     return max(candidates, key=lambda item: (_order(item[0]), item[1]))[2]
 
@@ -177,7 +258,7 @@ def read_checkpoint_metadata(checkpoint: PathLike) -> Dict[str, Any]:
             f"{path} has no comlrl_lightning run record ({METADATA_KEY!r}): it was not written by a run "
             "of this library with a CheckpointRecord callback."
         )
-    metadata.update(progress=vars(checkpoint_progress(loaded)).copy(), path=str(path))
+    metadata.update(progress=vars(checkpoint_progress(loaded, path)).copy(), path=str(path))
     return metadata
 
 
@@ -228,15 +309,18 @@ def _valid_logs(logs: Any) -> bool:
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "CheckpointFieldError",
     "CheckpointNotFoundError",
     "METADATA_KEY",
     "NoRunRecordError",
     "CheckpointProgress",
+    "check_sections",
     "checkpoint_files",
     "checkpoint_progress",
     "load_checkpoint_dict",
     "newest_checkpoint",
     "read_checkpoint_metadata",
     "resolve_checkpoint",
+    "resumable",
     "run_record",
 ]

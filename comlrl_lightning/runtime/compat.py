@@ -76,6 +76,12 @@ def attached_trainer(module: "LightningModule") -> Optional["Trainer"]:
     return private(module, "_trainer", "lightning")
 
 
+def initial_hyperparameters(owner: Any) -> Dict[str, Any]:
+    """The hyperparameters Lightning's loggers write (``hparams.yaml``): ``owner._hparams_initial``,
+    which ``save_hyperparameters`` sets (the public ``hparams_initial`` is a copy)."""
+    return private(owner, "_hparams_initial", "lightning")
+
+
 def epoch_batches_processed(trainer: "Trainer") -> int:
     """Training batches the fit loop has processed in the current epoch (counted on resume too)."""
     loop = private(private(trainer, "fit_loop", "lightning"), "epoch_loop", "lightning")
@@ -235,6 +241,7 @@ __all__ = [
     "checkpointed_layers",
     "compiles_fullgraph",
     "epoch_batches_processed",
+    "initial_hyperparameters",
     "installed_version",
     "model_parallel_sizes",
     "private",

@@ -20,7 +20,7 @@ import re
 import warnings
 from typing import Any, Dict, Iterable, List, Optional
 
-from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
@@ -35,6 +35,8 @@ def is_remote(path: str) -> bool:
 def require_local(path: Any, option: str, what: str = "a local path") -> str:
     """``path`` as a string, or :class:`~comlrl_lightning.errors.ConfigurationError` naming ``option``
     when it is remote."""
+    if not isinstance(path, (str, os.PathLike)):  # str(None) would be a folder named "None"
+        raise ConfigurationTypeError(f"{option} must be a path (a string or os.PathLike; got {type(path).__name__}).")
     text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
     if is_remote(text):
         raise ConfigurationError(

@@ -7,7 +7,7 @@ trainer's kind is refused. Nothing is ever silently ignored.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Mapping
 
 from comlrl_lightning.errors import ConfigurationTypeError
 from comlrl_lightning.options import OptionError, require
@@ -45,4 +45,15 @@ def check_arguments(trainer: str, config_class: type, args: Any, marlhf: bool, g
             raise OptionError(f"{name} is not supported: {UNSUPPORTED_ARGUMENTS[name]}.")
 
 
-__all__ = ["MARLHF_ONLY", "UNSUPPORTED_ARGUMENTS", "check_arguments"]
+def check_argument_types(num_agents: Any, wandb_config: Any, model_config: Any) -> None:
+    """The constructor's plain arguments are of their kind: ``num_agents`` an integer,
+    ``wandb_config`` and ``model_config`` mappings (or ``None``); a
+    :class:`~comlrl_lightning.errors.ConfigurationTypeError` naming the argument otherwise (never its value)."""
+    if isinstance(num_agents, bool) or not isinstance(num_agents, int):
+        raise ConfigurationTypeError(f"num_agents must be an integer (got {type(num_agents).__name__}).")
+    for name, value in (("wandb_config", wandb_config), ("model_config", model_config)):
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigurationTypeError(f"{name} must be a mapping (a dict) or None (got {type(value).__name__}).")
+
+
+__all__ = ["MARLHF_ONLY", "UNSUPPORTED_ARGUMENTS", "check_argument_types", "check_arguments"]

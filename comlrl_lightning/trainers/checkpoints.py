@@ -29,7 +29,9 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Checkpoint
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord
-from comlrl_lightning.errors import RunStateError
+from comlrl_lightning.errors import ConfigurationError, DataError, RunStateError
+from comlrl_lightning.generation.base import GenerationSettings
+from comlrl_lightning.generation.extra_options import hf_generate_options
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.checkpoint_metadata import (
     CHECKPOINT_FILE,
@@ -43,6 +45,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
 from comlrl_lightning.runtime.compat import epochs_processed
 from comlrl_lightning.runtime.files import fsync_directory, write_atomically
 from comlrl_lightning.runtime.paths import require_local
+from comlrl_lightning.trainers.mapping import SAMPLING_FIELDS
 
 OWNER_FILE = "checkpoint_owner.json"
 _FOLDER = re.compile(r"checkpoint-(\d+)")
@@ -94,6 +97,23 @@ def resume_source(path: Optional[str], trainer_class: str) -> Tuple[Optional[Pat
             f"cannot continue it. Resume it with {metadata['trainer_class']}, or start a new run."
         )
     return resume, metadata
+
+
+def saved_generation_kwargs(checkpoint: Dict[str, Any], path: Any) -> Optional[Dict[str, Any]]:
+    """The ``train(**generation_kwargs)`` the run of ``checkpoint`` was given (``None``: it records none);
+    a record that is not a mapping is a :class:`~comlrl_lightning.errors.DataError` naming the file."""
+    hyper = checkpoint.get("hyper_parameters")
+    saved = hyper.get("generation_kwargs") if isinstance(hyper, dict) else None
+    if saved is not None and not (isinstance(saved, dict) and all(isinstance(key, str) for key in saved)):
+        raise DataError(f"{path}: hyper_parameters.generation_kwargs is not a mapping of option names.")
+    try:  # an option a newer version saved, or a value of the wrong kind: named with the file, now
+        named = {key: value for key, value in (saved or {}).items() if key in SAMPLING_FIELDS}
+        GenerationSettings(
+            **named, extra=hf_generate_options({k: v for k, v in (saved or {}).items() if k not in named})
+        )
+    except ConfigurationError as error:
+        raise DataError(f"{path}: the generation kwargs the checkpoint saved cannot be used: {error}") from None
+    return saved
 
 
 def default_directory(resume: Optional[Path], output_dir: Path) -> Path:
@@ -291,10 +311,13 @@ class CheckpointMethods:
         """
         path, _ = resume_source(checkpoint, type(self).__name__)
         loaded = load_checkpoint_dict(path)
+        progress = vars(checkpoint_progress(loaded, path)).copy()
+        if not isinstance(loaded.get("state_dict"), dict):
+            raise DataError(f"{path}: the checkpoint holds no state_dict (the weights).")
         self.module.configure_model()
         self.module.on_load_checkpoint(loaded)
         self.module.load_state_dict(loaded["state_dict"])
-        return vars(checkpoint_progress(loaded)).copy()
+        return progress
 
 
 def _position(trainer: Trainer) -> Tuple[int, int]:
@@ -308,6 +331,7 @@ __all__ = [
     "CommitCheckpoints",
     "default_directory",
     "resume_source",
+    "saved_generation_kwargs",
     "OWNER_FILE",
     "check_destination",
     "checkpoint_folders",

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import WandbLogger
 
+from comlrl_lightning.errors import ConfigurationTypeError
 from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, RolloutSamples
 from comlrl_lightning.options import OptionError, at_least, require
 from comlrl_lightning.runtime.compat import wandb_run_active
@@ -40,7 +41,12 @@ class EvalLoggerMetrics:
         turns = [[[completions[role]] for completions in samples.completions] for role in range(roles)]
         prompts = [item.get("prompt", "") for item in samples.items]
         detailed = self.eval_logger(agent_completions_turns=turns, batch_items=list(samples.items), prompts=prompts)
-        return dict(self.eval_aggregator(detailed, num_turns=1))
+        metrics = self.eval_aggregator(detailed, num_turns=1)
+        if not isinstance(metrics, Mapping):
+            raise ConfigurationTypeError(
+                f"eval_aggregator must return a mapping of metric names to numbers (it returned {type(metrics).__name__})."
+            )
+        return dict(metrics)
 
 
 @dataclass

@@ -46,21 +46,24 @@ from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.defaults import EMBEDDED
 from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
+from comlrl_lightning.modules.resume_rule import apply_resume_rule
 from comlrl_lightning.options import OptionError, require
-from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
+from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.files import ensure_writable_folder
+from comlrl_lightning.runtime.hparams import set_hyperparameter
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
-from comlrl_lightning.trainers.arguments import check_arguments
+from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments
 from comlrl_lightning.trainers.attributes import (
     MARLHFAttributes,
     ReferenceAttributes,
     reference_task,
 )
-from comlrl_lightning.trainers.checkpoints import CheckpointMethods
+from comlrl_lightning.trainers.checkpoints import CheckpointMethods, saved_generation_kwargs
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
     MADPOIterConfig,
@@ -70,7 +73,7 @@ from comlrl_lightning.trainers.configs import (
 from comlrl_lightning.trainers.environment_steps import environment_steps_for
 from comlrl_lightning.trainers.eval_callbacks import ReferenceCallbacks, evaluate_now
 from comlrl_lightning.trainers.wandb_compat import finish_runs
-from comlrl_lightning.trainers.wandb_config import logger_from_wandb_config, output_base
+from comlrl_lightning.trainers.wandb_config import effective_sampling, logger_from_wandb_config, output_base
 
 GENERATION_KWARGS = mapping.SAMPLING_FIELDS
 """The ``train(**generation_kwargs)`` that replace sampling settings (the others become ``extra`` options)."""
@@ -117,6 +120,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         self.args = args if args is not None else self.config_class()
         given = dict(external_transition=external_transition, **marlhf_arguments)
         check_arguments(type(self).__name__, self.config_class, self.args, self.module_class is MARLHFModule, given)
+        check_argument_types(num_agents, wandb_config, model_config)
         self._check_team(num_agents, agent_model, agents, tokenizer)
         train_dataset, eval_dataset = _task_datasets(agent_model, train_dataset, eval_dataset, reward_func)
         mapping.warn_ignored(self.args)
@@ -228,10 +232,14 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         replace the config's, any other ``generate()`` option (``repetition_penalty``,
         ``suppress_tokens``...) is passed on (the vLLM generator maps those vLLM supports and
         refuses the rest by name); ``do_sample=True`` is accepted. They are saved in checkpoints: a
-        resume without them continues with the saved ones.
+        resume given none continues with all the saved ones, one given some uses exactly those.
         """
         plan = self.checkpoint_plan(resume_from_checkpoint, checkpoint_dir, checkpoint_interval, checkpoint_total_limit)
-        self._apply_generation_kwargs(generation_kwargs)
+        loaded = resumable(load_checkpoint_dict(plan.resume), plan.resume) if plan.resume else None
+        saved = saved_generation_kwargs(loaded, plan.resume) if loaded is not None else None
+        self._apply_generation_kwargs(generation_kwargs, saved)
+        if loaded is not None:  # the resume rule: this run's options; a fixed one changed is refused now
+            apply_resume_rule(loaded, self.module, self.datamodule, plan.resume)
         callbacks: List[Callback] = [RewardCurvePlot(), self.environment_steps, *plan.callbacks]
         if getattr(self.args, "log_reward_distribution", False):
             from comlrl_lightning.callbacks.reward_distributions import (
@@ -266,6 +274,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
             num_agents=self.num_agents,
             num_roles=self.module.num_roles,
             env_step=lambda: self.environment_steps.env_step,
+            sampling=effective_sampling(self.module),
             wandb_run=self.wandb_run(),
         )
 
@@ -284,21 +293,18 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         After ``train()`` the metrics go to its logs too, at its last step."""
         return evaluate_now(self, num_eval_samples)
 
-    def _apply_generation_kwargs(self, kwargs: Dict[str, Any]) -> None:
-        """``train(**generation_kwargs)`` onto the sampling settings: the four named ones replace
-        theirs, the others become ``extra`` options, checked by the generator now; given, they
-        also win over the settings a resumed checkpoint saved."""
+    def _apply_generation_kwargs(self, kwargs: Dict[str, Any], saved: Optional[Dict[str, Any]] = None) -> None:
+        """``train(**generation_kwargs)`` onto the config's sampling settings (the four named ones replace
+        theirs, the others are ``extra``, checked now); a resume given none uses the ``saved`` ones, one
+        given some exactly those. They are the module's ``sampling`` and ``generation_kwargs`` hparams."""
         if kwargs.pop("do_sample", True) is not True:
             raise OptionError("do_sample=False is not supported: preference collection samples.")
-        if not kwargs:
-            return
-        named = {key: kwargs.pop(key) for key in GENERATION_KWARGS if key in kwargs}
-        current = self.module.generation_settings
-        extra = {**(current.extra or {}), **kwargs} or None
-        settings = dataclasses.replace(current, **named, extra=extra)
-        self.module.generator.check_settings(settings)
-        self.module.generation_settings = settings
-        self.module.sampling_from_checkpoint = False
+        kwargs = dict(kwargs) if kwargs or not saved else dict(saved)
+        named = {key: kwargs[key] for key in GENERATION_KWARGS if key in kwargs}
+        extra = {key: value for key, value in kwargs.items() if key not in GENERATION_KWARGS} or None
+        base = GenerationSettings(**{key: getattr(self.args, key) for key in GENERATION_KWARGS})
+        self.module.use_sampling(dataclasses.replace(base, **named, extra=extra))
+        set_hyperparameter(self.module, "generation_kwargs", kwargs)
 
     def save_model(self, output_dir: str) -> None:
         """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer.

@@ -11,6 +11,7 @@ from lightning.pytorch.loggers import Logger
 
 from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
 from comlrl_lightning.options import require
+from comlrl_lightning.runtime.hparams import plain
 from comlrl_lightning.trainers.mapping import wandb_options
 from comlrl_lightning.trainers.wandb_compat import reference_run_config, start_reference_logger
 
@@ -39,6 +40,15 @@ def output_base(wandb_config: Dict[str, Any]) -> Path:
     return Path(base or os.getcwd()).absolute()
 
 
+def effective_sampling(module: Any) -> Dict[str, Any]:
+    """The W&B config keys of what ``module`` samples with: ``max_new_tokens``, ``temperature``,
+    ``top_p``, ``top_k`` (the config's fields, ``train(**generation_kwargs)`` applied), ``sampling``
+    (those and ``extra``, every further ``generate()`` option) and ``generation_kwargs`` as given."""
+    sampling = plain(module.generation_settings)
+    named = {key: sampling[key] for key in ("max_new_tokens", "temperature", "top_p", "top_k")}
+    return {**named, "sampling": sampling, "generation_kwargs": dict(module.hparams.get("generation_kwargs") or {})}
+
+
 def logger_from_wandb_config(
     wandb_config: Dict[str, Any],
     output_dir: Path,
@@ -51,7 +61,8 @@ def logger_from_wandb_config(
     (see :mod:`comlrl_lightning.trainers.wandb_compat`), every ``args`` field beside it.
 
     ``reference`` holds the run's ``model_name``, ``num_agents``, ``num_roles``, its ``env_step``
-    (a callable) and ``wandb_run`` (the run an earlier ``train()`` of the trainer left open, or ``None``). The W&B key is read by wandb from its own environment (``WANDB_API_KEY``);
+    (a callable), ``sampling`` (the settings the run samples with, ``train(**generation_kwargs)``
+    applied, as config keys: they replace the ``args`` fields) and ``wandb_run`` (the run an earlier ``train()`` of the trainer left open, or ``None``). The W&B key is read by wandb from its own environment (``WANDB_API_KEY``);
     ``mode="offline"`` (or ``WANDB_MODE=offline``) runs without a login. ``resumed`` is the metadata
     of the checkpoint a run resumes
     (:func:`~comlrl_lightning.runtime.checkpoint_metadata.read_checkpoint_metadata`): the CSV log
@@ -85,7 +96,7 @@ def logger_from_wandb_config(
     )
     wandb = start_reference_logger(
         init,
-        {**dataclasses.asdict(args), **run_config},
+        {**dataclasses.asdict(args), **run_config, **reference.get("sampling", {})},
         reference["env_step"],
         previous=reference.get("wandb_run"),
         **wandb_options(args),

@@ -143,3 +143,66 @@ def test_code_in_a_checkpoint_is_never_run(tmp_path):
     with pytest.raises(DataError, match="is not a Lightning checkpoint"):
         read_checkpoint_metadata(tmp_path / "evil.ckpt")
     assert not (tmp_path / "pwned").exists()
+
+
+def _corrupt(state: dict, field: str, value) -> dict:
+    """``state`` with the dotted ``field`` (``loops.fit_loop`` style, a key may hold dots) set to ``value``."""
+    if field in state or "." not in field:
+        state[field] = value
+        return state
+    for key in state:
+        if field.startswith(f"{key}.") and isinstance(state[key], dict):
+            _corrupt(state[key], field[len(key) + 1 :], value)
+            return state
+    raise AssertionError(field)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("loops.fit_loop.epoch_progress.current.processed", "3"),
+        ("loops.fit_loop.epoch_progress.current.processed", float("inf")),
+        ("loops.fit_loop.epoch_loop.batch_progress.current.processed", None),
+        ("loops.fit_loop.epoch_progress", [1]),
+        ("global_step", "7"),
+        ("global_step", -1),
+        ("loops", "x"),
+        ("callbacks", ["x"]),
+        ("callbacks.comlrl_lightning.data", "x"),
+        ("callbacks.comlrl_lightning.data.built_round", 1.5),
+        ("hyper_parameters", 3),
+    ],
+)
+def test_a_corrupt_or_newer_progress_field_is_one_error_naming_the_file_and_the_field(tmp_path, field, value):
+    path = fake_checkpoint(tmp_path / "bad.ckpt", epochs=2, step=4, record=record())
+    state = torch.load(path, weights_only=True)
+    torch.save(_corrupt(state, field, value), path)
+    with pytest.raises(DataError) as caught:
+        read_checkpoint_metadata(path)
+    message = str(caught.value)
+    shown = field.split(".comlrl_lightning.data")[0] if field.startswith("callbacks.comlrl_lightning.data.") else field
+    assert str(path) in message and shown.split(".current")[0] in message and "\n" not in message
+
+
+def test_one_unreadable_file_in_a_folder_is_skipped_with_a_warning_naming_it(tmp_path):
+    good = fake_checkpoint(tmp_path / "epoch=1.ckpt", epochs=1, step=2)
+    bad = fake_checkpoint(tmp_path / "last.ckpt", epochs=5, step=10)
+    torch.save(_corrupt(torch.load(bad, weights_only=True), "global_step", "ten"), bad)
+    (tmp_path / "torn.ckpt").write_bytes(b"not a checkpoint")
+    with pytest.warns(UserWarning) as caught:
+        assert newest_checkpoint(tmp_path) == good
+    assert {Path(str(w.message).split(" ")[1]).name for w in caught} == {"last.ckpt", "torn.ckpt"}
+    good.unlink()
+    with pytest.warns(UserWarning), pytest.raises(CheckpointNotFoundError, match="2 unreadable: last.ckpt, torn.ckpt"):
+        newest_checkpoint(tmp_path)
+
+
+def test_a_checkpoint_without_weights_is_not_resumable_and_the_error_names_the_field(tmp_path):
+    from comlrl_lightning.runtime.checkpoint_metadata import resumable
+
+    path = fake_checkpoint(tmp_path / "a.ckpt", epochs=1, step=2)
+    state = torch.load(path, weights_only=True)
+    assert resumable(state, path) is state
+    del state["state_dict"]
+    with pytest.raises(DataError, match="a.ckpt: checkpoint field state_dict is None, not a dict"):
+        resumable(state, path)

@@ -4,6 +4,7 @@ rollouts), checked before the run, saved in checkpoints so a resume continues wi
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -59,22 +60,30 @@ def test_generate_options_reach_the_rollouts():
     assert rollouts and not any(vowel in text for text in rollouts for vowel in VOWELS)
 
 
-def test_options_are_checked_before_the_run_and_saved_for_a_resume(tmp_path):
+def test_options_are_checked_before_the_run_saved_whole_and_a_resume_continues_with_them_when_given_none():
     trainer = MADPOIterTrainer(agent_model="embedded", args=MADPOIterConfig(num_iterations=1, **SMALL))
     with pytest.raises(OptionError, match="repetiton_penalty unknown"):
         trainer.train(repetiton_penalty=1.1)
+    from transformers import StoppingCriteriaList
+
+    # an object cannot be saved: refused by name when the run starts (a checkpoint would lose it)
+    with pytest.raises(OptionError, match="generation option stopping_criteria holds a StoppingCriteriaList object"):
+        trainer.train(stopping_criteria=StoppingCriteriaList())
     assert trainer.trainer is None
-    module = trainer.module
-    module.generation_settings = module.generation_settings.__class__(max_new_tokens=3, extra={"min_new_tokens": 2})
+    saved = {"repetition_penalty": 1.2, "top_k": 5, "suppress_tokens": [1, 2]}
+    trainer._apply_generation_kwargs({}, saved)  # a resume given none: every saved one
+    settings = trainer.module.generation_settings
+    assert settings.top_k == 5 and settings.extra == {"repetition_penalty": 1.2, "suppress_tokens": [1, 2]}
     checkpoint = {}
-    module.on_save_checkpoint(checkpoint)
-    resumed = MADPOIterTrainer(agent_model="embedded", args=MADPOIterConfig(num_iterations=1, **SMALL)).module
-    resumed.on_load_checkpoint(checkpoint)  # a resume without generation kwargs continues with the saved ones
-    assert resumed.generation_settings == module.generation_settings
-    given = MADPOIterTrainer(agent_model="embedded", args=MADPOIterConfig(num_iterations=1, **SMALL))
-    given._apply_generation_kwargs({"repetition_penalty": 1.2})
-    given.module.on_load_checkpoint(checkpoint)  # ... and one with them keeps them
-    assert given.module.generation_settings.extra == {"repetition_penalty": 1.2}
+    trainer.module.on_save_checkpoint(checkpoint)
+    assert checkpoint["generation_settings"]["extra"] == settings.extra  # saved whole
+    assert trainer.module.hparams["sampling"]["extra"] == settings.extra  # hparams.yaml shows them
+    assert trainer.module.hparams_initial["generation_kwargs"] == saved
+    trainer._apply_generation_kwargs({"min_p": 0.1}, saved)  # a resume given some: exactly those
+    settings = trainer.module.generation_settings
+    assert settings.top_k is None and settings.extra == {"min_p": 0.1}
+    trainer.module.on_load_checkpoint(checkpoint)  # the checkpoint's settings never replace the given ones
+    assert trainer.module.generation_settings == settings
 
 
 def test_a_resume_without_the_options_continues_as_the_run_with_them(tmp_path):
@@ -99,3 +108,20 @@ def test_a_resume_without_the_options_continues_as_the_run_with_them(tmp_path):
     assert (tmp_path / "parts" / round_two).read_bytes() == (tmp_path / "whole" / round_two).read_bytes()
     for mine, theirs in zip(resumed.agents, whole.agents):
         assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()))
+
+
+@pytest.mark.parametrize(
+    "saved, named",
+    [
+        ({"newer_option": 1}, "newer_option unknown to Hugging Face generate()"),
+        ({"temperature": "hot"}, "temperature must be a number (got str)"),
+        (["top_k"], "hyper_parameters.generation_kwargs is not a mapping"),
+    ],
+)
+def test_generation_kwargs_a_checkpoint_saved_that_cannot_be_used_are_one_error_naming_the_file(saved, named):
+    from comlrl_lightning.errors import DataError
+    from comlrl_lightning.trainers.checkpoints import saved_generation_kwargs
+
+    with pytest.raises(DataError, match="^ckpt/checkpoint-1: .*" + re.escape(named)):
+        saved_generation_kwargs({"hyper_parameters": {"generation_kwargs": saved}}, "ckpt/checkpoint-1")
+    assert saved_generation_kwargs({"hyper_parameters": {}}, "x") is None

@@ -235,3 +235,68 @@ def test_the_base_trainers_commit_after_collection_and_after_every_epoch(tmp_pat
     resumed = MADPOTrainer(agent_model="embedded", args=args, wandb_config={"output_dir": str(tmp_path / "part")})
     resumed.train(resume_from_checkpoint=str(tmp_path / "ckpt" / "checkpoint-1"), checkpoint_dir=str(tmp_path / "c2"))
     assert same_weights(resumed, whole) and folders(tmp_path / "c2") == ["checkpoint-2", "checkpoint-3"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The resume rule: a resumed run uses the options it was given
+
+
+def test_a_resume_with_changed_options_lists_them_in_one_line_and_they_take_effect(tmp_path, caplog):
+    """A new learning rate is on the restored optimizer's groups, a new temperature is what the resumed
+    round samples with (the saved generation kwargs kept, as none were given), a data option is used;
+    hparams.yaml shows the settings the run used."""
+    madpo_iter(tmp_path, 1).train(checkpoint_dir=str(tmp_path / "ckpt"), repetition_penalty=1.3)
+    torch.manual_seed(0)
+    changed = {"num_iterations": 2, "agent_learning_rate": 1e-4, "temperature": 0.9, "train_batch_size": 3}
+    args = MADPOIterConfig(**{**SMALL_ITER, **changed})
+    resumed = MADPOIterTrainer(agent_model="embedded", args=args, wandb_config={"output_dir": str(tmp_path)})
+    sampled = []
+    generate_team = resumed.module.generator.generate_team
+
+    def spy(team, prompts, num_samples, settings, stream=None):
+        sampled.append(settings)
+        return generate_team(team, prompts, num_samples, settings, stream)
+
+    resumed.module.generator.generate_team = spy
+    caplog.clear()
+    resumed.train(resume_from_checkpoint=str(tmp_path / "ckpt"))
+    lines = [m for m in caplog.messages if m.startswith("resumed with changed options: ")]
+    assert lines == [
+        "resumed with changed options: model.agent_learning_rate: 0.003 -> 0.0001, model.sampling.temperature: "
+        "1.0 -> 0.9, data.num_iterations: 1 -> 2, data.train_batch_size: 8 -> 3"
+    ]
+    groups = resumed.trainer.optimizers[0].param_groups
+    assert [(g["name"], g["lr"]) for g in groups] == [("agent_0", 1e-4), ("agent_1", 1e-4)]
+    assert sampled and {(s.temperature, s.extra["repetition_penalty"]) for s in sampled} == {(0.9, 1.3)}
+    hparams = (tmp_path / "lightning_logs" / "version_0" / "hparams.yaml").read_text()
+    assert "temperature: 0.9" in hparams and "repetition_penalty: 1.3" in hparams
+
+
+def test_a_resume_that_changes_the_team_is_refused_before_training_naming_the_option_and_both_values(tmp_path):
+    from comlrl_lightning.errors import ConfigurationError
+
+    madpo_iter(tmp_path, 1).train(checkpoint_dir=str(tmp_path / "ckpt"))
+    torch.manual_seed(0)
+    args = MADPOIterConfig(**{**SMALL_ITER, "num_iterations": 2, "collaboration_mode": "centralized"})
+    other = MADPOIterTrainer(agent_model="embedded", args=args, wandb_config={"output_dir": str(tmp_path)})
+    with pytest.raises(
+        ConfigurationError, match=r"cannot resume .*checkpoint-1.* with other model.collaboration"
+    ) as caught:
+        other.train(resume_from_checkpoint=str(tmp_path / "ckpt"))
+    assert "model.collaboration: 'decentralized' -> 'centralized'" in str(caught.value)
+    assert other.trainer is None  # before any Lightning trainer, model load or sampling
+
+
+def test_a_checkpoint_whose_data_state_lacks_a_field_is_one_error_naming_the_file(tmp_path):
+    from comlrl_lightning.errors import DataError
+
+    madpo_iter(tmp_path, 1).train(checkpoint_dir=str(tmp_path / "ckpt"))
+    path = tmp_path / "ckpt" / "checkpoint-1" / "checkpoint.ckpt"
+    state = torch.load(path, weights_only=True)
+    del state["callbacks"]["comlrl_lightning.data"]["replay"]["shards"][0]["sha256"]
+    torch.save(state, path)
+    with pytest.raises(
+        DataError, match="the data state .* is corrupt or of a newer version .*'sha256' missing"
+    ) as caught:
+        madpo_iter(tmp_path, 2).train(resume_from_checkpoint=str(tmp_path / "ckpt"))
+    assert str(path) in str(caught.value)

@@ -442,3 +442,36 @@ def test_resume_from_a_remote_checkpoint_is_refused(tmp_path, path):
     )
     with pytest.raises(ConfigurationError, match=r"^resume_from_checkpoint '.*' is remote; only a local checkpoint"):
         trainer.train(resume_from_checkpoint=path)
+
+
+def test_wrong_types_to_the_seed_api_are_one_line_errors_naming_the_option(tmp_path):
+    from comlrl_lightning.errors import ConfigurationTypeError
+
+    args = MADPOIterConfig(**{**SMALL_ITER, "num_iterations": 1})
+    for arguments, named in (
+        (dict(num_agents="2"), "num_agents must be an integer (got str)"),
+        (dict(wandb_config="abc"), "wandb_config must be a mapping (a dict) or None (got str)"),
+        (dict(model_config=["bf16"]), "model_config must be a mapping (a dict) or None (got list)"),
+    ):
+        with pytest.raises(ConfigurationTypeError, match=re.escape(named)):
+            MADPOIterTrainer(agent_model="embedded", args=args, **arguments)
+    trainer = MADPOIterTrainer(
+        agent_model="embedded",
+        args=args,
+        wandb_config={"output_dir": str(tmp_path)},
+        eval_logger=lambda **_: [{}],
+        eval_aggregator=lambda metrics, num_turns: None,
+    )
+    for kwargs, named in (
+        (dict(temperature="hot"), "temperature must be a number (got str)"),
+        (dict(top_p="1"), "top_p must be a number (got str)"),
+        (dict(top_k=2.5j), "top_k must be a number (got complex)"),
+    ):
+        with pytest.raises(ConfigurationTypeError, match=re.escape(named)):
+            trainer.train(**kwargs)
+    assert trainer.trainer is None
+    with pytest.raises(ConfigurationTypeError, match="eval_aggregator must return a mapping .* returned NoneType"):
+        trainer.train()  # the evaluation before the first update
+    with pytest.raises(ConfigurationTypeError, match="save_checkpoint output_dir must be a path .*got NoneType"):
+        trainer.save_checkpoint(None)
+    assert not (Path.cwd() / "None").exists() and not (tmp_path / "None").exists()

@@ -121,3 +121,19 @@ def test_a_trainer_keeps_its_run_open_and_another_trainer_starts_its_own(tmp_pat
     assert first.wandb_run() is None and second.wandb_run().id != run.id
     second.save_model(str(tmp_path / "model"))
     assert wandb.run is None
+
+
+@pytest.mark.slow
+def test_the_run_config_shows_the_sampling_settings_the_run_used_with_its_generation_kwargs(tmp_path, offline):
+    from comlrl_lightning.trainers.preference import MADPOTrainer
+    from tests.helpers.wandb_records import settled
+
+    args = MADPOConfig(num_train_epochs=1, max_new_tokens=4, preference_num_candidates=2, eval_interval=0)
+    config = {"project": "runs", "mode": "offline", "dir": str(tmp_path), "output_dir": str(tmp_path)}
+    trainer = MADPOTrainer(agent_model="embedded", args=args, wandb_config=config)
+    trainer.train(temperature=0.7, repetition_penalty=1.2)
+    trainer.wandb_run().finish()
+    logged, _ = read_run(settled(run_files(tmp_path)[-1]))
+    assert logged["temperature"] == 0.7 and logged["max_new_tokens"] == 4
+    assert logged["sampling"]["extra"] == {"repetition_penalty": 1.2} and logged["sampling"]["temperature"] == 0.7
+    assert logged["generation_kwargs"] == {"temperature": 0.7, "repetition_penalty": 1.2}

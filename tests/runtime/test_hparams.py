@@ -16,7 +16,7 @@ from comlrl_lightning import (
     RewardModelFit,
     TeamOptions,
 )
-from comlrl_lightning.modules.hparams import OBJECT, plain
+from comlrl_lightning.runtime.hparams import OBJECT, plain
 from comlrl_lightning.team.loading import load_tokenizer
 
 
@@ -68,7 +68,7 @@ def test_plain_leaves_out_what_is_an_object_and_keeps_the_rest():
 def test_builtin_values_turn_int_subclasses_into_ints_and_objects_into_the_marker():
     from jsonargparse.typing import PositiveInt
 
-    from comlrl_lightning.modules.hparams import builtin_values
+    from comlrl_lightning.runtime.hparams import builtin_values
 
     converted = builtin_values({"n": PositiveInt(3), "l": [1.5, "x", None, True]})
     assert converted == {"n": 3, "l": [1.5, "x", None, True]} and type(converted["n"]) is int

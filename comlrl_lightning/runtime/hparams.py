@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import inspect
+import json
 from typing import Any, Mapping
 
 from lightning.pytorch.core.mixins import HyperparametersMixin
+
+from comlrl_lightning.runtime.compat import initial_hyperparameters
 
 OBJECT = object()
 """What :func:`plain` returns for a value no config file can hold."""
@@ -68,6 +72,31 @@ def builtin_values(value: Any) -> Any:
     return OBJECT
 
 
+def summarized(value: Any, limit: int = 16) -> Any:
+    """A plain ``value`` with every list longer than ``limit`` replaced by a short text that names its
+    length and digest (``"<1000 items, sha256 3f2a...>"``): a dataset given as a list is compared and
+    shown by that, not stored whole in every checkpoint."""
+    if isinstance(value, list) and len(value) > limit:
+        digest = hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+        return f"<{len(value)} items, sha256 {digest[:12]}>"
+    if isinstance(value, list):
+        return [summarized(item, limit) for item in value]
+    if isinstance(value, dict):
+        return {key: summarized(item, limit) for key, item in value.items()}
+    return value
+
+
+def set_hyperparameter(owner: HyperparametersMixin, name: str, value: Any) -> None:
+    """Set ``owner.hparams[name]`` to ``value`` as a plain value, in the hyperparameters the loggers
+    write (``hparams.yaml``) too: for an option changed after construction (the seed API's
+    ``train(**generation_kwargs)``)."""
+    rendered = plain(value)
+    if rendered is OBJECT:
+        return
+    owner.hparams[name] = rendered
+    initial_hyperparameters(owner)[name] = rendered
+
+
 class PlainHyperparameters(HyperparametersMixin):
     """``save_hyperparameters`` that stores every option as a plain value (see :func:`plain`)."""
 
@@ -83,4 +112,12 @@ class PlainHyperparameters(HyperparametersMixin):
                 self.hparams[key] = rendered
 
 
-__all__ = ["OBJECT", "PlainHyperparameters", "builtin_values", "is_nested_options", "plain"]
+__all__ = [
+    "OBJECT",
+    "PlainHyperparameters",
+    "builtin_values",
+    "is_nested_options",
+    "plain",
+    "set_hyperparameter",
+    "summarized",
+]
