@@ -94,10 +94,11 @@ def _headers(statement: ast.stmt) -> List[ast.AST]:
     return [statement]
 
 
-def tainted_names(check: ast.FunctionDef) -> Set[str]:
-    """The names of ``check`` whose values depend on the program: its first parameter, and every
-    name a statement reading one of them writes, to a fixed point (loops included)."""
-    tainted = {check.args.args[0].arg}
+def tainted_names(check: ast.FunctionDef, entry_point: str = "") -> Set[str]:
+    """The names of ``check`` whose values depend on the program: its first parameter (and the entry
+    point's name, which a test may call too), and every name a statement reading one of them writes,
+    to a fixed point (loops included)."""
+    tainted = {check.args.args[0].arg} | ({entry_point} if entry_point else set())
     steps = [part for node in ast.walk(check) if isinstance(node, ast.stmt) for part in _headers(node)]
     steps = [step for step in steps if step is not check]
     changed = True
@@ -176,7 +177,7 @@ def _compile(task_id: str, prompt: str, test: str, entry_point: str) -> Compiled
     checks = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "check"]
     if not checks or not checks[-1].args.args:
         raise DataError(f"coding item {task_id}: its test defines no check(candidate) function")
-    rewriter = _Rewriter(tainted_names(checks[-1]))
+    rewriter = _Rewriter(tainted_names(checks[-1], entry_point))
     checks[-1].body = [rewriter.visit(statement) for statement in checks[-1].body]
     if not rewriter.tests:
         raise DataError(f"coding item {task_id}: its check has no assert that depends on the candidate")
@@ -212,7 +213,8 @@ def run_check(compiled: CompiledCheck, candidate: Callable[..., Any]) -> CheckOu
                 reason = f"{type(error).__name__}: {str(error)[:160]}" if error is not None else "it is false"
                 outcome.first_failure = f"{compiled.tests[index]} -> {reason}"
 
-    namespace: Dict[str, Any] = {"__name__": "__check__", RECORD: record}
+    # the entry point's name is the candidate too (a HumanEval test may call the function by name)
+    namespace: Dict[str, Any] = {"__name__": "__check__", RECORD: record, compiled.entry_point: candidate}
     try:
         exec(compiled.code, namespace)
         namespace["check"](candidate)
