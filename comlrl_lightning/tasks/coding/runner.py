@@ -113,7 +113,7 @@ def _isolation(slot: int) -> Dict[str, Any]:
 def _report(outcome: CheckOutcome, total: int, stopped: Optional[ChildStopped], memory: bool) -> TestReport:
     status = stopped.status if stopped is not None else ("memory" if memory else "finished")
     parts = [stopped.detail] if stopped is not None else []
-    if outcome.first_failure and status not in ("syntax_error", "missing_entry_point"):
+    if outcome.first_failure and (stopped is None or ChildStopped.__name__ not in outcome.first_failure):
         parts.append(outcome.first_failure)
     detail = "; ".join(parts)
     return TestReport(outcome.passed, total, status, detail[:DETAIL_CHARS])
