@@ -269,12 +269,26 @@ def prepare(config):
             os.symlink(f"/proc/self/fd/{fds[0]}", os.path.join(packages, name))
             opened["reads"].append(os.open(directory, os.O_PATH | os.O_CLOEXEC))
     for name, value in config["limits"].items():
-        if name != "open_files":  # set once the launcher's own descriptors are closed
+        if name not in ("open_files", "processes"):  # set later (see main and program_process)
             resource.setrlimit(LIMITS[name], (value, value))
     uid = config["uid"]
     if uid is not None:
         drop_to(uid)
     return opened
+
+
+def limit_processes(limit, shared_uid):
+    """``RLIMIT_NPROC``, set once the run has its own uid or user namespace (where the count starts
+    at the run's own processes); with neither, above the tasks the user runs already."""
+    if shared_uid:
+        uid = os.getuid()
+        for entry in os.listdir("/proc"):
+            try:
+                if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
+                    limit += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                pass
+    resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
 
 
 def main():
@@ -287,6 +301,7 @@ def main():
         active["spare_uid"] = config["uid"] is not None
         die_with_parent(parent)  # a change of uid clears the parent-death signal
         active.update(enter_namespaces(config["layers"], config["required"]))
+        limit_processes(config["limits"]["processes"], shared_uid=not (active["spare_uid"] or active["user_namespace"]))
         child = os.fork()
         if child == 0:
             try:

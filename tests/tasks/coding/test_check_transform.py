@@ -56,7 +56,10 @@ def check(candidate):
         return x + 1
 
     outcome = run_check(compile_check(item(test)), candidate)
-    assert (outcome.passed, outcome.executions) == (1, [1, 1])  # the first test ran and failed: value was never assigned
+    assert (outcome.passed, outcome.executions) == (
+        1,
+        [1, 1],
+    )  # the first test ran and failed: value was never assigned
     assert "UnboundLocalError" in outcome.first_failure
 
 

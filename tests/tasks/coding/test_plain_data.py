@@ -9,8 +9,24 @@ from comlrl_lightning.tasks.coding.plain_data import HEADER, MAX_DEPTH, NotPlain
 
 @pytest.mark.parametrize(
     "value",
-    [None, True, 0, -7, 10**30, 1.5, float("inf"), "é\n", [1, [2.0, "x"]], (1, (2,)), {1: "a", "b": (None,)},
-     {1, 2}, frozenset({"x"}), [], (), {}],
+    [
+        None,
+        True,
+        0,
+        -7,
+        10**30,
+        1.5,
+        float("inf"),
+        "é\n",
+        [1, [2.0, "x"]],
+        (1, (2,)),
+        {1: "a", "b": (None,)},
+        {1, 2},
+        frozenset({"x"}),
+        [],
+        (),
+        {},
+    ],
 )
 def test_plain_values_round_trip_with_their_types(value):
     back = decode(encode(value))
@@ -52,8 +68,17 @@ def test_a_self_containing_or_too_deep_value_is_refused():
 
 @pytest.mark.parametrize(
     "body",
-    [b"{\"pickle\": []}", b"{\"tuple\": 1}", b"{\"dict\": [[1]]}", b"{\"set\": [[1]]}", b"{\"a\": [], \"b\": []}",
-     b"[" * 100_000, b"\xff", b"1" * 5000, b"not json"],
+    [
+        b'{"pickle": []}',
+        b'{"tuple": 1}',
+        b'{"dict": [[1]]}',
+        b'{"set": [[1]]}',
+        b'{"a": [], "b": []}',
+        b"[" * 100_000,
+        b"\xff",
+        b"1" * 5000,
+        b"not json",
+    ],
 )
 def test_a_forged_or_hostile_body_is_refused_not_trusted(body):
     with pytest.raises(NotPlainData):

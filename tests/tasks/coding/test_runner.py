@@ -197,6 +197,22 @@ def test_a_fork_bomb_is_bounded_and_ended(clean):
     program = "import os\ndef add(a, b):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n"
     report = run_tests(program, ADD, timeout=3.0)
     assert report.passed == 0 and report.status in ("timeout", "crash")
+    counting = """
+import os, time
+def f():
+    forks = 0
+    while forks < 1000:
+        try:
+            if os.fork() == 0:
+                time.sleep(30)
+                os._exit(0)
+        except OSError:
+            return forks
+        forks += 1
+    return forks
+"""
+    bounded = f"def check(candidate):\n    assert candidate() <= {RunLimits().processes}\n"
+    assert run_tests(counting, item(bounded), timeout=5.0).passed == 1  # RLIMIT_NPROC holds
     assert_goes_on()
 
 
