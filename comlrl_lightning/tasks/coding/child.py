@@ -13,7 +13,6 @@ process group is killed, and as root every process of the run's uid.
 from __future__ import annotations
 
 import builtins
-import errno
 import os
 import selectors
 import shutil
@@ -66,7 +65,10 @@ def _exit_reason(code: Optional[int]) -> tuple:
     if code > 128 and code - 128 in signals:
         return signals[code - 128]
     if code > 128:
-        return "crash", f"killed by {signal.Signals(code - 128).name if code - 128 < 65 else code - 128}"
+        try:
+            return "crash", f"killed by {signal.Signals(code - 128).name}"
+        except ValueError:
+            return "crash", f"killed by signal {code - 128}"
     return "crash", f"the program exited (code {code})"
 
 
@@ -263,7 +265,17 @@ class ChildProcess:
             end_processes_of(self.uid)
 
     def close(self) -> None:
-        """End every process of the run, reap the launcher, close the pipes, remove the folder."""
+        """End every process of the run, reap the launcher, close the pipes, remove the folder.
+
+        A run still going is first asked to end (its request pipe closed: the program's process
+        exits, the launcher reaps it and exits), then killed all the same."""
+        if self.process is not None and self.stopped is None:
+            os.close(self.requests)
+            self.requests = -1
+            try:
+                self.process.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
         self._kill()
         if self.process is not None:
             self.process.wait()
@@ -271,9 +283,6 @@ class ChildProcess:
             self.process.stdout.close()
             self.process.stderr.close()
             for fd in (self.requests, self.replies):
-                try:
+                if fd >= 0:
                     os.close(fd)
-                except OSError as error:
-                    if error.errno != errno.EBADF:
-                        raise
         shutil.rmtree(self.root, ignore_errors=True)

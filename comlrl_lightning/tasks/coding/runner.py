@@ -89,7 +89,8 @@ def _detect() -> Dict[str, Any]:
             layers.update(landlock_network=bool(found.get("landlock_network")))
             layers.update(landlock_signals=bool(found.get("landlock_signals")))
             _detected = layers
-            logger.info(
+            logger.log(
+                logging.INFO if all(layers.values()) else logging.WARNING,
                 "test runner isolation on this machine: %s",
                 ", ".join(f"{name.replace('_', ' ')} {'on' if on else 'OFF'}" for name, on in layers.items()),
             )
