@@ -19,14 +19,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from comlrl_lightning.tasks.coding import launcher, plain_data
 from comlrl_lightning.tasks.coding.plain_data import HEADER, NotPlainData
-from comlrl_lightning.tasks.coding.sandbox import RunLimits, end_processes_of, environment, readable_paths
+from comlrl_lightning.tasks.coding.sandbox import RunLimits, end_processes_of, environment, readable_paths, run_folder
 
 LAUNCHER_SOURCE = "\n".join(Path(module.__file__).read_text(encoding="utf-8") for module in (plain_data, launcher))
 """What the fresh interpreter runs: plain_data's source, then the launcher's."""
@@ -89,7 +88,7 @@ class ChildProcess:
         self.buffer = b""
         self.calls = 0
         self.process: Optional[subprocess.Popen] = None
-        self.root = Path(tempfile.mkdtemp(prefix="comlrl-test-run-"))
+        self.root = run_folder()
 
     # -- start ----------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
 from comlrl_lightning.tasks.coding.check_transform import CheckOutcome, compile_check, run_check
 from comlrl_lightning.tasks.coding.child import ChildProcess, ChildStopped
-from comlrl_lightning.tasks.coding.sandbox import SLOTS, RunLimits, spare_uid
+from comlrl_lightning.tasks.coding.sandbox import SLOTS, RunLimits, remove_stale_folders, spare_uid
 
 logger = logging.getLogger("comlrl_lightning.tasks.coding")
 
@@ -81,6 +81,7 @@ def _detect() -> Dict[str, Any]:
     global _detected
     with _detect_lock:
         if _detected is None:
+            remove_stale_folders()
             with SLOTS.slot() as slot:
                 every = {name: True for name in LAYERS}
                 found = _probe(every, slot) or _probe({**every, "user_namespace": False}, slot)

@@ -14,8 +14,10 @@ import functools
 import importlib.util
 import math
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -126,6 +128,34 @@ def readable_paths(packages: Tuple[str, ...]) -> Dict[str, object]:
         "devices": [path for path in DEVICES if os.path.exists(path)],
         "packages": found,
     }
+
+
+FOLDER_PREFIX = "comlrl-test-run-"
+"""A run's folder is ``<temp>/comlrl-test-run-<trainer pid>-<random>``."""
+
+
+def run_folder() -> Path:
+    """A new, empty run folder (private to root until the run's uid gets its work folder)."""
+    return Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
+
+
+def remove_stale_folders() -> List[Path]:
+    """Remove the run folders of trainers that are gone (one killed mid-run leaves its folder);
+    the folders removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*-*"):
+        owner = folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0]
+        if not owner.isdigit() or int(owner) == os.getpid():
+            continue
+        try:
+            os.kill(int(owner), 0)
+            continue  # its trainer still runs
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except PermissionError:
+            continue
+    return removed
 
 
 class SlotPool:

@@ -20,7 +20,7 @@ import pytest
 
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.tasks.coding import RunLimits, TestReport, active_isolation, run_tests, run_tests_batch
-from comlrl_lightning.tasks.coding.sandbox import MAX_SLOTS, SPARE_UID_BASE, processes_of
+from comlrl_lightning.tasks.coding.sandbox import MAX_SLOTS, SPARE_UID_BASE, processes_of, remove_stale_folders
 
 pytestmark = pytest.mark.slow
 
@@ -392,3 +392,6 @@ def test_when_the_trainer_dies_its_runs_die_with_it(tmp_path):
     while launched() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert launched() == []
+    left = list(Path(tempfile.gettempdir()).glob(f"comlrl-test-run-{trainer.pid}-*"))
+    assert left and set(remove_stale_folders()) >= set(left)  # a killed trainer leaves its folder: the next removes it
+    assert not any(folder.exists() for folder in left)
