@@ -23,6 +23,7 @@ LAYERS = {
     "models": 4,
     "data": 5,
     "comparators": 6,
+    "tasks": 6,  # built-in tasks (coding): above data; nothing but configs, the top level and users import them
     "modules": 7,
     "datamodules": 7,
     "callbacks": 8,
@@ -184,8 +185,9 @@ COMPAT = "comlrl_lightning/runtime/compat.py"
 LOOP_INTERNALS = {"fit_loop", "epoch_loop"}
 """Lightning's loops are internal API, however their attributes are spelled."""
 
-PUBLIC_UNDERSCORE_NAMES = {"_replace", "_asdict", "_fields", "_make"}
-"""namedtuple's public methods (underscored only so they cannot clash with a field)."""
+PUBLIC_UNDERSCORE_NAMES = {"_replace", "_asdict", "_fields", "_make", "_exit"}
+"""namedtuple's public methods (underscored only so they cannot clash with a field), and ``os._exit``
+(documented API: a forked process ends without running its parent's cleanup)."""
 
 
 def is_private(name: str) -> bool:

@@ -1,0 +1,224 @@
+"""What a program under test may use, and who it runs as: limits, readable paths, spare uids, cleanup.
+
+Every value here is the trainer's: the launcher receives it as its configuration. A program may read
+the interpreter's standard library (not its ``site-packages``), the packages :attr:`RunLimits.packages`
+names (numpy by default), the system's shared libraries, ``/dev/null`` and ``/dev/urandom``, and
+may write only beneath its own empty folder. Running as root, each concurrent run gets its own
+spare uid (root ignores the process limit, and a uid of its own lets the trainer find and end every
+process the run started, even one that left its session).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from comlrl_lightning.errors import ConfigurationError
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+"""Set to 1 in the program's otherwise empty environment, so numpy starts no thread pool (whose
+reserved stacks would not fit the address-space limit)."""
+
+SHARED_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
+READABLE_FILES = ("/etc/ld.so.cache",)
+DEVICES = ("/dev/null", "/dev/urandom")
+SPARE_UID_BASE = 0x60000000
+"""Spare uids start here: ``base + (trainer pid mod 65536) * 256 + slot``, far above any account's."""
+
+MAX_SLOTS = 256
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """The limits of one program's run (each set with soft = hard), and the trainer's caps on what
+    comes back from it.
+
+    Args:
+        address_space_bytes: ``RLIMIT_AS`` of every process of the run.
+        file_size_bytes: ``RLIMIT_FSIZE``: the largest file a program may write.
+        open_files: ``RLIMIT_NOFILE``.
+        processes: ``RLIMIT_NPROC``: processes and threads of the run's uid (its launcher counts).
+        output_bytes: stdout and stderr together; past it the run stops as ``output_limit``.
+        message_bytes: the largest reply (one return value); past it the run stops as ``output_limit``.
+        packages: importable packages beside the standard library (found in the trainer's environment).
+    """
+
+    address_space_bytes: int = 1 << 30
+    file_size_bytes: int = 16 << 20
+    open_files: int = 64
+    processes: int = 8
+    output_bytes: int = 1 << 20
+    message_bytes: int = 1 << 20
+    packages: Tuple[str, ...] = ("numpy",)
+
+    def __post_init__(self) -> None:
+        for name in ("address_space_bytes", "file_size_bytes", "open_files", "processes", "output_bytes"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigurationError(f"RunLimits.{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not isinstance(self.message_bytes, int) or self.message_bytes < 1:
+            raise ConfigurationError(f"RunLimits.message_bytes must be a positive integer, got {self.message_bytes!r}")
+
+    def resource_limits(self, timeout: float) -> Dict[str, int]:
+        """The launcher's ``setrlimit`` values: CPU seconds just above the wall-clock limit, no core file."""
+        return {
+            "cpu": max(1, math.ceil(timeout)) + 1,
+            "address_space": self.address_space_bytes,
+            "file_size": self.file_size_bytes,
+            "open_files": self.open_files,
+            "processes": self.processes,
+            "core": 0,
+        }
+
+
+def environment() -> Dict[str, str]:
+    """The program's environment: nothing of the trainer's, only single-threaded numerical libraries."""
+    return {name: "1" for name in THREAD_VARIABLES}
+
+
+def _stdlib_folders() -> List[str]:
+    """The standard library's folders on this interpreter's path (its zip, the library, lib-dynload)."""
+    base = os.path.realpath(sys.base_prefix)
+    found = []
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if real.startswith(base + os.sep) and "site-packages" not in real and os.path.exists(real):
+            found.append(real)
+    return list(dict.fromkeys(found))
+
+
+@functools.lru_cache(maxsize=8)
+def readable_paths(packages: Tuple[str, ...]) -> Dict[str, object]:
+    """The paths the launcher opens for the program: ``path`` (its ``sys.path``), ``reads`` (read
+    beneath), ``listings`` (list only), ``files``, ``devices``, and ``packages`` (name, folder)."""
+    folders = _stdlib_folders()
+    reads: List[str] = []
+    listings: List[str] = []
+    for folder in folders:
+        if os.path.isdir(folder) and os.path.isdir(os.path.join(folder, "site-packages")):
+            listings.append(folder)  # the library itself: every entry but its site-packages
+            reads += [os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name != "site-packages"]
+        else:
+            reads.append(folder)
+    reads += [os.path.realpath(path) for path in SHARED_LIBRARIES if os.path.isdir(path)]
+    found = []
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigurationError(f"RunLimits.packages: {name!r} is not an installed package")
+        folder = Path(list(spec.submodule_search_locations)[0]).resolve()
+        found.append((name, str(folder)))
+        if (folder.parent / f"{name}.libs").is_dir():  # the wheel's bundled shared libraries
+            found.append((f"{name}.libs", str(folder.parent / f"{name}.libs")))
+    return {
+        "path": folders,
+        "reads": reads,
+        "listings": listings,
+        "files": [path for path in READABLE_FILES if os.path.exists(path)],
+        "devices": [path for path in DEVICES if os.path.exists(path)],
+        "packages": found,
+    }
+
+
+FOLDER_PREFIX = "comlrl-test-run-"
+"""A run's folder is ``<temp>/comlrl-test-run-<trainer pid>-<random>``."""
+
+
+def run_folder() -> Path:
+    """A new, empty run folder (private to root until the run's uid gets its work folder)."""
+    return Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
+
+
+def remove_stale_folders() -> List[Path]:
+    """Remove the run folders of trainers that are gone (one killed mid-run leaves its folder);
+    the folders removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*-*"):
+        owner = folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0]
+        if not owner.isdigit() or int(owner) == os.getpid():
+            continue
+        try:
+            os.kill(int(owner), 0)
+            continue  # its trainer still runs
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except PermissionError:
+            continue
+    return removed
+
+
+class SlotPool:
+    """Small integers for concurrent runs (each root run's spare uid is ``base + slot``)."""
+
+    def __init__(self, size: int = MAX_SLOTS) -> None:
+        self.free = list(range(size))
+        self.condition = threading.Condition()
+
+    @contextmanager
+    def slot(self) -> Iterator[int]:
+        with self.condition:
+            while not self.free:
+                self.condition.wait()
+            number = self.free.pop(0)
+        try:
+            yield number
+        finally:
+            with self.condition:
+                self.free.append(number)
+                self.free.sort()
+                self.condition.notify()
+
+
+SLOTS = SlotPool()
+
+
+def spare_uid(slot: int) -> Optional[int]:
+    """The uid a run in ``slot`` takes when the trainer is root; ``None`` for any other user."""
+    if os.geteuid() != 0:
+        return None
+    return SPARE_UID_BASE + (os.getpid() % 65536) * MAX_SLOTS + slot
+
+
+def processes_of(uid: int) -> List[int]:
+    """Every live process whose real uid is ``uid`` (in any pid namespace: the host's ``/proc``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            real_uid, state = int(fields["Uid"].split()[0]), fields["State"].strip()
+        except (OSError, KeyError, ValueError, IndexError):
+            continue
+        if real_uid == uid and not state.startswith(("Z", "X")):  # a zombie is gone already
+            found.append(int(entry))
+    return found
+
+
+def end_processes_of(uid: int, rounds: int = 50) -> int:
+    """SIGKILL every process of ``uid`` until none is left (a fork bomb may fork between two scans);
+    the number of processes it ended."""
+    ended = 0
+    for _ in range(rounds):
+        live = processes_of(uid)
+        if not live:
+            return ended
+        for pid in live:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                ended += 1
+            except ProcessLookupError:
+                pass
+    return ended
