@@ -171,8 +171,9 @@ def test_the_link_checker_catches_what_it_should(tmp_path):
 
 @pytest.mark.slow  # the default run at its full size: about 20 s of CPU time
 def test_the_numbers_the_readme_and_getting_started_quote_are_what_the_default_run_gives(tmp_path):
-    """A newcomer's first run prints these numbers; they hold on every machine and thread count we
-    measured (the iterative config's do not, and the pages say so instead of pinning them)."""
+    """A newcomer's first run prints these numbers; they hold for every thread count on each CPU we
+    measured, and the pages quote each CPU's (the iterative config's drift with the thread count
+    too, and the pages say so instead of pinning them)."""
     from comlrl_lightning.cli import run_cli
 
     cli = run_cli(
@@ -189,7 +190,10 @@ def test_the_numbers_the_readme_and_getting_started_quote_are_what_the_default_r
     before, after = f"{cli.model.initial_eval_reward:.4f}", f"{cli.model.final_eval_reward:.4f}"
     collection = f"collected {len(cli.datamodule.pairs)} preference pairs from {len(cli.datamodule.train_items)} items"
     collection += f" (candidate reward mean {cli.datamodule.last_collection.reward_mean:.4f})"
-    assert f"evaluation reward goes from {before} to {after}" in " ".join(README.read_text(encoding="utf-8").split())
+    readme = " ".join(README.read_text(encoding="utf-8").split())
+    # the final value depends on the CPU's kernels: the README quotes each CPU it was measured on
+    assert f"evaluation reward goes from {before} to " in readme
+    assert f" to {after} on a 2-core " in readme, f"{after} is not a final reward the README quotes for a CPU"
     started = (DOCS / "getting-started.md").read_text(encoding="utf-8")
     for line in (collection, f"reward_mean = {before}", f"reward_mean = {after}"):
         assert line in started, line
