@@ -99,3 +99,20 @@ def test_a_resume_without_the_options_continues_as_the_run_with_them(tmp_path):
     assert (tmp_path / "parts" / round_two).read_bytes() == (tmp_path / "whole" / round_two).read_bytes()
     for mine, theirs in zip(resumed.agents, whole.agents):
         assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()))
+
+
+def test_beam_search_as_a_generate_option_runs_collection_and_evaluation(tmp_path):
+    """``train(num_beams=2)``, as the reference forwards it to generate(): beam sampling in every sampler."""
+    torch.manual_seed(0)
+    trainer = MADPOIterTrainer(
+        agent_model="embedded",
+        wandb_config={"output_dir": str(tmp_path)},
+        args=MADPOIterConfig(num_iterations=1, preference_pairs_per_sample=2, eval_num_samples=2, **SMALL),
+    )
+    trainer.train(num_beams=2, length_penalty=0.5)
+    payload = json.loads((tmp_path / "preference_replay" / "iteration_0001.json").read_text())
+    assert payload["num_pairs"] == len(payload["pairs"]) > 0
+    assert trainer.module.generation_settings.extra == {"num_beams": 2, "length_penalty": 0.5}
+    assert set(trainer.evaluate()) == {"eval/turn_1/reward_mean", "eval/turn_1/expected_return"}
+    with pytest.raises(OptionError, match="penalty_alpha is not supported: contrastive search"):
+        trainer.train(penalty_alpha=0.6)
