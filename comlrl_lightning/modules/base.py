@@ -136,7 +136,10 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
     @property
     def team(self) -> Team:
         if self._team is None:
-            self._team = self.team_options.build(self.agent_sources, self.agent_tokenizers)
+            try:
+                self._team = self.team_options.build(self.agent_sources, self.agent_tokenizers)
+            except AttributeError as error:  # else nn.Module reports "no attribute 'team'" instead
+                raise RuntimeError(f"building the team failed: {type(error).__name__}: {error}") from error
         return self._team
 
     @property
