@@ -197,16 +197,8 @@ class HFGenerator(Generator):
                 caller = model
                 if one_pass:
                     caller = team.one_pass_model(torch.tensor(agents[rows] or [owner], device=device))
-                # plain generate(): lockstep on a sharded team; beam search expands the prompts itself
-                if team.synced or PLAIN_GENERATE_ONLY & set(sampling):
-                    copies = torch.arange(input_ids.shape[0], device=device).repeat_interleave(num_samples)
-                    sampling.update({"synced_gpus": True} if team.synced else {})
-                    with request_rng(seeds[start] if chunk else 0, device) if beams else contextlib.nullcontext():
-                        output = caller.generate(
-                            input_ids=input_ids[copies], attention_mask=attention_mask[copies], **sampling
-                        )
-                else:
-                    output = sample_with_shared_prompts(caller, input_ids, attention_mask, num_samples, sampling)
+                seed = seeds[start] if beams and chunk else None
+                output = self._generate(caller, team.synced, input_ids, attention_mask, num_samples, sampling, seed)
                 if not chunk:  # this rank's share is done; it only kept the others company
                     continue
                 generated = output[:, input_ids.shape[1] :].tolist()
@@ -219,6 +211,27 @@ class HFGenerator(Generator):
         finally:
             model.train(was_training)
         return results
+
+    @staticmethod
+    def _generate(
+        caller: nn.Module,
+        synced: bool,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        num_samples: int,
+        sampling: dict,
+        beam_seed: Optional[int],
+    ) -> torch.Tensor:
+        """One ``generate()`` call of ``num_samples`` rows per prompt: plain ``generate()`` (a copy of
+        each prompt per sample) in lockstep on a sharded team and for beam search (its draws from
+        ``beam_seed``), else each prompt prefilled once for all its samples."""
+        if synced or PLAIN_GENERATE_ONLY & set(sampling):
+            copies = torch.arange(input_ids.shape[0], device=input_ids.device).repeat_interleave(num_samples)
+            sampling = {**sampling, "synced_gpus": True} if synced else sampling
+            beams = beam_seed is not None or int(sampling.get("num_beams") or 1) > 1
+            with request_rng(beam_seed or 0, input_ids.device) if beams else contextlib.nullcontext():
+                return caller.generate(input_ids=input_ids[copies], attention_mask=attention_mask[copies], **sampling)
+        return sample_with_shared_prompts(caller, input_ids, attention_mask, num_samples, sampling)
 
     def check_settings(self, settings: GenerationSettings) -> None:
         """``settings.extra`` must be ``generate()`` options the generator does not set itself."""
