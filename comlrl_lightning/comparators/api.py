@@ -10,7 +10,10 @@ a server that ignores ``n``). What came back is used; because joint responses pa
 of every agent, all agents of an item are cut to the smallest count, and the candidates lost are
 reported as ``comparator/api_shortfall``. Only a round without a single usable candidate is an
 error. Any failed request raises before the round file is written, so the last checkpoint
-resumes into a clean redo of the round.
+resumes into a clean redo of the round. Every completion text is redacted of the key's value
+(:func:`~.redaction.redact_stored`: whole or in part, in any encoding) as it arrives, before it
+is tokenized, so an endpoint that echoes the key never puts it into a round file, a checkpoint
+or a log.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from comlrl_lightning.comparators.api_formats import (
 )
 from comlrl_lightning.comparators.base import Comparator
 from comlrl_lightning.comparators.credentials import USE_KEY_ENV, check_no_credentials, check_no_key
+from comlrl_lightning.comparators.redaction import redact_stored
 from comlrl_lightning.generation.base import Completion, GenerationSettings
 from comlrl_lightning.options import at_least, require
 from comlrl_lightning.team.team import Team
@@ -204,7 +208,7 @@ class ApiComparator(Comparator):
                     texts = parse_response(self.format, payload, self.response_field)
                 except (ValueError, TypeError, RecursionError) as error:  # every malformed answer, named
                     raise ComparatorApiError(f"Comparator API at {shown_url(self.url)}: {error}") from None
-                got[k].extend(texts)
+                got[k].extend(redact_stored(text) for text in texts)  # an echoed key is never stored
                 progressed.update([k] if texts else [])
             # Some OpenAI-compatible servers return fewer choices than n: ask again for the rest, but
             # only while the job's last pass returned something, so a server that returns nothing
