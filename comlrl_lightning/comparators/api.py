@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from comlrl_lightning.comparators.api_client import (
     ApiClient,
@@ -138,6 +138,12 @@ class ApiComparator(Comparator):
         options = dict(url=self.url, model=self.model, headers=self.headers, extra_body=self.extra_body)
         options.update(response_field=self.response_field, key_header=self.key_header, key_prefix=self.key_prefix)
         check_no_key(options, key, str(self.key_env))
+
+    def check_saved_options(self, options: Mapping[str, Any]) -> None:
+        """Refuse the key's value anywhere in what the run saves (hyperparameters: ``hparams.yaml``,
+        checkpoints, W&B), e.g. a special token in the team's options; named, never shown."""
+        if self.key_env is not None:
+            check_no_key(options, os.environ.get(str(self.key_env), "").strip(), str(self.key_env))
 
     @property
     def client(self) -> ApiClient:

@@ -159,6 +159,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 "comparator: a centralized team already writes every role in one completion, and so "
                 "does every comparator of its joint prompt; give CentralizedComparator's source directly."
             )
+        # what the run saves (hparams.yaml, checkpoints, W&B): no secret of the comparator's in it
+        self.comparator.check_saved_options({"model": dict(getattr(module, "hparams", {})), "data": dict(self.hparams)})
         self.comparator.bind(
             ComparatorContext(
                 actors=lambda: module.team,
