@@ -39,6 +39,7 @@ from comlrl_lightning.generation.vllm import engines_running
 from comlrl_lightning.modules.resume_rule import apply_resume_rule
 from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
 from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, resumable, run_record
+from comlrl_lightning.runtime.command_line import restore_nulls
 from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import refuse_non_regular
 from comlrl_lightning.runtime.paths import require_local
@@ -62,6 +63,10 @@ class PreferenceCLI(LightningCLI):
         # A CSV logger that a resumed run continues, unless the config names one: Lightning's default
         # (logger: true) would print a notice about TensorBoard not being installed.
         parser.set_defaults({"trainer.logger": {"class_path": CSV_LOGGER}})
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        restore_nulls(self.config, sys.argv[1:] if args is None else args)  # null means None, nested too
 
     def before_instantiate_classes(self) -> None:
         """No key's value in the config; a logger without a ``save_dir`` writes under

@@ -10,14 +10,17 @@ a server that ignores ``n``). What came back is used; because joint responses pa
 of every agent, all agents of an item are cut to the smallest count, and the candidates lost are
 reported as ``comparator/api_shortfall``. Only a round without a single usable candidate is an
 error. Any failed request raises before the round file is written, so the last checkpoint
-resumes into a clean redo of the round.
+resumes into a clean redo of the round. Every completion text is redacted of the key's value
+(:func:`~.redaction.redact_stored`: whole or in part, in any encoding) as it arrives, before it
+is tokenized, so an endpoint that echoes the key never puts it into a round file, a checkpoint
+or a log.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from comlrl_lightning.comparators.api_client import (
     ApiClient,
@@ -34,6 +37,7 @@ from comlrl_lightning.comparators.api_formats import (
 )
 from comlrl_lightning.comparators.base import Comparator
 from comlrl_lightning.comparators.credentials import USE_KEY_ENV, check_no_credentials, check_no_key
+from comlrl_lightning.comparators.redaction import redact_stored
 from comlrl_lightning.generation.base import Completion, GenerationSettings
 from comlrl_lightning.options import at_least, require
 from comlrl_lightning.team.team import Team
@@ -135,6 +139,12 @@ class ApiComparator(Comparator):
         options.update(response_field=self.response_field, key_header=self.key_header, key_prefix=self.key_prefix)
         check_no_key(options, key, str(self.key_env))
 
+    def check_saved_options(self, options: Mapping[str, Any]) -> None:
+        """Refuse the key's value anywhere in what the run saves (hyperparameters: ``hparams.yaml``,
+        checkpoints, W&B), e.g. a special token in the team's options; named, never shown."""
+        if self.key_env is not None:
+            check_no_key(options, os.environ.get(str(self.key_env), "").strip(), str(self.key_env))
+
     @property
     def client(self) -> ApiClient:
         """The HTTP client (made on first use, so the comparator itself stays a plain config object)."""
@@ -204,7 +214,7 @@ class ApiComparator(Comparator):
                     texts = parse_response(self.format, payload, self.response_field)
                 except (ValueError, TypeError, RecursionError) as error:  # every malformed answer, named
                     raise ComparatorApiError(f"Comparator API at {shown_url(self.url)}: {error}") from None
-                got[k].extend(texts)
+                got[k].extend(redact_stored(text) for text in texts)  # an echoed key is never stored
                 progressed.update([k] if texts else [])
             # Some OpenAI-compatible servers return fewer choices than n: ask again for the rest, but
             # only while the job's last pass returned something, so a server that returns nothing

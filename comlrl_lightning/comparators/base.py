@@ -20,7 +20,7 @@ import path in the config.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from comlrl_lightning.data.snapshots import PolicySnapshots
 from comlrl_lightning.generation.base import (
@@ -127,6 +127,10 @@ class Comparator:
 
     def start_round(self, round_index: int) -> None:
         """Prepare the source of round ``round_index`` (0-based)."""
+
+    def check_saved_options(self, options: Mapping[str, Any]) -> None:
+        """Refuse a secret of this comparator's in ``options`` (what the run saves: the model's and
+        the data module's hyperparameters, as plain mappings); here: nothing to keep secret."""
 
     def source(self) -> Team:
         """The team whose agents sample the comparator side (here: the live agents)."""

@@ -14,7 +14,7 @@ is an error. The reference aborted training on the first unparseable completion.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from comlrl_lightning.comparators.api import encode
 from comlrl_lightning.comparators.base import Comparator, ComparatorContext
@@ -94,6 +94,9 @@ class CentralizedComparator(Comparator):
 
     def end_round(self) -> None:
         self.source_comparator.end_round()
+
+    def check_saved_options(self, options: Mapping[str, Any]) -> None:
+        self.source_comparator.check_saved_options(options)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"source": self.source_comparator.state_dict()}

@@ -6,7 +6,9 @@ takes its key only from the environment variable ``key_env`` names; everything h
 credential elsewhere, with a message naming the place and never the value:
 
 * by name: URL userinfo, a URL query or fragment parameter, a header, or an ``extra_body`` field
-  whose name says credential (``api_key``, ``X-Auth-Token``, ``sig``...);
+  whose name says credential (``api_key``, ``X-Auth-Token``, ``Authorization``, ``Cookie``,
+  ``X-Hub-Signature``, ``*Secret*``, ``*Token*``, ``X-Api-Sig``, ``sig``...: see
+  :func:`_named_credential`), whatever its value;
 * by shape, whatever the name: a value that looks like a credential (:data:`CREDENTIAL_SHAPE`:
   ``Bearer ...``, ``sk-...`` and other providers' key formats, a JWT) in a header, in
   ``extra_body``, or anywhere in the URL (path, query, fragment);
@@ -21,11 +23,29 @@ import re
 from typing import Any, Iterator, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from comlrl_lightning.comparators.redaction import contains_secret
+from comlrl_lightning.comparators.redaction import STORED_SECRET_LENGTH, contains_secret
 from comlrl_lightning.options import OptionError, require
 
-CREDENTIAL_WORDS = ("auth", "token", "key", "secret", "cookie", "password", "signature", "credential")
+CREDENTIAL_WORDS = (
+    "auth",
+    "token",
+    "key",
+    "secret",
+    "cookie",
+    "password",
+    "passwd",
+    "signature",
+    "credential",
+    "session",
+    "bearer",
+    "hmac",
+    "jwt",
+)
 """A header or URL parameter whose name contains one of these carries a credential: refused."""
+CREDENTIAL_NAME_PARTS = ("sig", "sign", "signed", "pass", "pwd", "sas", "sid", "otp")
+"""A header or URL parameter with one of these as a word of its name (split at ``-``, ``_``, ``.``
+and lower-to-upper case changes: ``X-Api-Sig``, ``XApiSig``) carries a credential too."""
+_NAME_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 CREDENTIAL_PARAMETERS = ("sig", "code")
 """URL parameters that carry one under a short name (Azure's SAS ``sig``, Azure Functions' ``code``)."""
 CREDENTIAL_FIELD = re.compile(
@@ -46,7 +66,7 @@ CREDENTIAL_SHAPE = re.compile(
     re.IGNORECASE,
 )
 """Values that look like a credential whatever they are called."""
-SEARCHED_KEY_LENGTH = 8
+SEARCHED_KEY_LENGTH = STORED_SECRET_LENGTH
 """Keys at least this long are searched for in the config (a shorter value, such as a local server's
 ``x``, is no secret and would match ordinary text)."""
 USE_KEY_ENV = (
@@ -56,8 +76,15 @@ USE_KEY_ENV = (
 
 
 def _named_credential(name: str) -> bool:
+    """Whether a header or URL parameter name says credential (:data:`CREDENTIAL_WORDS` anywhere in
+    it, :data:`CREDENTIAL_NAME_PARTS` as one of its words, or a :data:`CREDENTIAL_PARAMETERS` name)."""
     lowered = str(name).lower()
-    return any(word in lowered for word in CREDENTIAL_WORDS) or lowered in CREDENTIAL_PARAMETERS
+    words = {word.lower() for word in _NAME_WORDS.findall(str(name))}
+    return (
+        any(word in lowered for word in CREDENTIAL_WORDS)
+        or bool(words & set(CREDENTIAL_NAME_PARTS))
+        or lowered in CREDENTIAL_PARAMETERS
+    )
 
 
 def _shaped(value: str) -> bool:

@@ -9,6 +9,12 @@ its last characters). The text is read raw and decoded at once: JSON escapes (``
 :class:`~comlrl_lightning.comparators.ComparatorApiError` message and every quoted response
 snippet goes through it *before* it is cut to length, so no cut can leave a piece of a key that
 long. :func:`contains_secret` says whether a text holds a whole key, in any of these encodings.
+
+Stored data gets the same treatment: :func:`redact_stored` is applied to every text a remote
+endpoint answers (the API comparator's completions) before anything keeps it, so a server that
+echoes the key cannot put it into a round file, a checkpoint, its asset copy or a log. It reads
+the whole text (no cut) and only keys of :data:`STORED_SECRET_LENGTH` characters or more (a
+shorter one, such as a local server's ``x``, is no secret and would match ordinary text).
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from typing import FrozenSet, List, Set, Tuple
 REDACTED = "[redacted]"
 MIN_RUN = 6
 """Shortest run of a key's consecutive characters that is redacted (a shorter key: the whole key)."""
+
+STORED_SECRET_LENGTH = 8
+"""Shortest remembered key redacted from stored data (and searched for in a saved config)."""
 
 _remembered: Set[str] = set()
 _lock = threading.Lock()
@@ -105,7 +114,10 @@ def redact(text: str) -> str:
         secrets = list(_remembered)
     if not secrets:
         return text
-    text = text[:_SCAN_LIMIT]
+    return _redacted(text[:_SCAN_LIMIT], secrets)
+
+
+def _redacted(text: str, secrets: List[str]) -> str:
     spans = _merged([span for secret in secrets for span in _spans(text, secret, MIN_RUN)])
     pieces, position = [], 0
     for start, end in spans:
@@ -114,9 +126,18 @@ def redact(text: str) -> str:
     return "".join(pieces) + text[position:]
 
 
+def redact_stored(text: str) -> str:
+    """``text`` (a remote endpoint's answer, about to be stored) with every run of :data:`MIN_RUN`
+    or more characters of a remembered key of :data:`STORED_SECRET_LENGTH` characters or more, in
+    any of its encodings, replaced by ``[redacted]``; the whole text is read and kept."""
+    with _lock:
+        secrets = [secret for secret in _remembered if len(secret.strip()) >= STORED_SECRET_LENGTH]
+    return _redacted(text, secrets) if secrets and text else text
+
+
 def contains_secret(text: str, secret: str) -> bool:
     """Whether ``text`` holds the whole of ``secret``, raw or in any encoding :func:`redact` reads."""
     return bool(secret) and bool(_spans(str(text)[:_SCAN_LIMIT], secret, len(secret)))
 
 
-__all__ = ["MIN_RUN", "REDACTED", "contains_secret", "redact", "remember"]
+__all__ = ["MIN_RUN", "REDACTED", "STORED_SECRET_LENGTH", "contains_secret", "redact", "redact_stored", "remember"]

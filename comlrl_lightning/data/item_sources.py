@@ -152,6 +152,8 @@ def _load(spec: HFDataset, default_split: str, option: str) -> Any:
         raise DataError(f"{where}: data_files {spec.data_files!r} matches no file.") from None
     except FileNotFoundError as error:  # a data file or a dataset that is not there
         raise DataError(f"{where}: {error}") from None
+    except ConnectionError as error:  # neither a local file or folder nor reachable on the hub
+        raise DataError(f"{where}: no such local file or folder, and the hub lookup failed: {error}") from None
     except ValueError as error:  # unknown split, missing configuration name...: say which option
         hint = ""
         if spec.name is None and "config" in str(error).lower():

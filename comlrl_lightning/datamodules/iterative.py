@@ -128,24 +128,19 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     # Lightning hooks
 
     def setup(self, stage: str) -> None:
-        already = self.task is not None
+        """Everything this Trainer needs, on every ``setup`` of every Trainer (a validation or an
+        evaluation before ``fit``, or a later ``fit`` on a new Trainer, must not leave a Trainer
+        without it): its callbacks' checks, a dataloader reload every epoch, the run's folders and
+        their locks, and the comparator bound to this Trainer's team. The task is built once."""
         super().setup(stage)
-        if already:
-            return
         # Callbacks that observe the rounds check this run now, before the comparator binding below
         # loads the team: a callback that cannot work here fails before any model is loaded.
         for callback in data_module_checks(self.trainer.callbacks):
             callback.check_data_module(self)
         # train_dataloader() must run every epoch: it decides whether a new round starts.
         self.trainer.reload_dataloaders_every_n_epochs = 1
-        root = Path(self.trainer.default_root_dir)
-        replay_dir = Path(self.preference_replay_dir) if self.preference_replay_dir else root / "preference_replay"
-        self.replay = ReplayBuffer(replay_dir.absolute(), self.replay_rule)
-        folders = [self.replay.directory]
-        if self.comparator.snapshot_round(0) is not None or self.policy_checkpoint_dir:
-            directory = Path(self.policy_checkpoint_dir) if self.policy_checkpoint_dir else root / "policy_snapshots"
-            self.snapshots = PolicySnapshots(directory.absolute(), keep_all=self.policy_checkpoint_dir is not None)
-            folders.append(self.snapshots.directory)
+        if self.built_round is None:  # nothing collected yet: the folders are this Trainer's
+            self._make_folders(Path(self.trainer.default_root_dir))
         module = team_side(self.trainer)
         # before the folders are locked and the binding below loads the team: FSDP2 cannot gather a LoRA
         # team's snapshots (team_options is TeamModule's; a module without it is taken as full models)
@@ -156,13 +151,16 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 "of a LoRA team are not supported under ModelParallelStrategy; use another comparator, "
                 "full models (no team.lora), or DDP for this team."
             )
-        if self.trainer.is_global_zero:  # one run per folder; the other ranks are this run
+        if self.trainer.is_global_zero and not self.folder_locks:  # one run per folder; other ranks are this run
+            folders = [self.replay.directory] + ([self.snapshots.directory] if self.snapshots is not None else [])
             self.folder_locks = [FolderLock(folder).acquire() for folder in folders]
         if self.task.centralized and isinstance(self.comparator, CentralizedComparator):
             raise OptionError(
                 "comparator: a centralized team already writes every role in one completion, and so "
                 "does every comparator of its joint prompt; give CentralizedComparator's source directly."
             )
+        # what the run saves (hparams.yaml, checkpoints, W&B): no secret of the comparator's in it
+        self.comparator.check_saved_options({"model": dict(getattr(module, "hparams", {})), "data": dict(self.hparams)})
         self.comparator.bind(
             ComparatorContext(
                 actors=lambda: module.team,
@@ -172,6 +170,16 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 snapshots=self.snapshots,
             )
         )
+
+    def _make_folders(self, root: Path) -> None:
+        """The replay buffer and (when the comparator or ``policy_checkpoint_dir`` needs them) the
+        policy snapshots, in their options' folders or under ``root``."""
+        replay_dir = Path(self.preference_replay_dir) if self.preference_replay_dir else root / "preference_replay"
+        self.replay = ReplayBuffer(replay_dir.absolute(), self.replay_rule)
+        self.snapshots = None
+        if self.comparator.snapshot_round(0) is not None or self.policy_checkpoint_dir:
+            directory = Path(self.policy_checkpoint_dir) if self.policy_checkpoint_dir else root / "policy_snapshots"
+            self.snapshots = PolicySnapshots(directory.absolute(), keep_all=self.policy_checkpoint_dir is not None)
 
     def train_dataloader(self) -> DataLoader:
         module = team_side(self.trainer)

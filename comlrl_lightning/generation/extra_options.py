@@ -6,7 +6,11 @@ sampling settings' ``extra`` and reach every sampler alike (collection, comparat
 rollouts): :class:`~comlrl_lightning.generation.HFGenerator` passes them to ``generate()`` (a name
 ``generate()`` does not know is an error now, not at the first sample), and
 :class:`~comlrl_lightning.generation.VLLMGenerator` maps those vLLM supports (:data:`VLLM_NAMES`)
-and refuses the others by name. Options the generators set themselves are refused with the reason.
+and refuses the others by name. Options the generators set themselves, and decoding modes that do
+not sample a prompt's candidates (:data:`UNSUPPORTED`), are refused with the reason. Beam search
+(``num_beams`` above 1) is ``generate()``'s own beam sampling, as the reference (CoMLRL) calls it,
+one request per call with the global generators seeded from the request's seed: the same tokens
+for the same request whatever the batching, up to float rounding.
 """
 
 from __future__ import annotations
@@ -37,18 +41,29 @@ RESERVED: Dict[str, str] = {
 }
 """``generate()`` options the generators set themselves, and why they cannot be given."""
 
-PLAIN_GENERATE_ONLY = frozenset(
-    {
-        "num_beams",
-        "num_beam_groups",
-        "diversity_penalty",
-        "penalty_alpha",
-        "assistant_model",
-        "prompt_lookup_num_tokens",
-    }
-)
-"""Options that need ``generate()``'s own expansion of the prompts (beam search, assisted
-decoding): with them the prompts' shared prefill is skipped."""
+UNSUPPORTED: Dict[str, str] = {
+    "num_beam_groups": "group beam search does not sample (and transformers 5 loads it from the Hub as remote code)",
+    "diversity_penalty": "group beam search does not sample (and transformers 5 loads it from the Hub as remote code)",
+    "penalty_alpha": "contrastive search does not sample: every candidate of a prompt would be the same",
+    "constraints": "constrained beam search does not sample (and transformers 5 loads it from the Hub as remote code)",
+    "force_words_ids": "constrained beam search does not sample (and transformers 5 loads it from the Hub as remote code)",
+    "dola_layers": "DoLa decoding is loaded from the Hub as remote code in transformers 5",
+    "assistant_model": "assisted decoding samples one sequence per call, not a prompt's candidates together",
+    "prompt_lookup_num_tokens": "assisted decoding samples one sequence per call, not a prompt's candidates together",
+    "assistant_early_exit": "assisted decoding samples one sequence per call, not a prompt's candidates together",
+}
+"""``generate()`` options that cannot sample a prompt's candidates, and why (refused by name)."""
+
+PLAIN_GENERATE_ONLY = frozenset({"num_beams"})
+"""Options that need ``generate()``'s own expansion of the prompts (beam search): with them the
+prompts' shared prefill is skipped."""
+
+
+def beam_search(extra: Optional[Mapping[str, Any]]) -> bool:
+    """Whether ``extra`` asks for beam search (``num_beams`` above 1): ``generate()``'s own beam
+    sampling then replaces the seeded sampler, one request per call (from the request's seed)."""
+    return int((extra or {}).get("num_beams") or 1) > 1
+
 
 VLLM_NAMES: Dict[str, str] = {
     "repetition_penalty": "repetition_penalty",
@@ -99,6 +114,11 @@ def hf_generate_options(extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     for name in sorted(extra):
         if name in RESERVED:
             raise OptionError(f"generation option {name} cannot be given here: {RESERVED[name]}.")
+        if name in UNSUPPORTED:
+            raise OptionError(f"generation option {name} is not supported: {UNSUPPORTED[name]}.")
+    beams = extra.get("num_beams", 1)
+    if isinstance(beams, bool) or not isinstance(beams, int) or beams < 1:
+        raise OptionError(f"generation option num_beams must be a whole number >= 1 (got {beams!r}).")
     unknown = sorted(set(extra) - _generate_names())
     if unknown:
         raise OptionError(
@@ -124,7 +144,9 @@ def vllm_sampling_options(extra: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
 __all__ = [
     "PLAIN_GENERATE_ONLY",
     "RESERVED",
+    "UNSUPPORTED",
     "VLLM_NAMES",
+    "beam_search",
     "check_saveable",
     "hf_generate_options",
     "vllm_sampling_options",

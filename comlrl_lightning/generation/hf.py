@@ -11,6 +11,7 @@ across processes (FSDP2) samples in lockstep.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import List, Optional, Sequence
 
@@ -23,8 +24,13 @@ from comlrl_lightning.generation.base import (
     Generator,
     completion_from_ids,
 )
-from comlrl_lightning.generation.extra_options import PLAIN_GENERATE_ONLY, hf_generate_options
-from comlrl_lightning.generation.seeded_sampling import request_seeds, seeded_sampling_options
+from comlrl_lightning.generation.extra_options import PLAIN_GENERATE_ONLY, beam_search, hf_generate_options
+from comlrl_lightning.generation.seeded_sampling import (
+    beam_sampling_options,
+    request_rng,
+    request_seeds,
+    seeded_sampling_options,
+)
 from comlrl_lightning.generation.shared_prompt import sample_with_shared_prompts
 from comlrl_lightning.options import at_least
 from comlrl_lightning.runtime.progress import report_generated
@@ -167,7 +173,8 @@ class HFGenerator(Generator):
         batch_size = self.batch_size or auto_generation_batch_size(
             model, device, max(map(len, encoded), default=0) + settings.max_new_tokens
         )
-        prompts_per_call = max(1, batch_size // num_samples)
+        beams = beam_search(settings.extra)  # one request per call, drawn from the request's seed
+        prompts_per_call = 1 if beams else max(1, batch_size // num_samples)
         calls = -(-len(encoded) // prompts_per_call)
         if team.synced:  # a sharded forward is a collective: every rank makes as many calls, as many steps
             calls = max_over_ranks(calls, device)
@@ -180,21 +187,18 @@ class HFGenerator(Generator):
                 chunk = encoded[rows]
                 input_ids, attention_mask = left_pad(chunk or [[tokenizer.eos_token_id]], tokenizer.pad_token_id)
                 input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-                sampling = seeded_sampling_options(
-                    settings, tokenizer, seeds[rows] or [0], num_samples, input_ids.shape[1]
-                ) | hf_generate_options(settings.extra)  # eos_token_id may be overridden, as the reference
+                if beams:
+                    sampling = beam_sampling_options(settings, tokenizer)
+                else:
+                    sampling = seeded_sampling_options(
+                        settings, tokenizer, seeds[rows] or [0], num_samples, input_ids.shape[1]
+                    )
+                sampling |= hf_generate_options(settings.extra)  # eos_token_id may be overridden, as the reference
                 caller = model
                 if one_pass:
                     caller = team.one_pass_model(torch.tensor(agents[rows] or [owner], device=device))
-                # plain generate(): lockstep on a sharded team; beam search expands the prompts itself
-                if team.synced or PLAIN_GENERATE_ONLY & set(sampling):
-                    copies = torch.arange(input_ids.shape[0], device=device).repeat_interleave(num_samples)
-                    sampling.update({"synced_gpus": True} if team.synced else {})
-                    output = caller.generate(
-                        input_ids=input_ids[copies], attention_mask=attention_mask[copies], **sampling
-                    )
-                else:
-                    output = sample_with_shared_prompts(caller, input_ids, attention_mask, num_samples, sampling)
+                seed = seeds[start] if beams and chunk else None
+                output = self._generate(caller, team.synced, input_ids, attention_mask, num_samples, sampling, seed)
                 if not chunk:  # this rank's share is done; it only kept the others company
                     continue
                 generated = output[:, input_ids.shape[1] :].tolist()
@@ -207,6 +211,27 @@ class HFGenerator(Generator):
         finally:
             model.train(was_training)
         return results
+
+    @staticmethod
+    def _generate(
+        caller: nn.Module,
+        synced: bool,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        num_samples: int,
+        sampling: dict,
+        beam_seed: Optional[int],
+    ) -> torch.Tensor:
+        """One ``generate()`` call of ``num_samples`` rows per prompt: plain ``generate()`` (a copy of
+        each prompt per sample) in lockstep on a sharded team and for beam search (its draws from
+        ``beam_seed``), else each prompt prefilled once for all its samples."""
+        if synced or PLAIN_GENERATE_ONLY & set(sampling):
+            copies = torch.arange(input_ids.shape[0], device=input_ids.device).repeat_interleave(num_samples)
+            sampling = {**sampling, "synced_gpus": True} if synced else sampling
+            beams = beam_seed is not None or int(sampling.get("num_beams") or 1) > 1
+            with request_rng(beam_seed or 0, input_ids.device) if beams else contextlib.nullcontext():
+                return caller.generate(input_ids=input_ids[copies], attention_mask=attention_mask[copies], **sampling)
+        return sample_with_shared_prompts(caller, input_ids, attention_mask, num_samples, sampling)
 
     def check_settings(self, settings: GenerationSettings) -> None:
         """``settings.extra`` must be ``generate()`` options the generator does not set itself."""

@@ -16,7 +16,7 @@ the logits, which can flip a draw that falls within rounding of a boundary).
 from __future__ import annotations
 
 import contextlib
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -95,6 +95,32 @@ class SeededSampler:
         tokens = inverse_cdf_tokens(scores, uniforms)
         chosen = torch.full_like(scores, float("-inf"))
         return chosen.scatter_(1, tokens.unsqueeze(-1), 0.0)
+
+
+def beam_sampling_options(settings: GenerationSettings, tokenizer) -> dict:
+    """The keyword arguments of a beam-search ``generate()`` call (``num_beams`` > 1 among the extra
+    options): ``generate()``'s own beam sampling (``do_sample=True``, as the reference (CoMLRL)
+    calls it) with the settings' temperature, top-k and top-p; run under :func:`request_rng`."""
+    return dict(
+        do_sample=True,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        top_k=settings.top_k,
+        max_new_tokens=settings.max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+@contextlib.contextmanager
+def request_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """The global generators (CPU, and every CUDA device's when ``device`` is one) seeded with one
+    request's ``seed`` inside, and as they were afterwards: a beam search, whose draws come from
+    the global generator, samples the same tokens for the same request and shifts no other stream."""
+    devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
 
 
 def seeded_sampling_options(

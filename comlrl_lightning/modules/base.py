@@ -17,7 +17,7 @@ from comlrl_lightning.data.task import Task
 from comlrl_lightning.generation.base import GenerationSettings, Generator, sample_team
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
-from comlrl_lightning.modules.evaluation_metrics import DomainMetrics
+from comlrl_lightning.modules.evaluation_metrics import DomainMetrics, renew_inference_states
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
 from comlrl_lightning.options import positive, require
@@ -137,7 +137,10 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
     @property
     def team(self) -> Team:
         if self._team is None:
-            self._team = self.team_options.build(self.agent_sources, self.agent_tokenizers)
+            try:
+                self._team = self.team_options.build(self.agent_sources, self.agent_tokenizers)
+            except AttributeError as error:  # else nn.Module reports "no attribute 'team'" instead
+                raise RuntimeError(f"building the team failed: {type(error).__name__}: {error}") from error
         return self._team
 
     @property
@@ -181,6 +184,7 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         # never loaded from a URL (unless the user chose a checkpoint IO of their own)
         install_atomic_checkpoints(self.trainer.strategy)
         check_log_files(self.trainer)  # links planted where loggers rewrite files in place are refused
+        renew_inference_states(self)  # an earlier validation in inference mode must not break this run
         if stage == "fit":
             # The module evaluates before the first update itself (on_train_start). Sanity
             # validation would sample and score the evaluation items once more, before collection,

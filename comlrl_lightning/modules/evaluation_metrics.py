@@ -16,6 +16,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import torch
+from torchmetrics import Metric
+
 from comlrl_lightning.data.centralized_task import parse_roles
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.runtime.distributed import gather_objects
@@ -162,6 +165,25 @@ class DomainMetrics:
             self.log(key, value, on_step=False, on_epoch=True)  # type: ignore[attr-defined]
 
 
+def renew_inference_states(module: torch.nn.Module) -> None:
+    """Every torchmetrics state of ``module`` that is an inference tensor becomes an ordinary copy
+    (same values).
+
+    A validation run in inference mode (Lightning's default) leaves the states it reset as
+    inference tensors, which no update outside inference mode may change in place: a later
+    ``fit`` (whose validation runs under ``no_grad``) would fail on its first evaluation.
+    Called outside inference mode at every ``setup``, so any order of runs works.
+    """
+    for metric in module.modules():
+        if not isinstance(metric, Metric):
+            continue
+        for name, value in metric.metric_state.items():
+            if isinstance(value, torch.Tensor) and value.is_inference():
+                setattr(metric, name, value.clone())
+            elif isinstance(value, list) and any(isinstance(v, torch.Tensor) and v.is_inference() for v in value):
+                setattr(metric, name, [v.clone() if isinstance(v, torch.Tensor) else v for v in value])
+
+
 RolloutMetrics = Callable[[RolloutSamples], Dict[str, Any]]
 """What a policy-gradient module's ``rollout_metrics`` is: a step's samples in, ``{key: number}`` out."""
 
@@ -173,4 +195,5 @@ __all__ = [
     "RolloutMetrics",
     "RolloutSamples",
     "domain_metrics",
+    "renew_inference_states",
 ]

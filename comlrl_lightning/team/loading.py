@@ -45,6 +45,38 @@ def resolve_source(source: str) -> str:
     return text
 
 
+def check_dtype(dtype: Optional[str], option: str = "dtype") -> None:
+    """A model dtype option: ``None`` (as saved) or the name of a floating torch dtype
+    (``float32``, ``bfloat16``, ``float16``...); anything else is an error naming ``option``."""
+    if dtype is None:
+        return
+    value = getattr(torch, dtype, None) if isinstance(dtype, str) else None
+    if not (isinstance(value, torch.dtype) and value.is_floating_point):
+        raise ConfigurationError(
+            f"{option} must name a floating torch dtype (float32, bfloat16, float16...; unset: as saved), "
+            f"not {dtype!r}."
+        )
+
+
+def check_attention(name: Optional[str], option: str = "attn_implementation") -> None:
+    """An attention option: ``None`` (transformers' choice), ``eager``, one registered with
+    transformers' ``AttentionInterface`` (``sdpa``, ``flash_attention_2``, ``flex_attention``...;
+    also ``paged|`` each), or a Hub kernel (``org/name``, checked by transformers when it loads);
+    anything else is an error naming ``option``, before any model loads."""
+    if name is None:
+        return
+    from transformers import AttentionInterface
+
+    known = ["eager", *AttentionInterface().valid_keys()]
+    plain = name.split("|", 1)[1] if isinstance(name, str) and name.startswith("paged|") else name
+    if not isinstance(name, str) or not (plain in known or "/" in plain):
+        raise ConfigurationError(
+            f"{option} {name!r} is not an attention implementation transformers knows "
+            f"(one of: {', '.join(sorted(k for k in set(known) if not k.startswith('comlrl_')))}; "
+            "or a Hub kernel org/name)."
+        )
+
+
 def load_model(
     source: ModelSource, dtype: Optional[str] = None, attn_implementation: Optional[str] = None
 ) -> nn.Module:

@@ -19,7 +19,14 @@ from comlrl_lightning.defaults import EMBEDDED
 from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.devices import DeviceSpec
 from comlrl_lightning.team.activation_checkpointing import enable_activation_checkpointing
-from comlrl_lightning.team.loading import ModelSource, add_special_tokens, fit_embeddings, load_tokenizer
+from comlrl_lightning.team.loading import (
+    ModelSource,
+    add_special_tokens,
+    check_attention,
+    check_dtype,
+    fit_embeddings,
+    load_tokenizer,
+)
 from comlrl_lightning.team.lora import build_lora_agents, lora_for_agents
 from comlrl_lightning.team.team import Team
 
@@ -97,6 +104,8 @@ class TeamOptions:
 
     def __post_init__(self) -> None:
         at_least("num_agents", self.num_agents, 1, allow_none=True)
+        check_dtype(self.dtype)  # before any model loads, not at the first one
+        check_attention(self.attn_implementation)
         require(
             self.special_tokens is None or isinstance(self.special_tokens, dict),
             "special_tokens must be a mapping for tokenizer.add_special_tokens "

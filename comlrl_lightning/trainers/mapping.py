@@ -35,6 +35,7 @@ from comlrl_lightning.models.joint_reward import RewardModelFit
 from comlrl_lightning.modules.collaboration import Centralized
 from comlrl_lightning.modules.magrpo import GROUP_BASELINES, ReferenceKL
 from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.team.loading import check_attention, check_dtype
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.trainers.configs import MADPOConfig
 
@@ -172,12 +173,16 @@ def model_loading(model_config: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     others = sorted(set(nested) - {"attn_implementation"})
     if others:
         raise OptionError(f"model_config.model_kwargs: {', '.join(others)} not supported (taken: attn_implementation).")
-    dtype = model_config.get("torch_dtype") or model_config.get("dtype")
-    return dict(
-        dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
-        attn_implementation=model_config.get("attn_implementation", nested.get("attn_implementation")),
-        special_tokens=model_config.get("special_tokens"),
+    key = "torch_dtype" if model_config.get("torch_dtype") is not None else "dtype"
+    dtype = model_config.get(key)
+    dtype = str(dtype).replace("torch.", "") if dtype is not None and dtype != "auto" else None  # auto: as saved
+    attention_key = (
+        "attn_implementation" if "attn_implementation" in model_config else "model_kwargs.attn_implementation"
     )
+    attention = model_config.get("attn_implementation", nested.get("attn_implementation"))
+    check_dtype(dtype, f"model_config.{key}")  # named as given, before any model loads
+    check_attention(attention, f"model_config.{attention_key}")
+    return dict(dtype=dtype, attn_implementation=attention, special_tokens=model_config.get("special_tokens"))
 
 
 def team_for(

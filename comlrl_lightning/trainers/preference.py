@@ -124,8 +124,11 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         self._check_team(num_agents, agent_model, agents, tokenizer)
         train_dataset, eval_dataset = _task_datasets(agent_model, train_dataset, eval_dataset, reward_func)
         mapping.warn_ignored(self.args)
-        # args and wandb_config go to the W&B run and the checkpoints: no key's value anywhere in them
-        check_config_has_no_key({"args": dataclasses.asdict(self.args), "wandb_config": dict(wandb_config or {})})
+        # what the run saves (W&B, hparams, checkpoints): no key's value in args, wandb_config, model_config
+        # (a special token, model kwargs) or the model names
+        saved = dict(args=dataclasses.asdict(self.args), wandb_config=dict(wandb_config or {}))
+        saved.update(model_config=model_config or {}, agent_model=agent_model, agents=list(agents or []), **given)
+        check_config_has_no_key(saved)
         self.seed = torch.initial_seed() % 2**32
         seed_everything(self.seed, verbose=False)
         self.wandb_config = dict(wandb_config or {})

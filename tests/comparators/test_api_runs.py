@@ -260,3 +260,64 @@ def test_a_key_anywhere_in_the_config_stops_the_run_before_any_file_is_written(
     out, err = capfd.readouterr()
     assert exit_info.value.code == 2 and named in err and KEY not in out + err and "another-key" not in err
     assert not provider.requests and not root.exists()  # nothing ran, nothing was written (W&B included)
+
+
+def echoed_key(prompt, index):
+    """An endpoint that echoes the key it was sent: whole, in part, URL-encoded, or not at all."""
+    import urllib.parse
+
+    return [f"my key is {KEY}", f"key={KEY[:-3]}", urllib.parse.quote(KEY, safe=""), f"plain {index}"][index % 4]
+
+
+def key_runs(data: bytes, length: int = 8) -> list:
+    text = data.decode("utf-8", errors="replace")
+    return [KEY[i : i + length] for i in range(len(KEY) - length + 1) if KEY[i : i + length] in text]
+
+
+@pytest.mark.slow  # trains
+def test_an_echoed_key_is_redacted_before_any_round_file_checkpoint_or_asset_holds_it(tmp_path, monkeypatch):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tests.conftest import tiny_sampling
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    root = tmp_path / "run"
+    with FakeProvider("openai", text=echoed_key) as provider:
+        checkpoint = ModelCheckpoint(
+            dirpath=root / "ckpt", save_top_k=-1, every_n_epochs=1, save_on_train_epoch_end=True
+        )
+        module, datamodule, trainer = make_run(
+            root,
+            data=api_data(provider),
+            model=dict(sampling=tiny_sampling(max_new_tokens=40)),  # room for the whole key
+            max_epochs=2,
+            callbacks=[checkpoint],
+        )
+        trainer.fit(module, datamodule)
+        assert provider.requests and all(r.headers["authorization"] == f"Bearer {KEY}" for r in provider.requests)
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".ckpt" for p in files) and any(p.name == "iteration_0002.json" for p in files)
+    assert any(p.name == "iteration_0001.json" and p.parent.parent.name.endswith(".assets") for p in files)
+    leaks = {str(p): key_runs(p.read_bytes()) for p in files if key_runs(p.read_bytes())}
+    assert leaks == {}
+    stored = (root / "preference_replay" / "iteration_0001.json").read_text()
+    assert "[redacted]" in stored and "plain" in stored  # the echo was redacted, the rest kept
+
+
+def test_the_keys_value_in_the_models_options_stops_a_lightning_run_before_any_request(tmp_path, monkeypatch):
+    """A special token (or any option) holding the key would land in hparams.yaml and every checkpoint."""
+    from comlrl_lightning import TeamOptions
+    from comlrl_lightning.errors import ConfigurationError
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    root = tmp_path / "run"
+    with FakeProvider("openai") as provider:
+        team = TeamOptions(special_tokens={"additional_special_tokens": ["<tool>", KEY]})
+        module, datamodule, trainer = make_run(root, data=api_data(provider), model=dict(team=team), max_epochs=1)
+        with pytest.raises(ConfigurationError) as error:
+            trainer.fit(module, datamodule)
+        assert not provider.requests
+    message = str(error.value)
+    assert "model.team.special_tokens.additional_special_tokens[1] holds the value of COMLRL_TEST_API_KEY" in message
+    assert KEY not in message
+    assert not list(root.rglob("*.ckpt")) and not list(root.rglob("iteration_*.json"))

@@ -88,3 +88,56 @@ def test_a_short_key_value_is_not_searched_for(monkeypatch):
     monkeypatch.setenv(KEY_ENV, "x")  # a local server's placeholder key: no secret, and in every other word
     ApiComparator(url=URL, key_env=KEY_ENV, model="x-large")
     check_config_has_no_key({"a": {"key_env": KEY_ENV}, "b": "x-large"})
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "X-Api-Sig",
+        "XApiSig",
+        "X-API-SIG",
+        "X-Auth-Token",
+        "Authorization",
+        "Proxy-Authorization",
+        "Cookie",
+        "X-Hub-Signature-256",
+        "X-Client-Secret",
+        "X-Csrf-Token",
+        "X-Session-Id",
+        "X-Api-Sign",
+        "X-Pass",
+        "X-Pwd",
+        "X-Hmac",
+    ],
+)
+def test_a_credential_shaped_header_name_is_refused_whatever_its_value(name):
+    with pytest.raises(ConfigurationError) as error:
+        ApiComparator(url=URL, headers={name: "plain-value"})
+    assert f"headers must not carry a credential ({name})" in str(error.value) and "plain-value" not in str(error.value)
+
+
+def test_ordinary_header_and_parameter_names_pass():
+    ordinary = ["X-Title", "HTTP-Referer", "OpenAI-Organization", "OpenAI-Project", "anthropic-beta", "X-Request-Id"]
+    ordinary += ["User-Agent", "X-Signup-Source", "X-Compass", "Accept-Language"]
+    ApiComparator(url=f"{URL}?api-version=2024-02-01&passes=3", headers={name: "v" for name in ordinary})
+    with pytest.raises(ConfigurationError, match="in its query \\(api_sig=...\\)"):
+        ApiComparator(url=f"{URL}?api_sig=abc")
+
+
+def test_the_seed_api_refuses_the_keys_value_in_model_config_and_the_model_names(monkeypatch, tmp_path):
+    from comlrl_lightning.trainers.configs import MADPOIterConfig
+    from comlrl_lightning.trainers.preference import MADPOIterTrainer
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    args = MADPOIterConfig(comparator_policy="api", comparator_api_url=URL, comparator_api_key_env=KEY_ENV)
+    for options, place in [
+        (dict(model_config={"special_tokens": {"additional_special_tokens": ["<t>", KEY]}}), "model_config.special"),
+        (dict(model_config={"model_kwargs": {"attn_implementation": KEY}}), "model_config.model_kwargs.attn_impl"),
+        (dict(agents=["embedded", f"org/{KEY}"]), "agents[1] holds the value of COMLRL_TEST_CREDENTIALS_KEY"),
+    ]:
+        task = dict(train_dataset=[{"prompt": "a"}], reward_func=lambda a, b: [0.0]) if "agents" in options else {}
+        options = {"agent_model": "embedded", **options} if "agents" not in options else {**options, **task}
+        with pytest.raises(ConfigurationError) as error:
+            MADPOIterTrainer(args=args, wandb_config={"output_dir": str(tmp_path / "run")}, **options)
+        assert place in str(error.value) and KEY not in str(error.value)
+    assert not (tmp_path / "run").exists()

@@ -73,3 +73,21 @@ def test_contains_secret_finds_the_whole_key_in_any_encoding_only():
     assert contains_secret(f"https://x/v1/{urllib.parse.quote(KEY)}/chat", KEY)
     assert contains_secret(json.dumps({"k": KEY}), KEY)
     assert not contains_secret(KEY[:-1], KEY) and not contains_secret("", KEY)
+
+
+def test_stored_text_is_redacted_whole_and_in_part_and_kept_whole():
+    from comlrl_lightning.comparators.redaction import redact_stored
+
+    long_tail = "a" * (1 << 17)  # past the 64 KiB an error message is read to
+    text = f"echo {KEY} and {KEY[:-5]}, {urllib.parse.quote(KEY)} {json.dumps(KEY)[1:-1]}" + long_tail + KEY[3:]
+    stored = redact_stored(text)
+    assert runs_of_key(stored) == [] and not contains_secret(stored, KEY)
+    assert stored.startswith("echo [redacted] and [redacted], ") and stored.endswith(long_tail + "[redacted]")
+    assert redact_stored("no secret here") == "no secret here"
+
+
+def test_a_short_remembered_key_is_not_redacted_from_stored_text():
+    from comlrl_lightning.comparators.redaction import redact_stored
+
+    remember("Qz7w")  # a short placeholder key: no secret, and it would match ordinary text
+    assert redact_stored("Qz7w is in this text") == "Qz7w is in this text"

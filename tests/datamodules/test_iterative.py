@@ -61,6 +61,37 @@ def test_every_round_writes_its_file_and_trains_on_its_replay_sample(uninterrupt
 
 
 @pytest.mark.parametrize(
+    "inference_mode",
+    [True, pytest.param(False, marks=pytest.mark.slow)],
+    ids=["default-trainer", "no-inference-mode"],
+)
+def test_a_validation_on_another_trainer_before_fit_changes_nothing(uninterrupted, tmp_path, inference_mode):
+    """A baseline first: ``Trainer().validate`` then a new plain ``Trainer().fit`` (which sets no
+    dataloader reload of its own) collects every round, snapshots included, exactly as a run that
+    never validated: no round retrains round 1's pairs, and metric states made in inference mode
+    do not break fit's evaluations."""
+    from lightning.pytorch import Trainer
+
+    module, datamodule, trainer = make_run(tmp_path, reload_dataloaders_every_n_epochs=0)
+    plain = dict(accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False, logger=False)
+    results = Trainer(default_root_dir=str(tmp_path), inference_mode=inference_mode, **plain).validate(
+        module, datamodule, verbose=False
+    )
+    assert "eval/turn_1/reward_mean" in results[0]
+    assert trainer.reload_dataloaders_every_n_epochs == 0  # the user's Trainer, as given
+    trainer.fit(module, datamodule)
+    assert trainer.reload_dataloaders_every_n_epochs == 1
+    assert _round_files(tmp_path) == uninterrupted["files"]
+    snapshots = sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir())
+    assert snapshots == sorted(p.name for p in (uninterrupted["root"] / "policy_snapshots").iterdir())
+    assert "iteration_0001" in snapshots  # the round-2 policy, saved for round 3's comparator
+    assert trainer.global_step == uninterrupted["step"]
+    weights = _weights(module)
+    for key, value in uninterrupted["weights"].items():
+        torch.testing.assert_close(weights[key], value, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
     "checkpoint_options, stop, pick",
     [
         (dict(every_n_epochs=1, save_on_train_epoch_end=True), dict(max_epochs=2), "epoch=1-step=6.ckpt"),

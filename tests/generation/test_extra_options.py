@@ -24,6 +24,12 @@ def test_generate_options_pass_through_and_may_override_eos():
         ({"return_dict_in_generate": True}, "read the sampled token ids only"),
         ({"logits_processor": []}, "seeded sampler is the logits processor"),
         ({"repetiton_penalty": 1.1}, "repetiton_penalty unknown to Hugging Face generate()"),
+        ({"num_beams": 4, "num_beam_groups": 2}, "num_beam_groups is not supported: group beam search does not sample"),
+        ({"penalty_alpha": 0.6}, "penalty_alpha is not supported: contrastive search does not sample"),
+        ({"prompt_lookup_num_tokens": 3}, "prompt_lookup_num_tokens is not supported: assisted decoding"),
+        ({"num_beams": 0}, "num_beams must be a whole number >= 1 \\(got 0\\)"),
+        ({"num_beams": "2"}, "num_beams must be a whole number >= 1 \\(got '2'\\)"),
+        ({"num_beams": True}, "num_beams must be a whole number >= 1 \\(got True\\)"),
     ],
 )
 def test_reserved_and_unknown_names_are_refused_by_name(extra, message):

@@ -89,3 +89,23 @@ def test_a_team_of_full_models_samples_agent_by_agent(monkeypatch):
         monkeypatch.setattr(agent, "generate", lambda original=original, **kw: calls.append(1) or original(**kw))
     sample_team(HFGenerator(), team, [p[:2] for p in _prompts()], 2, SETTINGS, RandomStream(1))
     assert len(calls) == 2
+
+
+def test_beam_search_samples_each_requests_candidates_from_its_own_seed():
+    """``num_beams`` > 1 is generate()'s beam sampling: K candidates per prompt (not K copies of one
+    beam), the same tokens for a request alone or beside others, and the global generator untouched."""
+    team = Team(["embedded"])
+    settings = GenerationSettings(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None, extra={"num_beams": 2})
+    generator = HFGenerator()
+    prompts = [f"topic: {item}\nwriter:" for item in ITEMS]
+    before = torch.random.get_rng_state()
+    together = generator.generate(team, 0, prompts, 3, settings, RandomStream(7))
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert [len(row) for row in together] == [3] * len(ITEMS)
+    assert all(len(c.ids) <= 6 for row in together for c in row)
+    assert any(len({tuple(c.ids) for c in row}) > 1 for row in together)  # sampled, not one beam copied
+    seeds = RandomStream(7)
+    alone = [generator.generate(team, 0, [prompt], 3, settings, seeds)[0] for prompt in prompts]  # same seed order
+    assert [[c.ids for c in row] for row in alone] == [[c.ids for c in row] for row in together]
+    other = generator.generate(team, 0, prompts, 3, settings, RandomStream(8))
+    assert [[c.ids for c in row] for row in other] != [[c.ids for c in row] for row in together]

@@ -46,3 +46,25 @@ def test_metrics_are_prefixed_and_a_non_number_is_named():
         domain_metrics(lambda s: {"bad": "x"}, samples)
     with pytest.raises(DataError, match="evaluation metric 'inf' is not finite"):
         domain_metrics(lambda s: {"inf": float("inf")}, samples)
+
+
+def test_metric_states_made_in_inference_mode_become_ordinary_with_their_values():
+    import torch
+    from torchmetrics import CatMetric, MeanMetric
+
+    from comlrl_lightning.modules.evaluation_metrics import renew_inference_states
+
+    holder = torch.nn.ModuleDict({"mean": MeanMetric(), "cat": CatMetric()})
+    with torch.inference_mode():  # as Lightning's validate: states reset (remade) in inference mode, then updated
+        for metric in holder.values():
+            metric.reset()
+        holder["mean"].update(torch.tensor([1.0, 3.0]))
+        holder["cat"].update(torch.tensor([2.0]))
+    assert holder["mean"].mean_value.is_inference()
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
+        holder["mean"].mean_value.add_(0.0)  # what the next update would do
+    renew_inference_states(holder)
+    assert not holder["mean"].mean_value.is_inference() and not holder["cat"].value[0].is_inference()
+    holder["mean"].update(torch.tensor([5.0]))  # outside inference mode, as fit's validation runs
+    holder["cat"].update(torch.tensor([4.0]))
+    assert float(holder["mean"].compute()) == 3.0 and holder["cat"].compute().tolist() == [2.0, 4.0]

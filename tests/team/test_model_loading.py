@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from peft import LoraConfig
@@ -47,6 +49,79 @@ def test_model_config_maps_onto_team_options_and_refuses_what_it_does_not_take()
         model_loading({"trust_remote_code": True})
     with pytest.raises(OptionError, match="special_tokens must be a mapping"):
         TeamOptions(special_tokens=["<tool>"])
+
+
+@pytest.mark.parametrize(
+    "model_config, message",
+    [
+        ({"torch_dtype": "float33"}, "model_config.torch_dtype must name a floating torch dtype"),
+        ({"dtype": "torch.bfloat16x"}, "model_config.dtype must name a floating torch dtype"),
+        ({"torch_dtype": 5}, "model_config.torch_dtype must name a floating torch dtype (float32, bfloat16"),
+        ({"dtype": "int8"}, "model_config.dtype must name a floating torch dtype"),
+        (
+            {"attn_implementation": "bogus"},
+            "model_config.attn_implementation 'bogus' is not an attention implementation",
+        ),
+        (
+            {"model_kwargs": {"attn_implementation": "flash_attention_9"}},
+            "model_config.model_kwargs.attn_implementation 'flash_attention_9' is not an attention implementation",
+        ),
+    ],
+)
+def test_a_bad_dtype_or_attention_in_model_config_is_named_before_any_model_loads(model_config, message):
+    from comlrl_lightning.errors import ConfigurationError
+    from comlrl_lightning.trainers.preference import MADPOTrainer
+
+    with pytest.raises(ConfigurationError, match=re.escape(message)) as error:
+        MADPOTrainer(agent_model="embedded", model_config=model_config)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(dtype="float33"), "dtype must name a floating torch dtype"),
+        (dict(dtype="torch.float16"), "not 'torch.float16'"),
+        (dict(attn_implementation="sdpa2"), "attn_implementation 'sdpa2' is not an attention implementation"),
+        (dict(attn_implementation="paged|bogus"), "'paged|bogus' is not an attention"),
+    ],
+)
+def test_team_options_refuse_a_bad_dtype_or_attention_when_made(options, message):
+    from comlrl_lightning.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        TeamOptions(**options)
+
+
+def test_good_dtypes_and_attentions_pass_and_auto_is_as_saved():
+    for dtype in (None, "float32", "bfloat16", "float16"):
+        TeamOptions(dtype=dtype)
+    for attention in (
+        None,
+        "eager",
+        "sdpa",
+        "flash_attention_2",
+        "flex_attention",
+        "paged|sdpa",
+        "kernels-community/x",
+    ):
+        TeamOptions(attn_implementation=attention)
+    assert model_loading({"torch_dtype": "auto"})["dtype"] is None
+
+
+def test_an_attribute_error_while_the_team_builds_is_reported_as_it_is(monkeypatch):
+    from comlrl_lightning.modules import MADPOModule
+
+    module = MADPOModule(team=TeamOptions())
+
+    def broken(*args, **kwargs):
+        raise AttributeError("'Config' object has no attribute 'vocab_size'")
+
+    monkeypatch.setattr(TeamOptions, "build", broken)
+    with pytest.raises(
+        RuntimeError, match="building the team failed: AttributeError: 'Config' object has no attribute"
+    ):
+        module.team
 
 
 def test_the_reward_model_and_the_critics_load_as_the_team():

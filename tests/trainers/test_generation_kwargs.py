@@ -125,3 +125,20 @@ def test_generation_kwargs_a_checkpoint_saved_that_cannot_be_used_are_one_error_
     with pytest.raises(DataError, match="^ckpt/checkpoint-1: .*" + re.escape(named)):
         saved_generation_kwargs({"hyper_parameters": {"generation_kwargs": saved}}, "ckpt/checkpoint-1")
     assert saved_generation_kwargs({"hyper_parameters": {}}, "x") is None
+
+
+def test_beam_search_as_a_generate_option_runs_collection_and_evaluation(tmp_path):
+    """``train(num_beams=2)``, as the reference forwards it to generate(): beam sampling in every sampler."""
+    torch.manual_seed(0)
+    trainer = MADPOIterTrainer(
+        agent_model="embedded",
+        wandb_config={"output_dir": str(tmp_path)},
+        args=MADPOIterConfig(num_iterations=1, preference_pairs_per_sample=2, eval_num_samples=2, **SMALL),
+    )
+    trainer.train(num_beams=2, length_penalty=0.5)
+    payload = json.loads((tmp_path / "preference_replay" / "iteration_0001.json").read_text())
+    assert payload["num_pairs"] == len(payload["pairs"]) > 0
+    assert trainer.module.generation_settings.extra == {"num_beams": 2, "length_penalty": 0.5}
+    assert set(trainer.evaluate()) == {"eval/turn_1/reward_mean", "eval/turn_1/expected_return"}
+    with pytest.raises(OptionError, match="penalty_alpha is not supported: contrastive search"):
+        trainer.train(penalty_alpha=0.6)

@@ -146,6 +146,27 @@ def test_a_facade_run_equals_the_same_run_from_the_command_line(tmp_path):
     assert facade.trainer.global_step == cli.trainer.global_step > 0
 
 
+@pytest.mark.slow  # two iterative runs
+def test_an_iterative_evaluate_before_train_collects_every_round_as_without_it(tmp_path):
+    """A baseline first (``evaluate()`` then ``train()``): every round is collected (round files,
+    the history comparator's snapshots), the same as a run that never evaluated."""
+    args = MADPOIterConfig(**{**SMALL_ITER, "num_iterations": 3})
+    runs = {}
+    for name in ("plain", "baseline-first"):
+        torch.manual_seed(3)
+        trainer = MADPOIterTrainer(agent_model="embedded", args=args, wandb_config={"output_dir": str(tmp_path / name)})
+        if name == "baseline-first":
+            assert set(trainer.evaluate()) == {"eval/turn_1/reward_mean", "eval/turn_1/expected_return"}
+        trainer.train()
+        runs[name] = trainer
+    files = {name: round_files(tmp_path / name / "preference_replay") for name in runs}
+    assert sorted(files["baseline-first"]) == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
+    assert files["baseline-first"] == files["plain"]
+    snapshots = {name: sorted(p.name for p in (tmp_path / name / "policy_snapshots").iterdir()) for name in runs}
+    assert "iteration_0001" in snapshots["baseline-first"] and snapshots["baseline-first"] == snapshots["plain"]
+    assert all(torch.equal(a, b) for a, b in zip(weights(runs["plain"]), weights(runs["baseline-first"])))
+
+
 def test_madpo_trains_saves_hugging_face_folders_and_resumes(tmp_path):
     from transformers import AutoModelForCausalLM
 
