@@ -7,8 +7,10 @@ trainer's kind is refused. Nothing is ever silently ignored.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, Mapping
 
+from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.errors import ConfigurationTypeError
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.trainers.configs import (
@@ -57,3 +59,14 @@ def check_argument_types(num_agents: Any, wandb_config: Any, model_config: Any) 
 
 
 __all__ = ["MARLHF_ONLY", "UNSUPPORTED_ARGUMENTS", "check_argument_types", "check_arguments"]
+
+
+def refuse_saved_keys(
+    args: Any, wandb_config: Any, model_config: Any, agent_model: Any, agents: Any, given: Mapping[str, Any]
+) -> None:
+    """Refuse a run whose saved configuration (W&B, ``hparams``, checkpoints) would hold an API key's
+    value: in the config, ``wandb_config``, ``model_config`` (a special token, model kwargs) or the
+    model names."""
+    saved: Dict[str, Any] = dict(args=dataclasses.asdict(args), wandb_config=dict(wandb_config or {}))
+    saved.update(model_config=model_config or {}, agent_model=agent_model, agents=list(agents or []), **given)
+    check_config_has_no_key(saved)

@@ -31,7 +31,6 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 
 from comlrl_lightning.callbacks.reward_curve import RewardCurvePlot
-from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.data.centralized_task import (
     CentralizedAdapter as CentralizedComparatorAdapter,
 )
@@ -57,7 +56,7 @@ from comlrl_lightning.runtime.files import ensure_writable_folder
 from comlrl_lightning.runtime.hparams import set_hyperparameter
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
-from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments
+from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments, refuse_saved_keys
 from comlrl_lightning.trainers.attributes import (
     MARLHFAttributes,
     ReferenceAttributes,
@@ -124,11 +123,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         self._check_team(num_agents, agent_model, agents, tokenizer)
         train_dataset, eval_dataset = _task_datasets(agent_model, train_dataset, eval_dataset, reward_func)
         mapping.warn_ignored(self.args)
-        # what the run saves (W&B, hparams, checkpoints): no key's value in args, wandb_config, model_config
-        # (a special token, model kwargs) or the model names
-        saved = dict(args=dataclasses.asdict(self.args), wandb_config=dict(wandb_config or {}))
-        saved.update(model_config=model_config or {}, agent_model=agent_model, agents=list(agents or []), **given)
-        check_config_has_no_key(saved)
+        refuse_saved_keys(self.args, wandb_config, model_config, agent_model, agents, given)
         self.seed = torch.initial_seed() % 2**32
         seed_everything(self.seed, verbose=False)
         self.wandb_config = dict(wandb_config or {})
