@@ -235,3 +235,20 @@ def test_the_base_trainers_commit_after_collection_and_after_every_epoch(tmp_pat
     resumed = MADPOTrainer(agent_model="embedded", args=args, wandb_config={"output_dir": str(tmp_path / "part")})
     resumed.train(resume_from_checkpoint=str(tmp_path / "ckpt" / "checkpoint-1"), checkpoint_dir=str(tmp_path / "c2"))
     assert same_weights(resumed, whole) and folders(tmp_path / "c2") == ["checkpoint-2", "checkpoint-3"]
+
+
+@pytest.mark.slow  # three runs
+def test_a_resume_whose_log_folder_now_holds_another_runs_log_starts_a_new_version(tmp_path):
+    logs = tmp_path / "lightning_logs"
+    madpo_iter(tmp_path, 1).train(checkpoint_dir=str(tmp_path / "ckpt"))
+    shutil.move(logs / "version_0", tmp_path / "moved")  # the run's log folder was moved away
+    madpo_iter(tmp_path, 1).train(checkpoint_dir=str(tmp_path / "other"))  # another run logs in version_0 now
+    others = (logs / "version_0" / "metrics.csv").read_bytes()
+    madpo_iter(tmp_path, 2).train(resume_from_checkpoint=str(tmp_path / "ckpt"))
+    assert (logs / "version_0" / "metrics.csv").read_bytes() == others  # neither continued nor cut
+    assert sorted(p.name for p in logs.iterdir()) == ["version_0", "version_1"]
+    assert [
+        row["iter/current_iteration"]
+        for row in _rows(logs / "version_1" / "metrics.csv")
+        if row.get("iter/current_iteration")
+    ] == ["2.0"]
