@@ -27,7 +27,7 @@ from comlrl_lightning.errors import DataError, RunStateError
 from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.checkpoint_assets import asset_folder
 from comlrl_lightning.runtime.checkpoint_metadata import CHECKPOINT_FILE, METADATA_KEY, load_checkpoint_dict
-from comlrl_lightning.runtime.compat import epochs_processed
+from comlrl_lightning.runtime.compat import epoch_batches_processed, epochs_processed
 from comlrl_lightning.runtime.files import fsync_directory, read_bounded, write_atomically
 
 OWNER_FILE = "checkpoint_owner.json"
@@ -211,8 +211,7 @@ def _umask() -> int:
 
 def _progress(trainer: Trainer) -> Tuple[int, int, int]:
     """Epochs finished, optimizer steps and batches of the unfinished epoch, as the owner file keeps them."""
-    batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-    return epochs_processed(trainer), trainer.global_step, int(batches)
+    return epochs_processed(trainer), trainer.global_step, epoch_batches_processed(trainer)
 
 
 __all__ = [
