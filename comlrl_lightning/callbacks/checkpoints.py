@@ -33,7 +33,8 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     load_checkpoint_dict,
     run_record,
 )
-from comlrl_lightning.runtime.compat import enable_version_counter, version_counter_enabled
+from comlrl_lightning.runtime.compat import enable_version_counter, require_hook, version_counter_enabled
+from comlrl_lightning.runtime.paths import is_remote
 from comlrl_lightning.runtime.quiet import ResumeLines
 
 NOT_EMPTY = "exists and is not empty"
@@ -229,19 +230,22 @@ class ResumableCheckpoint(ModelCheckpoint):
 
     def file_exists(self, filepath: Any, trainer: Trainer) -> bool:
         """Whether ``filepath`` is taken: it exists and is not a file this run may write over."""
-        if not getattr(self, "_record", False) or Path(filepath).is_dir():
+        if not getattr(self, "_record", False) or is_remote(str(filepath)) or Path(filepath).is_dir():
             return super().file_exists(filepath, trainer) and not (Path(filepath).is_dir() and trainer.ckpt_path)
         taken = trainer.is_global_zero and os.path.lexists(filepath) and not written_on_this_line(trainer, filepath)
         return trainer.strategy.reduce_boolean_decision(bool(taken), all=False)
 
     def _remove_checkpoint(self, trainer: Trainer, filepath: str) -> None:
         """Remove a checkpoint this run wrote; a file of another run or line (or without a record) stays."""
-        if getattr(self, "_record", False) and not Path(filepath).is_dir():
+        if getattr(self, "_record", False) and not is_remote(str(filepath)) and not Path(filepath).is_dir():
             keep = trainer.is_global_zero and os.path.lexists(filepath) and not written_on_this_line(trainer, filepath)
             if trainer.strategy.broadcast(bool(keep)):
                 return
         super()._remove_checkpoint(trainer, filepath)
 
+
+# the hook Lightning's ModelCheckpoint removes files through; renamed, the override would silently stop running
+require_hook(ModelCheckpoint, "_remove_checkpoint", "lightning")
 
 __all__ = [
     "CheckpointRecord",

@@ -144,11 +144,10 @@ class CommitCheckpoints(Checkpoint):
     def save(self, trainer: Trainer) -> None:
         sequence = self.record.sequence
         target = self.directory / f"checkpoint-{sequence}"
-        if trainer.is_global_zero:
-            try:
-                check_replaceable(target, self.record.run_id, "checkpoint_dir")
-            except CheckpointFolderError as error:
-                raise RunStateError(f"{target} belongs to another run; refusing to write over it ({error})") from None
+        try:  # every process checks (as it saves): none starts a save the others refuse
+            check_replaceable(target, self.record.run_id, "checkpoint_dir")
+        except CheckpointFolderError as error:
+            raise RunStateError(f"{target} belongs to another run; refusing to write over it ({error})") from None
         save_checkpoint_folder(trainer, target, self.record.run_id, sequence)
         self.saved_at = _position(trainer)
         if trainer.is_global_zero and self.limit is not None:
@@ -239,8 +238,7 @@ class CheckpointMethods:
         """
         require(self.trainer is not None, "save_checkpoint() saves the state train() reached; call train() first.")
         target = Path(require_local(output_dir, "save_checkpoint output_dir", "a local folder")).expanduser().absolute()
-        if self.trainer.is_global_zero:
-            check_replaceable(target, self.record.run_id, "save_checkpoint")
+        check_replaceable(target, self.record.run_id, "save_checkpoint")
         return str(save_checkpoint_folder(self.trainer, target, self.record.run_id, self.record.sequence))
 
     def load_checkpoint(self, checkpoint: str) -> Dict[str, Any]:

@@ -94,18 +94,21 @@ def test_the_csv_logger_never_reads_or_writes_a_log_through_a_link(tmp_path):
     assert victim.read_text() == "a,step\n1,0\n"
 
 
-def test_a_csv_log_that_is_a_hard_link_is_continued_without_writing_the_other_name(tmp_path):
+def test_log_files_that_are_hard_links_are_rewritten_without_writing_the_other_name(tmp_path):
     import os
 
-    outside = tmp_path / "outside.csv"
-    outside.write_text("a,step\n1.0,0\n")
-    (tmp_path / "lightning_logs" / "version_0").mkdir(parents=True)
-    os.link(outside, tmp_path / "lightning_logs" / "version_0" / "metrics.csv")
-    logger = ResumableCSVLogger(save_dir=str(tmp_path), version=0)
-    logger.log_metrics({"a": 2.0}, step=1)
-    logger.save()
-    assert outside.read_text() == "a,step\n1.0,0\n"  # the other name keeps its bytes
-    assert (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text() == "a,step\n1.0,0\n2.0,1\n"
+    log = tmp_path / "lightning_logs" / "version_0"
+    log.mkdir(parents=True)
+    outside = {name: tmp_path / f"outside-{name}" for name in ("metrics.csv", "hparams.yaml")}
+    outside["metrics.csv"].write_text("a,step\n1.0,0\n")
+    outside["hparams.yaml"].write_text("mine: 1\n")
+    for name, path in outside.items():
+        os.link(path, log / name)  # another name of a file outside the run
+    run(tmp_path, max_epochs=1)  # a real run logs, writes hparams.yaml and appends to metrics.csv
+    assert outside["metrics.csv"].read_text() == "a,step\n1.0,0\n"  # the other names keep their bytes
+    assert outside["hparams.yaml"].read_text() == "mine: 1\n"
+    assert (log / "metrics.csv").read_text().startswith("a,") and len((log / "metrics.csv").read_text()) > 20
+    assert (log / "hparams.yaml").read_text() != "mine: 1\n"
 
 
 def test_a_log_folder_continues_only_for_the_run_its_run_file_names(tmp_path):
