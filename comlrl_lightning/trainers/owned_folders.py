@@ -185,7 +185,12 @@ def save_checkpoint_folder(trainer: Trainer, target: Path, run_id: str, sequence
         staging = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.chmod(staging, 0o777 & ~_umask())
     staging_path = Path(trainer.strategy.broadcast(staging))
-    trainer.save_checkpoint(staging_path / CHECKPOINT_FILE, weights_only=False)
+    try:
+        trainer.save_checkpoint(staging_path / CHECKPOINT_FILE, weights_only=False)
+    except BaseException:
+        if trainer.is_global_zero:  # the staging folder is the run's own, created fresh above
+            shutil.rmtree(staging_path)
+        raise
     if trainer.is_global_zero:
         info = os.lstat(staging_path / CHECKPOINT_FILE)
         owner = {"run_id": run_id, "sequence": sequence, "file": [info.st_dev, info.st_ino]}
