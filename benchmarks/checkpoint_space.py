@@ -6,9 +6,13 @@
 One iterative MADPO run (the seed API, embedded model, history comparator with k=1, nearest-k replay)
 writes a ``checkpoint-N`` folder after every round (``checkpoint_total_limit=None``). For the
 checkpoints after 10 and after 100 rounds this measures what each holds: the Lightning checkpoint
-itself, and its asset folder (the round files and policy snapshots it names). Asset files are hard
-links to the run's own files, so what they add on disk is only their directory blocks; a copy of
-each (what a checkpoint on another file system costs) is the files' apparent size.
+itself, and its asset folder (the round files and policy snapshots it names). An asset file is a
+copy of the run's live file made once, by the first checkpoint that carries it, and every later
+checkpoint hard-links that copy: what a checkpoint adds on disk is its directory blocks and the
+files no other checkpoint shares (the newest round file and snapshot, until the next checkpoint
+links them); a copy of each (what a checkpoint on another file system costs) is the files'
+apparent size. The run's history is so stored twice in all: the live files, and one copy shared
+by the checkpoints.
 """
 
 from __future__ import annotations
@@ -90,7 +94,7 @@ def table(results: Dict, rounds: int) -> str:
         f"every round, {rounds} rounds in {results['seconds']} s; torch {torch.__version__}, {platform.machine()}.",
         "",
         "| checkpoint after | checkpoint.ckpt (KiB) | round files | policy snapshots | asset files | "
-        "assets if copied (KiB) | assets as hard links: added on disk (KiB) |",
+        "assets if copied (KiB) | assets linked between checkpoints: added on disk (KiB) |",
         "|---|---|---|---|---|---|---|",
     ]
     for mark, row in results.items():

@@ -41,7 +41,7 @@ from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
 from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, resumable, run_record
 from comlrl_lightning.runtime.command_line import restore_nulls
 from comlrl_lightning.runtime.distributed import close_process_group
-from comlrl_lightning.runtime.files import refuse_non_regular
+from comlrl_lightning.runtime.files import own_copy
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.sharding import check_mesh_plan
 
@@ -156,13 +156,14 @@ class PreferenceCLI(LightningCLI):
 
 class SaveConfigInPlace(SaveConfigCallback):
     """LightningCLI's ``config.yaml``, written only over a regular file: a link or a folder under that
-    name is refused, never followed (the file is rewritten in place at every run in the folder)."""
+    name is refused, never followed, and a hard link gets a copy of its own first (the file is
+    rewritten in place at every run in the folder)."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if not self.already_saved and self.save_to_log_dir:
             log_dir = trainer.log_dir  # a broadcast: every rank asks
             if log_dir is not None and trainer.is_global_zero:
-                refuse_non_regular(Path(log_dir) / self.config_filename, "the run's config")
+                own_copy(Path(log_dir) / self.config_filename, "the run's config")
         super().setup(trainer, pl_module, stage)
 
 

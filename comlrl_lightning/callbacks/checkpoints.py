@@ -10,6 +10,8 @@ warned that its own checkpoint folder is not empty. The seed API and the CLI add
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 import warnings
 from pathlib import Path
@@ -21,14 +23,18 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.callbacks.csv_logger import same_log_folder
+from comlrl_lightning.errors import DataError
+from comlrl_lightning.runtime.checkpoint_lineage import Lineage, lineage_of, on_line
 from comlrl_lightning.runtime.checkpoint_metadata import (
     METADATA_KEY,
     METADATA_VERSION,
     CheckpointProgress,
     checkpoint_progress,
+    load_checkpoint_dict,
     run_record,
 )
-from comlrl_lightning.runtime.compat import enable_version_counter, version_counter_enabled
+from comlrl_lightning.runtime.compat import enable_version_counter, require_hook, version_counter_enabled
+from comlrl_lightning.runtime.paths import is_remote
 from comlrl_lightning.runtime.quiet import ResumeLines
 
 NOT_EMPTY = "exists and is not empty"
@@ -39,7 +45,10 @@ class CheckpointRecord(Callback):
 
     The record (under ``"comlrl_lightning.checkpoint"``) holds the format version, ``trainer_class``,
     the commit ``sequence``, the ``run_id`` (new for a fresh run, kept by every resume), the W&B run
-    (``id``, ``project``, ``entity``) and the CSV log (folder and row count; the log is flushed first).
+    (``id``, ``project``, ``entity``), the CSV log (folder, row count and run; the log is flushed
+    first and its folder's ``run.json`` names the run) and the run's line: the ``branch`` (new for
+    every part of a run) and the ``forks`` (each earlier branch and the progress at which this part
+    left it; :mod:`~comlrl_lightning.runtime.checkpoint_lineage`).
     On resume the record's identity is taken over, rows a
     :class:`~comlrl_lightning.callbacks.ResumableCSVLogger` wrote after the checkpoint are dropped (the
     run logs them again), and instead of Lightning's two lines one says where the run continues.
@@ -52,6 +61,8 @@ class CheckpointRecord(Callback):
     def __init__(self, trainer_class: Optional[str] = None, run_id: Optional[str] = None) -> None:
         self.trainer_class = trainer_class
         self.run_id = run_id or uuid.uuid4().hex
+        self.branch = uuid.uuid4().hex  # this part of the run
+        self.forks: List[List[Any]] = []  # [branch, epochs, step, batches] of each branch left to get here
         self.sequence = 0
         self.wandb: Optional[Dict[str, str]] = None
         self._counted = False
@@ -80,8 +91,15 @@ class CheckpointRecord(Callback):
             "sequence": self.sequence,
             "run_id": self.run_id,
             "wandb": wandb_identity(trainer.loggers) or self.wandb,
-            "logs": csv_log_record(trainer) if trainer.is_global_zero else None,
+            "logs": csv_log_record(trainer, self.run_id) if trainer.is_global_zero else None,
+            "branch": self.branch,
+            "forks": [list(fork) for fork in self.forks],
         }
+
+    def lineage(self) -> Lineage:
+        """This part of the run: its run, its branch and the forks that led to it."""
+        forks = tuple((str(fork[0]), (int(fork[1]), int(fork[2]), int(fork[3]))) for fork in self.forks)
+        return Lineage(self.run_id, self.branch, forks)
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: Dict[str, Any]) -> None:
         record = run_record(checkpoint, trainer.ckpt_path) or {}
@@ -89,12 +107,22 @@ class CheckpointRecord(Callback):
         self.sequence = int(record.get("sequence") or 0)
         self.wandb = record.get("wandb")
         progress = checkpoint_progress(checkpoint, trainer.ckpt_path)
+        self.forks = fork_list(checkpoint, progress)
         logs = record.get("logs")
         if logs:
             for logger in trainer.loggers:
                 if callable(getattr(logger, "keep_rows_before", None)) and _same_log(logger, logs):
                     logger.keep_rows_before(int(logs["rows"]), progress.step)
         rank_zero_info(resume_line(trainer, progress))
+
+
+def fork_list(checkpoint: Dict[str, Any], progress: CheckpointProgress) -> List[List[Any]]:
+    """The forks of a run resumed from ``checkpoint`` (at ``progress``): the checkpoint's own, then its branch."""
+    lineage = lineage_of(checkpoint)
+    if lineage is None or lineage.branch is None:
+        return []
+    forks = [[branch, *where] for branch, where in lineage.forks]
+    return forks + [[lineage.branch, progress.epochs, progress.step, progress.batches]]
 
 
 def resume_line(trainer: Trainer, progress: CheckpointProgress) -> str:
@@ -118,17 +146,22 @@ def wandb_identity(loggers: List[Any]) -> Optional[Dict[str, str]]:
     return None
 
 
-def csv_log_record(trainer: Trainer) -> Optional[Dict[str, Any]]:
-    """Folder and row count of the first CSV log that can continue (flushed first), else ``None``."""
+def csv_log_record(trainer: Trainer, run_id: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """Folder, row count and run of the first CSV log that can continue (flushed first, and its
+    folder's ``run.json`` naming ``run_id``), else ``None``."""
     for logger in trainer.loggers:
         if callable(getattr(logger, "keep_rows_before", None)):
             logger.save()
-            return {
+            record = {
                 "save_dir": str(Path(logger.save_dir).absolute()),
                 "name": logger.name,
                 "version": logger.version,
                 "rows": int(logger.rows_logged),
             }
+            if run_id is not None and callable(getattr(logger, "claim", None)):
+                logger.claim(run_id)
+                record["run_id"] = run_id
+            return record
     return None
 
 
@@ -136,13 +169,41 @@ def _same_log(logger: Any, logs: Dict[str, Any]) -> bool:
     return same_log_folder(logger.save_dir, logger.name, logs) and logger.version == logs.get("version")
 
 
+_NOW = (sys.maxsize, sys.maxsize, sys.maxsize)
+
+
+def written_on_this_line(trainer: Trainer, path: Any) -> Optional[bool]:
+    """Whether the checkpoint file ``path`` was written by this part of the run or one it continues
+    (its run record's run and line: :func:`~comlrl_lightning.runtime.checkpoint_lineage.on_line`);
+    ``False`` for a file of another run or line, one without a run record or not a checkpoint;
+    ``None`` when ``trainer`` has no :class:`CheckpointRecord` (nothing to tell by)."""
+    record = next((c for c in trainer.callbacks if isinstance(c, CheckpointRecord)), None)
+    if record is None:
+        return None
+    file = Path(path)
+    if file.is_symlink() or not file.is_file():
+        return False
+    try:
+        loaded = load_checkpoint_dict(file)
+    except (DataError, OSError, RuntimeError, ValueError):
+        return False
+    lineage = lineage_of(loaded)
+    if lineage is None:
+        return False
+    progress = checkpoint_progress(loaded)
+    return on_line(lineage, (progress.epochs, progress.step, progress.batches), record.lineage(), _NOW)
+
+
 class ResumableCheckpoint(ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` (same arguments) for runs that resume.
 
-    * A resumed run writes its checkpoints under their own names, replacing what an earlier part of
-      the run left there: ``last.ckpt`` is always the newest state (Lightning would write
-      ``last-v1.ckpt`` beside a ``last.ckpt`` it did not write itself in this process). A fresh run
-      keeps Lightning's version suffixes, so it never overwrites another run's files.
+    * A run writes over a file only when it wrote that file itself, in this part or an earlier part
+      it continues (the file's run record says so: :func:`written_on_this_line`): a resumed run
+      writes ``last.ckpt`` again, so ``last.ckpt`` is always the newest state, while a file of
+      another run, or of another line of this run (a resume from an older checkpoint), or without a
+      run record gets Lightning's version suffix beside it (``last-v1.ckpt``) and is never removed
+      by ``save_top_k``. Two runs sharing a ``dirpath`` never overwrite each other's ``last.ckpt``.
+      (A sharded checkpoint, a folder, is told by whether the run resumed, as before.)
     * Lightning's warning that the checkpoint folder is not empty is given for fresh runs only.
     * The checkpoint options may change between the parts of a run; the files of the earlier parts
       stay where they are, and this callback's bookkeeping (top-k) starts with the part it runs in.
@@ -163,7 +224,35 @@ class ResumableCheckpoint(ModelCheckpoint):
             if not (resumed and NOT_EMPTY in str(caught.message)):
                 warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
         self._setup_warnings = []
-        enable_version_counter(self, getattr(self, "_versions", True) and not resumed)
+        self._record = any(isinstance(callback, CheckpointRecord) for callback in trainer.callbacks)
+        # with a run record, files are told apart by it (file_exists); without one, a resume overwrites
+        enable_version_counter(self, getattr(self, "_versions", True) and (self._record or not resumed))
+
+    def file_exists(self, filepath: Any, trainer: Trainer) -> bool:
+        """Whether ``filepath`` is taken: it exists and is not a file this run may write over."""
+        if not getattr(self, "_record", False) or is_remote(str(filepath)) or Path(filepath).is_dir():
+            return super().file_exists(filepath, trainer) and not (Path(filepath).is_dir() and trainer.ckpt_path)
+        taken = trainer.is_global_zero and os.path.lexists(filepath) and not written_on_this_line(trainer, filepath)
+        return trainer.strategy.reduce_boolean_decision(bool(taken), all=False)
+
+    def _remove_checkpoint(self, trainer: Trainer, filepath: str) -> None:
+        """Remove a checkpoint this run wrote; a file of another run or line (or without a record) stays."""
+        if getattr(self, "_record", False) and not is_remote(str(filepath)) and not Path(filepath).is_dir():
+            keep = trainer.is_global_zero and os.path.lexists(filepath) and not written_on_this_line(trainer, filepath)
+            if trainer.strategy.broadcast(bool(keep)):
+                return
+        super()._remove_checkpoint(trainer, filepath)
 
 
-__all__ = ["CheckpointRecord", "ResumableCheckpoint", "csv_log_record", "resume_line", "wandb_identity"]
+# the hook Lightning's ModelCheckpoint removes files through; renamed, the override would silently stop running
+require_hook(ModelCheckpoint, "_remove_checkpoint", "lightning")
+
+__all__ = [
+    "CheckpointRecord",
+    "ResumableCheckpoint",
+    "csv_log_record",
+    "fork_list",
+    "resume_line",
+    "wandb_identity",
+    "written_on_this_line",
+]

@@ -1,9 +1,16 @@
-"""A CSV logger that a resumed run continues: the same folder, the same ``metrics.csv``."""
+"""A CSV logger that a resumed run continues: the same folder, the same ``metrics.csv``, the same run.
+
+A log folder says which run writes it: ``run.json`` (``{"run_id"}``) beside ``metrics.csv``, written
+when a checkpoint records the log. A resume continues a log only when the folder's ``run.json``
+names the resumed run (:func:`same_log_folder`): a log folder that was moved away, and another run's
+log now under that name, is never continued or cut; the resumed run starts a new version.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
@@ -14,7 +21,10 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from comlrl_lightning.runtime.compat import require_hook
-from comlrl_lightning.runtime.files import refuse_non_regular, write_atomically
+from comlrl_lightning.runtime.files import own_copy, read_bounded, write_atomically
+
+RUN_FILE = "run.json"
+"""The file of a log folder naming the run that writes it."""
 
 
 class ContinuingWriter(ExperimentWriter):
@@ -28,7 +38,8 @@ class ContinuingWriter(ExperimentWriter):
 
     def _check_log_dir_exists(self) -> None:  # Lightning's writer deletes an existing metrics.csv here
         path = Path(self.metrics_file_path)
-        refuse_non_regular(path, "the run's metrics log")  # a planted link is never read or written through
+        # a planted symbolic link is never read or written through; a hard link gets a copy of its own
+        own_copy(path, "the run's metrics log")
         if path.is_file():
             with path.open(newline="") as handle:
                 reader = csv.DictReader(handle)
@@ -125,13 +136,38 @@ class ResumableCSVLogger(CSVLogger):
         of the later ones, only those of steps before ``step`` (the checkpoint's ``global_step``)."""
         self.experiment.keep_rows_before(rows, step)
 
+    @rank_zero_only
+    def claim(self, run_id: str) -> None:
+        """Write ``run.json`` naming ``run_id`` in the log folder (unless it already does)."""
+        if logged_run(self.log_dir) != run_id:
+            write_atomically(Path(self.log_dir) / RUN_FILE, json.dumps({"run_id": run_id}).encode())
+
+
+def logged_run(log_dir: Any) -> Optional[str]:
+    """The run id the ``run.json`` of ``log_dir`` names (``None``: none, or not one of this layout)."""
+    try:
+        record = json.loads(read_bounded(Path(log_dir) / RUN_FILE, 4096, "a log folder's run record"))
+    except (OSError, ValueError):
+        return None
+    run_id = record.get("run_id") if isinstance(record, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def log_folder(save_dir: Any, name: Optional[str], version: Any) -> Path:
+    """The version folder of a CSV log (as Lightning names it: ``version_N`` for an integer)."""
+    return Path(save_dir) / (name or "") / (f"version_{version}" if isinstance(version, int) else str(version))
+
 
 def same_log_folder(save_dir: Any, name: Optional[str], logs: Optional[Dict[str, Any]]) -> bool:
     """Whether a CSV log in ``save_dir/name`` is the one a checkpoint's log record ``logs`` names (its
-    version folder is then the record's ``version``)."""
+    version folder is then the record's ``version``): the same folder, and, when the record names
+    its run, a version folder whose ``run.json`` names that run."""
     if not logs or save_dir is None:
         return False
-    return str(Path(save_dir).absolute()) == logs.get("save_dir") and name == logs.get("name")
+    if str(Path(save_dir).absolute()) != logs.get("save_dir") or name != logs.get("name"):
+        return False
+    run_id = logs.get("run_id")
+    return run_id is None or logged_run(log_folder(save_dir, name, logs.get("version"))) == run_id
 
 
-__all__ = ["ResumableCSVLogger", "same_log_folder"]
+__all__ = ["RUN_FILE", "ResumableCSVLogger", "log_folder", "logged_run", "same_log_folder"]

@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union, overload
 
 from comlrl_lightning.errors import ConfigurationTypeError, DataError
+from comlrl_lightning.runtime.files import read_bounded
 from comlrl_lightning.runtime.paths import require_local
+
+METADATA_LIMIT = 64 << 20
+"""The largest ``state.json`` / ``dataset_dict.json`` of a ``save_to_disk`` folder read (64 MiB)."""
 
 DataFiles = Union[str, List[str], Dict[str, Union[str, List[str]]]]
 
@@ -175,7 +179,7 @@ def _load_saved(folder: Path, option: str) -> Any:
 
     for metadata in sorted([*folder.rglob("state.json"), *folder.rglob("dataset_dict.json")]):
         try:
-            json.loads(metadata.read_text(encoding="utf-8"))
+            json.loads(read_bounded(metadata, METADATA_LIMIT, f"{option}'s dataset metadata").decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             line = f" line {error.lineno}" if isinstance(error, json.JSONDecodeError) else ""
             raise DataError(

@@ -34,7 +34,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from jsonargparse.typing import ClosedUnitInterval, PositiveInt
 
-from comlrl_lightning.data.round_records import RecordIndex, ReplayIndexError, decode_round, encode_round
+from comlrl_lightning.data.round_records import (
+    RecordIndex,
+    ReplayIndexError,
+    decode_round,
+    encode_round,
+    read_round_file,
+)
 from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.checkpoint_assets import AssetError, CheckpointAssets, asset
 from comlrl_lightning.runtime.files import write_atomically
@@ -314,7 +320,7 @@ class ReplayBuffer:
                 "round files of its own folder."
             )
         try:
-            data = Path(path).read_bytes()
+            data = read_round_file(path, shard.sha256)  # verified before it is read whole
         except FileNotFoundError:
             raise ReplayIndexError(
                 f"Replay round file {path} is missing: the replay index of the checkpoint refers to it "

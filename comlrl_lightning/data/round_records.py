@@ -4,17 +4,25 @@ A round file is ``json.dumps({"iteration": ν, "num_pairs": n, "pairs": [records
 as UTF-8 (the reference's layout, byte for byte). :func:`encode_round` builds those bytes record by
 record, so the byte range and sha256 of every record are known (:class:`RecordIndex`): a replay
 draw can then read and verify only the records it takes. :func:`decode_round` checks a file read
-back against the replay index and the layout.
+back against the replay index and the layout; :func:`read_round_file` reads one only once its
+bytes have the digest the index recorded (hashed a MiB at a time), so a file planted or grown
+under a round file's name is refused without being held in memory.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from array import array
 from typing import Any, Dict, List, Sequence, Tuple
 
 from comlrl_lightning.errors import RunStateError
+from comlrl_lightning.runtime.files import FileTooLargeError
+
+ROUND_FILE_LIMIT = 2 << 30
+"""The largest round file read back (2 GiB); a larger one is a :class:`FileTooLargeError`."""
 
 
 class ReplayIndexError(RunStateError):
@@ -50,6 +58,32 @@ def encode_round(iteration: int, records: Sequence[Dict[str, Any]]) -> Tuple[byt
         position += len(encoded)
     parts.append(b"]}")
     return b"".join(parts), RecordIndex(offsets, lengths, bytes(digests), position + 2)
+
+
+def read_round_file(path: str, sha256: str) -> bytes:
+    """The bytes of the round file ``path``, read whole only once they hash to ``sha256`` (hashed a MiB
+    at a time first); :class:`ReplayIndexError` for other bytes or a file that is not a regular one,
+    :class:`FileTooLargeError` past :data:`ROUND_FILE_LIMIT`, ``FileNotFoundError`` when missing."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ReplayIndexError(f"Replay round file {path} is not a regular file.")
+        if info.st_size > ROUND_FILE_LIMIT:
+            raise FileTooLargeError(
+                f"{path} (a replay round file) is {info.st_size} bytes, more than the {ROUND_FILE_LIMIT} bytes "
+                "a round file holds; it is not a file this library wrote, and is not read."
+            )
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+        if digest.hexdigest() != sha256:
+            raise ReplayIndexError(
+                f"Replay round file {path} is corrupt: its sha256 {digest.hexdigest()} differs from {sha256} "
+                "recorded in the replay index."
+            )
+        handle.seek(0)
+        return handle.read(ROUND_FILE_LIMIT + 1)
 
 
 def decode_round(data: bytes, path: str, sha256: str, num_pairs: int) -> Tuple[List[Dict[str, Any]], RecordIndex]:

@@ -101,7 +101,8 @@ class PolicySnapshots:
                 shutil.rmtree(target)
             os.replace(staging, target)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging.is_dir() and not staging.is_symlink():  # the fresh staging folder, if not renamed
+                shutil.rmtree(staging)
         if target.name not in self.saved:
             self.saved.append(target.name)
         self.files[target.name] = files
@@ -128,7 +129,7 @@ class PolicySnapshots:
             return
         for name in list(self.saved):
             if round_start_of(name) < oldest_needed:
-                shutil.rmtree(self.directory / name, ignore_errors=True)
+                _remove_snapshot(self.directory / name)
                 self.saved.remove(name)
                 self.files.pop(name, None)
 
@@ -193,3 +194,12 @@ class PolicySnapshots:
                 f"Policy snapshot {path} is missing: the history comparator needs it to resume. "
                 "Set policy_checkpoint_dir to keep every snapshot."
             )
+
+
+def _remove_snapshot(path: Path) -> None:
+    """Remove a snapshot folder of the run: a link in its place goes as a link (its target stays),
+    a folder as a whole; a failure is raised, never ignored."""
+    if path.is_symlink():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)

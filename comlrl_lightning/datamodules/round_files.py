@@ -11,7 +11,9 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
 from comlrl_lightning.data.pairs import PreferencePair
+from comlrl_lightning.data.round_records import ROUND_FILE_LIMIT
 from comlrl_lightning.options import at_least, require
+from comlrl_lightning.runtime.files import read_bounded
 
 
 class RoundFilesDataModule(LightningDataModule):
@@ -57,7 +59,7 @@ class RoundFilesDataModule(LightningDataModule):
         require(bool(files), f"replay_dir: no iteration_NNNN.json round files in {path}.")
         records: List[Dict[str, Any]] = []
         for file in files:
-            payload = json.loads(file.read_text(encoding="utf-8"))
+            payload = json.loads(read_bounded(file, ROUND_FILE_LIMIT, "a replay round file").decode("utf-8"))
             records += payload["pairs"] if isinstance(payload, dict) else payload
         require(bool(records), f"replay_dir: the round files in {path} hold no pairs.")
         num_agents = max(len(record.get("prompts") or []) for record in records)

@@ -10,11 +10,14 @@ the group, sha256, size and the live path), and the checkpoint IO places them in
     <dir>/last.assets/preference_replay/iteration_0001.json
     <dir>/last.assets/policy_snapshots/iteration_0002/agent_0/model.safetensors
 
-Each file is a hard link to the live file where both sit on one file system (a long run does not
-store its history twice; the run never rewrites a file in place: round files and snapshots are
-replaced by renames, so a link keeps the bytes the checkpoint saw), else a copy, verified against
-its digest. On resume, :class:`CheckpointAssets` puts a file back into the run's folder when it is
-missing there or differs from the digest the checkpoint recorded (again a link, else a copy).
+An asset never shares its inode with a live file (one the run or a user may still edit in place,
+which would change every checkpoint naming it): the first checkpoint that carries a file copies it
+from the live file (verified against its digest); later checkpoints beside it hard-link that copy
+(an asset of another checkpoint in the same folder, or in a sibling ``checkpoint-N`` folder, with the
+same name, size and digest), so a long run stores its history once in its checkpoints, not once
+per checkpoint. On resume, :class:`CheckpointAssets` puts a file back into the run's folder when it
+is missing there or differs from the digest the checkpoint recorded, as a copy (never a link, for
+the same reason). Staging folders are created fresh under unique names (``mkdtemp``), never reused.
 
 Names come from checkpoints, which are data: a name is a relative path of plain parts
 (:data:`SAFE_PART`), and nothing is read through a symbolic link or outside the asset folder.
@@ -28,8 +31,10 @@ import os
 import re
 import shutil
 import stat
+import tempfile
+import uuid
 from pathlib import Path, PurePosixPath
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 from comlrl_lightning.errors import DataError, RunStateError
 from comlrl_lightning.runtime.files import fsync_directory
@@ -67,8 +72,8 @@ def checked_name(name: str) -> PurePosixPath:
 
 
 def file_digest(path: Union[str, os.PathLike]) -> str:
-    """The sha256 of a regular file (opened without following a symbolic link)."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    """The sha256 of a regular file (opened without following a symbolic link, read a MiB at a time)."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     digest = hashlib.sha256()
     with os.fdopen(descriptor, "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
@@ -86,8 +91,9 @@ def tree_digests(root: Path) -> Dict[str, Dict[str, object]]:
     }
 
 
-def place(source: Path, target: Path, sha256: str, verify: bool) -> None:
-    """``target`` becomes the file ``source`` (a hard link, or a copy across file systems), atomically.
+def place(source: Path, target: Path, sha256: str, verify: bool, link: bool = True) -> None:
+    """``target`` becomes the file ``source`` (a hard link, or a copy across file systems or without
+    ``link``), atomically.
 
     A copy is always checked against ``sha256``; a link is the same file, checked only with ``verify``.
     """
@@ -98,17 +104,18 @@ def place(source: Path, target: Path, sha256: str, verify: bool) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise AssetError(f"{source} is not a regular file; a checkpoint carries regular files only.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    temporary.unlink(missing_ok=True)
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")  # a fresh name, never a planted one
     try:
-        try:
-            os.link(source, temporary, follow_symlinks=False)
-            copied = False
-        except OSError as error:
-            if error.errno not in _NOT_LINKABLE:
-                raise
-            shutil.copyfile(source, temporary, follow_symlinks=False)
-            copied = True
+        copied = not link
+        if link:
+            try:
+                os.link(source, temporary, follow_symlinks=False)
+            except OSError as error:
+                if error.errno not in _NOT_LINKABLE:
+                    raise
+                copied = True
+        if copied:
+            _copy_new(source, temporary)
         if (copied or verify) and file_digest(temporary) != sha256:
             raise AssetError(f"{source} differs from the sha256 {sha256} the checkpoint recorded for it.")
         os.replace(temporary, target)
@@ -116,34 +123,85 @@ def place(source: Path, target: Path, sha256: str, verify: bool) -> None:
         temporary.unlink(missing_ok=True)
 
 
+def _copy_new(source: Path, target: Path) -> None:
+    """Copy the regular file ``source`` to ``target``, a name that must not exist yet (``O_EXCL``)."""
+    reading = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(reading, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise AssetError(f"{source} is not a regular file; a checkpoint carries regular files only.")
+        writing = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(writing, "wb") as out:
+            shutil.copyfileobj(handle, out, 1 << 20)
+
+
+_VERIFIED: Dict[Tuple[int, int, int, int], str] = {}
+"""sha256 of asset files already hashed in this process, by (device, inode, size, mtime)."""
+
+
+def _donor(group: PurePosixPath, name: PurePosixPath, entry: Dict[str, object], folder: Path) -> Optional[Path]:
+    """An asset of another checkpoint beside ``folder`` holding the bytes of ``entry`` (same name, size
+    and sha256), never the live file itself: the one to link instead of copying the live file again."""
+    try:
+        live = os.stat(str(entry["source"]))
+        live_id = (live.st_dev, live.st_ino)
+    except OSError:
+        live_id = None
+    roots = [p for p in folder.parent.glob("*" + ASSET_SUFFIX) if p != folder]
+    roots += [p / ("checkpoint" + ASSET_SUFFIX) for p in folder.parent.parent.glob("checkpoint-*")]
+    for root in roots:
+        candidate = root / group / name
+        try:
+            info = os.lstat(candidate)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode) or info.st_size != entry["size"] or (info.st_dev, info.st_ino) == live_id:
+            continue
+        if root.is_symlink() or not resolves_inside(candidate, root):
+            continue
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        if _VERIFIED.get(key) != entry["sha256"]:
+            if file_digest(candidate) != entry["sha256"]:
+                continue
+            _VERIFIED[key] = str(entry["sha256"])
+        return candidate
+    return None
+
+
 def write_assets(entries: Iterable[Dict[str, object]], folder: Path) -> None:
     """Make ``folder`` hold exactly ``entries`` (``<group>/<name>``), replacing what it held.
 
-    The new folder is built beside it and swapped in with two renames (the previous one is kept as
-    ``<folder>.old`` between them and removed after), so the name never holds a half-built folder.
+    Each file is a hard link to the same file in a sibling checkpoint's assets (:func:`_donor`), else
+    a copy of the live file, checked against its digest. The new folder is built in a fresh staging
+    folder beside it and swapped in with two renames (the previous one renamed aside under a unique
+    name and removed after), so the name never holds a half-built folder.
     """
-    staging, previous = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
-    for leftover in (staging, previous):
-        _remove(leftover)
-    for entry in entries:
-        target = staging / checked_name(str(entry["group"])) / checked_name(str(entry["name"]))
-        source = Path(str(entry["source"]))
-        place(source, target, str(entry["sha256"]), verify=False)
-        if target.stat().st_size != entry["size"]:
-            raise AssetError(f"{source} changed since it was written: its size differs from the recorded one.")
-    staging.mkdir(parents=True, exist_ok=True)  # an empty list still makes the folder
-    if folder.is_symlink() or folder.exists():
-        os.replace(folder, previous)
-    os.replace(staging, folder)
-    _remove(previous)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    try:
+        for entry in entries:
+            group, name = checked_name(str(entry["group"])), checked_name(str(entry["name"]))
+            target, source = staging / group / name, Path(str(entry["source"]))
+            donor = _donor(group, name, entry, folder)
+            place(donor or source, target, str(entry["sha256"]), verify=False, link=donor is not None)
+            if target.stat().st_size != entry["size"]:
+                raise AssetError(f"{source} changed since it was written: its size differs from the recorded one.")
+        os.chmod(staging, 0o755)
+        previous = None
+        if os.path.lexists(folder):
+            previous = folder.with_name(f".{folder.name}.{uuid.uuid4().hex}.old")
+            os.rename(folder, previous)
+        os.rename(staging, folder)
+    except BaseException:
+        _remove(staging)
+        raise
+    if previous is not None:
+        _remove(previous)
     fsync_directory(folder.parent)
 
 
 def remove_assets(checkpoint: Union[str, os.PathLike]) -> None:
     """Remove the asset folder of ``checkpoint`` (with the checkpoint it belongs to)."""
-    folder = asset_folder(checkpoint)
-    for path in (folder, folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")):
-        _remove(path)
+    _remove(asset_folder(checkpoint))
 
 
 def _remove(path: Path) -> None:
@@ -195,7 +253,7 @@ class CheckpointAssets:
             raise AssetError(f"{target} {_state(target, root)} (sha256 {sha256}), and {self._lacks(group, name)}.")
         if not resolves_inside(source, self.folder):
             raise AssetError(f"{source} leads outside the asset folder {self.folder}.")
-        place(source, target, sha256, verify=True)
+        place(source, target, sha256, verify=True, link=False)  # a copy: the run's file is never an asset's inode
         self.restored.append(f"{group}/{name}")
 
     def _lacks(self, group: str, name: str) -> str:

@@ -21,6 +21,8 @@ import io
 import os
 import pickle
 import shutil
+import tempfile
+import uuid
 import weakref
 import zipfile
 from pathlib import Path
@@ -130,28 +132,40 @@ def install(strategy) -> None:
 def _write_folders_atomically(strategy) -> None:
     """A sharded (distributed) checkpoint is a folder every rank writes into; written in place, a crash
     would leave old and new shards mixed under a name a resume trusts. Here every rank writes into
-    ``<name>.tmp``, and rank 0 swaps it in once all are done: the name holds a whole checkpoint or
-    (between the two renames, with the old one kept as ``<name>.old``) none."""
+    ``<name>`` inside a staging folder rank 0 created fresh (``.<name>.XXXXXXXX.tmp``, as ``mkdtemp``:
+    never an existing folder or a link), and rank 0 swaps it in once all are done: the name holds a whole checkpoint or
+    (between the two renames, with the old one renamed aside under a unique name) none."""
     if strategy in ATOMIC_FOLDERS:
         return
     save = strategy.save_checkpoint
 
     def save_checkpoint(checkpoint: Dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
         target = Path(strategy.broadcast(str(filepath)))
-        staging, previous = target.with_name(target.name + ".tmp"), target.with_name(target.name + ".old")
+        staging = None
         if strategy.global_rank == 0:
-            for leftover in (staging, previous):
-                _remove(leftover)
             write_checkpoint_assets(checkpoint, target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        root = Path(strategy.broadcast(staging))
+        staging = root / target.name  # inside a fresh folder: the strategy creates it, as it would the target
         checkpoint.pop(ASSETS_KEY, None)  # every rank: the list is not part of the sharded state
         strategy.barrier()
-        save(checkpoint, staging, storage_options)
+        try:
+            save(checkpoint, staging, storage_options)
+        except BaseException:
+            if strategy.global_rank == 0:  # the staging folder is the run's own, created fresh above
+                shutil.rmtree(root, ignore_errors=False)
+            raise
         strategy.barrier()
         if strategy.global_rank == 0:
-            if target.exists():
-                os.replace(target, previous)
-            os.replace(staging, target)
-            _remove(previous)
+            previous = None
+            if os.path.lexists(target):
+                previous = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
+                os.rename(target, previous)
+            os.rename(staging, target)
+            root.rmdir()
+            if previous is not None:
+                _remove(previous)
             fsync_directory(target.parent)
         strategy.barrier()
 
@@ -160,9 +174,9 @@ def _write_folders_atomically(strategy) -> None:
 
 
 def _remove(path: Path) -> None:
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
-    elif path.exists():
+    elif os.path.lexists(path):
         path.unlink()
 
 

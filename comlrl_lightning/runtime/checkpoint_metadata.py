@@ -26,6 +26,7 @@ import torch
 
 from comlrl_lightning.errors import DataError, MissingPathError
 from comlrl_lightning.runtime.checkpoint_io import checked_checkpoint
+from comlrl_lightning.runtime.checkpoint_lineage import Lineage, lineage_of, require_one_line
 from comlrl_lightning.runtime.paths import require_local
 
 METADATA_KEY = "comlrl_lightning.checkpoint"
@@ -194,23 +195,30 @@ def checkpoint_files(folder: PathLike) -> List[Path]:
 def newest_checkpoint(folder: PathLike) -> Path:
     """The checkpoint of ``folder`` with the most progress (:class:`CheckpointProgress`); among equals the one
     written last. A file that cannot be read as a checkpoint is skipped with a warning naming it;
-    :class:`CheckpointNotFoundError` when the folder holds no readable one."""
+    :class:`CheckpointNotFoundError` when the folder holds no readable one;
+    :class:`~comlrl_lightning.runtime.checkpoint_lineage.SeveralLinesError` when it holds checkpoints
+    of several runs, or of several lines of one run (:func:`~comlrl_lightning.runtime.checkpoint_lineage.require_one_line`)."""
     candidates: List[Tuple[CheckpointProgress, int, Path]] = []
+    lineages: List[Tuple[Optional[Lineage], Tuple[int, int, int], Path]] = []
     skipped: List[str] = []
     for path in checkpoint_files(folder):
         try:
-            progress = checkpoint_progress(load_checkpoint_dict(path), path)
+            loaded = load_checkpoint_dict(path)
+            progress = checkpoint_progress(loaded, path)
         except DataError as error:
             warnings.warn(f"skipping {path} in the folder resume: {error}", stacklevel=2)
             skipped.append(path.name)
             continue
         candidates.append((progress, path.stat().st_mtime_ns, path))
+        lineages.append((lineage_of(loaded), _order(progress), path))
     if not candidates:
         unreadable = f" ({len(skipped)} unreadable: {', '.join(skipped)})" if skipped else ""
         raise CheckpointNotFoundError(
             f"{folder} holds no checkpoint (no *.ckpt file and no checkpoint-N/{CHECKPOINT_FILE}){unreadable}."
         )
-    return max(candidates, key=lambda item: (_order(item[0]), item[1]))[2]
+    newest = max(candidates, key=lambda item: (_order(item[0]), item[1]))[2]
+    require_one_line(folder, lineages, newest)
+    return newest
 
 
 def _order(progress: CheckpointProgress) -> Tuple[int, int, int]:

@@ -5,6 +5,13 @@ torn one under its final name); :func:`open_in_place` opens a file the run rewri
 lock record) without following a symbolic link; :func:`refuse_non_regular` checks a file another
 library will rewrite in place. A link planted under one of these names (``.lock -> ~/.bashrc``) is
 refused, never followed: the run writes only the files it names.
+
+A *hard* link is a second name of the same file: writing one name in place writes the other.
+:func:`own_copy` gives a file that is about to be rewritten in place (``hparams.yaml``,
+``metrics.csv``, ``config.yaml``) an inode of its own first (a copy renamed over the name), so the
+other name keeps its bytes. :func:`read_bounded` reads a file whose size someone else controls (an
+owner file, a round file, a lock record) without reading more than a bound: a larger file is a
+:class:`FileTooLargeError` naming the file and the bound, before any of it is read.
 """
 
 from __future__ import annotations
@@ -12,13 +19,81 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 from typing import Union
 
 from comlrl_lightning.errors import RunStateError
 
 _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+class FileTooLargeError(RunStateError):
+    """A file the run reads is larger than any file of its kind this library writes."""
+
+
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path``, read without following a symbolic link and never more
+    than ``limit`` of them: a larger file (by its size, or by what a read finds past the size) is a
+    :class:`FileTooLargeError` naming ``path``, ``what`` it is and the bound, raised before it is read.
+
+    A missing file is ``FileNotFoundError``; a link, a folder or a special file a
+    :class:`~comlrl_lightning.errors.RunStateError`.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise RunStateError(_not_a_file(Path(path), what)) from None
+        raise
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise RunStateError(_not_a_file(Path(path), what))
+        if info.st_size > limit:
+            raise FileTooLargeError(_too_large(path, what, info.st_size, limit))
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # the file grew after the size was taken
+        raise FileTooLargeError(_too_large(path, what, len(data), limit))
+    return data
+
+
+def _too_large(path: Path, what: str, size: int, limit: int) -> str:
+    return (
+        f"{path} ({what}) is {size} bytes, more than the {limit} bytes such a file holds; it is not a file "
+        "this library wrote, and is not read. Remove it, or give the run a folder of its own."
+    )
+
+
+def own_copy(path: Path, what: str) -> None:
+    """Give the regular file ``path`` an inode of its own when it shares one with another name (a hard
+    link, ``st_nlink > 1``): its bytes are copied to a new file beside it, which is renamed over
+    ``path``, so the file can be rewritten in place without writing the other name. Nothing there
+    is fine; a symbolic link or another kind of file is a :class:`~comlrl_lightning.errors.RunStateError`."""
+    refuse_non_regular(path, what)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if info.st_nlink <= 1:
+        return
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        source = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(source, "rb") as reading, os.fdopen(descriptor, "wb") as writing:
+            shutil.copyfileobj(reading, writing)
+            writing.flush()
+            os.fsync(writing.fileno())
+        os.chmod(temporary, stat.S_IMODE(info.st_mode))
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    fsync_directory(path.parent)
 
 
 def write_atomically(target: Path, data: Union[bytes, memoryview]) -> None:
@@ -87,12 +162,13 @@ LOG_FILES = ("hparams.yaml", "metrics.csv")
 
 def check_log_files(trainer) -> None:
     """The files ``trainer``'s loggers rewrite in place (:data:`LOG_FILES` in each ``log_dir``) are
-    regular files or absent: a link planted there would be written through, so it is refused."""
+    regular files or absent: a symbolic link planted there would be written through, so it is
+    refused; a hard link gets a copy of its own (:func:`own_copy`), so the other name is untouched."""
     for logger in trainer.loggers:
         log_dir = getattr(logger, "log_dir", None)
         if log_dir and trainer.is_global_zero:
             for name in LOG_FILES:
-                refuse_non_regular(Path(log_dir) / name, "a log file Lightning rewrites in place")
+                own_copy(Path(log_dir) / name, "a log file Lightning rewrites in place")
 
 
 def ensure_writable_folder(folder: Path, what: str) -> None:

@@ -8,7 +8,9 @@ process) fails at once with a message naming the folder and the holder's process
 
 The lock file is opened without following a symbolic link and must be a regular file: a ``.lock``
 planted as a link (to a file the lock record would overwrite) or a folder is refused by name, and
-so is a folder the run cannot write in (read-only).
+so is a folder the run cannot write in (read-only). A ``.lock`` that is a hard link (another name
+of a file elsewhere) is locked but never written: the holder record goes only into a file with one
+name, so the other name keeps its bytes.
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ class FolderLock:
                 "other's files; give this run its own folder (trainer.default_root_dir, preference_replay_dir or "
                 "policy_checkpoint_dir) or wait for the other run to end."
             ) from None
-        os.ftruncate(descriptor, 0)
-        os.write(descriptor, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+        if os.fstat(descriptor).st_nlink == 1:  # a hard link's other name is never written through
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
         self._descriptor = descriptor
         return self
 

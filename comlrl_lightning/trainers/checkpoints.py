@@ -5,22 +5,21 @@ Layout of one checkpoint (each is self-contained: copy the folder anywhere and r
     checkpoint_dir/
       checkpoint-3/
         checkpoint.ckpt          the Lightning checkpoint (weights, optimizers, loops, data state, run record)
-        checkpoint.assets/       the round files and policy snapshots the data state names (hard links)
-        checkpoint_owner.json    {"run_id", "sequence"}: whose checkpoint this is
+        checkpoint.assets/       the round files and policy snapshots the data state names
+        checkpoint_owner.json    {"run_id", "sequence", "file", "progress"}: whose checkpoint this is
 
 A *commit* is what the reference (CoMLRL) counts: the base trainers commit once the pairs are
 collected and after every epoch, the iterative trainers after every round. Commit ``N`` is written
 as ``checkpoint-N`` when ``N`` is a multiple of ``checkpoint_interval`` or it is the last one.
-``checkpoint_total_limit=L`` keeps this run's newest ``L`` (``None`` keeps all); folders of other runs
-are never touched, and a run never writes over another run's ``checkpoint-N``.
+``checkpoint_total_limit=L`` keeps this run's newest ``L`` (``None`` keeps all) and never removes a
+checkpoint with more progress than the one just written; folders the run did not write (another
+run's, a copy, a user's folder: :mod:`~comlrl_lightning.trainers.owned_folders`) are never
+touched, and a run never writes over another run's ``checkpoint-N``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -43,38 +42,22 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     resolve_checkpoint,
 )
 from comlrl_lightning.runtime.compat import epochs_processed
-from comlrl_lightning.runtime.files import fsync_directory, write_atomically
+from comlrl_lightning.runtime.files import FileTooLargeError, fsync_directory
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers.mapping import SAMPLING_FIELDS
+from comlrl_lightning.trainers.owned_folders import (
+    OWNER_FILE,
+    CheckpointFolderError,
+    check_destination,
+    check_replaceable,
+    checkpoint_folders,
+    owned_by,
+    owner_of,
+    remove_written,
+    save_checkpoint_folder,
+)
 
-OWNER_FILE = "checkpoint_owner.json"
 _FOLDER = re.compile(r"checkpoint-(\d+)")
-
-
-def owner_of(folder: Path) -> Optional[Tuple[str, int]]:
-    """``(run_id, sequence)`` of a ``checkpoint-N`` folder (``None``: not a readable one of this layout)."""
-    path = folder / OWNER_FILE
-    if folder.is_symlink() or path.is_symlink() or not path.is_file():
-        return None
-    try:
-        owner = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if (
-        not isinstance(owner, dict)
-        or not isinstance(owner.get("run_id"), str)
-        or type(owner.get("sequence")) is not int
-    ):
-        return None
-    return owner["run_id"], owner["sequence"]
-
-
-def checkpoint_folders(directory: Path) -> List[Tuple[int, Path]]:
-    """The ``checkpoint-N`` folders of ``directory`` as ``(N, path)``, by ``N`` (symbolic links skipped)."""
-    if not directory.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _FOLDER.fullmatch(p.name))]
-    return sorted((n, p) for n, p in found if p.is_dir() and not p.is_symlink())
 
 
 def resume_source(path: Optional[str], trainer_class: str) -> Tuple[Optional[Path], Optional[Dict[str, Any]]]:
@@ -123,41 +106,6 @@ def default_directory(resume: Optional[Path], output_dir: Path) -> Path:
         return output_dir / "checkpoints"
     folder = resume.parent
     return folder.parent if _FOLDER.fullmatch(folder.name) and resume.name == CHECKPOINT_FILE else folder
-
-
-def check_destination(directory: Path, run_id: str, after: int) -> None:
-    """Refuse, before training, a ``checkpoint_dir`` whose ``checkpoint-N`` (``N > after``) belong to
-    another run: this run would write over them."""
-    for number, folder in checkpoint_folders(directory):
-        owner = owner_of(folder)
-        if number > after and (owner is None or owner[0] != run_id):
-            raise OptionError(
-                f"checkpoint_dir {directory} already holds {folder.name} of another run. Resume that run "
-                "(resume_from_checkpoint) or give this run an empty checkpoint_dir."
-            )
-
-
-def save_checkpoint_folder(trainer: Trainer, target: Path, run_id: str, sequence: int) -> Path:
-    """Write ``target`` (``checkpoint.ckpt``, its assets and the owner file), replacing it as a whole.
-
-    Every process calls it (saving is a collective); the folder is built as ``.<name>.tmp`` and
-    renamed into place, the previous one moved aside first and removed after.
-    """
-    staging, previous = target.with_name(f".{target.name}.tmp"), target.with_name(f".{target.name}.old")
-    if trainer.is_global_zero:
-        for leftover in (staging, previous):
-            shutil.rmtree(leftover, ignore_errors=True)
-    trainer.strategy.barrier("comlrl_lightning.checkpoint_folder")
-    trainer.save_checkpoint(staging / CHECKPOINT_FILE, weights_only=False)
-    if trainer.is_global_zero:
-        write_atomically(staging / OWNER_FILE, json.dumps({"run_id": run_id, "sequence": sequence}).encode())
-        if target.exists():
-            os.replace(target, previous)
-        os.replace(staging, target)
-        shutil.rmtree(previous, ignore_errors=True)
-        fsync_directory(target.parent)
-    trainer.strategy.barrier("comlrl_lightning.checkpoint_folder")
-    return target
 
 
 class CommitCheckpoints(Checkpoint):
@@ -216,23 +164,34 @@ class CommitCheckpoints(Checkpoint):
     def save(self, trainer: Trainer) -> None:
         sequence = self.record.sequence
         target = self.directory / f"checkpoint-{sequence}"
-        owner = owner_of(target) if target.exists() else (self.record.run_id, sequence)
-        if owner is None or owner[0] != self.record.run_id:
-            raise RunStateError(f"{target} belongs to another run; refusing to write over it.")
+        try:  # every process checks (as it saves): none starts a save the others refuse
+            check_replaceable(target, self.record.run_id, "checkpoint_dir")
+        except CheckpointFolderError as error:
+            raise RunStateError(f"{target} belongs to another run; refusing to write over it ({error})") from None
         save_checkpoint_folder(trainer, target, self.record.run_id, sequence)
         self.saved_at = _position(trainer)
         if trainer.is_global_zero and self.limit is not None:
             self.prune(target)
 
     def prune(self, latest: Path) -> None:
-        """Keep this run's newest ``limit`` folders (by sequence), always including ``latest``."""
-        mine = [
-            (owner[1], folder)
-            for _, folder in checkpoint_folders(self.directory)
-            if (owner := owner_of(folder)) is not None and owner[0] == self.record.run_id and folder != latest
-        ]
-        for _, folder in sorted(mine, reverse=True)[max(self.limit - 1, 0) :]:
-            shutil.rmtree(folder)
+        """Keep this run's newest ``limit`` folders, always including ``latest``: of the folders this run
+        wrote (:func:`owned_by`) with no more progress than ``latest``, the newest ``limit - 1`` stay
+        (by progress, then sequence). A folder with more progress than ``latest`` (a later commit of
+        the line a resume from an older checkpoint left) is never removed; nor is a folder the run
+        did not write, or what else a folder holds (:func:`remove_written`)."""
+        newest = owned_by(latest, self.record.run_id)
+        if newest is None:
+            return
+        mine = []
+        for _, folder in checkpoint_folders(self.directory):
+            try:
+                owned = owned_by(folder, self.record.run_id) if folder != latest else None
+            except FileTooLargeError:  # not the run's (it writes small owner files), and never read
+                owned = None
+            if owned is not None and owned.progress <= newest.progress:
+                mine.append((owned.progress, owned.sequence, folder))
+        for _, _, folder in sorted(mine, reverse=True)[max(self.limit - 1, 0) :]:
+            remove_written(folder)
         fsync_directory(self.directory)
 
     def state_dict(self) -> Dict[str, Any]:
@@ -289,15 +248,17 @@ class CheckpointMethods:
 
     def save_checkpoint(self, output_dir: str) -> str:
         """Write the state the last ``train()`` reached as a checkpoint folder (laid out as a
-        ``checkpoint-N``), replacing an earlier checkpoint there; returns the folder.
+        ``checkpoint-N``) at ``output_dir``; returns the folder.
 
+        ``output_dir`` is new, empty, or a checkpoint folder this run wrote (which is replaced); any
+        other folder (one holding files of yours, or another run's checkpoint) is refused with a
+        :class:`CheckpointFolderError` (a ``FileExistsError``) and nothing in it changes.
         ``train(resume_from_checkpoint=output_dir)`` continues from it (raise ``num_iterations`` to
         extend a finished run).
         """
         require(self.trainer is not None, "save_checkpoint() saves the state train() reached; call train() first.")
         target = Path(require_local(output_dir, "save_checkpoint output_dir", "a local folder")).expanduser().absolute()
-        if target.is_symlink() or (target.exists() and not (target / CHECKPOINT_FILE).is_file()):
-            raise FileExistsError(f"Refusing to replace a folder that is not a checkpoint: {target}")
+        check_replaceable(target, self.record.run_id, "save_checkpoint")
         return str(save_checkpoint_folder(self.trainer, target, self.record.run_id, self.record.sequence))
 
     def load_checkpoint(self, checkpoint: str) -> Dict[str, Any]:
@@ -326,6 +287,7 @@ def _position(trainer: Trainer) -> Tuple[int, int]:
 
 
 __all__ = [
+    "CheckpointFolderError",
     "CheckpointMethods",
     "CheckpointPlan",
     "CommitCheckpoints",
@@ -334,7 +296,10 @@ __all__ = [
     "saved_generation_kwargs",
     "OWNER_FILE",
     "check_destination",
+    "check_replaceable",
     "checkpoint_folders",
+    "owned_by",
     "owner_of",
+    "remove_written",
     "save_checkpoint_folder",
 ]

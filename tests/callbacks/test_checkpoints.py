@@ -92,3 +92,61 @@ def test_the_csv_logger_never_reads_or_writes_a_log_through_a_link(tmp_path):
     with pytest.raises(RunStateError, match=r"metrics\.csv \(the run's metrics log\) is a symbolic link"):
         ResumableCSVLogger(save_dir=str(tmp_path), version=0).experiment
     assert victim.read_text() == "a,step\n1,0\n"
+
+
+def test_log_files_that_are_hard_links_are_rewritten_without_writing_the_other_name(tmp_path):
+    import os
+
+    log = tmp_path / "lightning_logs" / "version_0"
+    log.mkdir(parents=True)
+    outside = {name: tmp_path / f"outside-{name}" for name in ("metrics.csv", "hparams.yaml")}
+    outside["metrics.csv"].write_text("a,step\n1.0,0\n")
+    outside["hparams.yaml"].write_text("mine: 1\n")
+    for name, path in outside.items():
+        os.link(path, log / name)  # another name of a file outside the run
+    run(tmp_path, max_epochs=1)  # a real run logs, writes hparams.yaml and appends to metrics.csv
+    assert outside["metrics.csv"].read_text() == "a,step\n1.0,0\n"  # the other names keep their bytes
+    assert outside["hparams.yaml"].read_text() == "mine: 1\n"
+    assert (log / "metrics.csv").read_text().startswith("a,") and len((log / "metrics.csv").read_text()) > 20
+    assert (log / "hparams.yaml").read_text() != "mine: 1\n"
+
+
+def test_a_log_folder_continues_only_for_the_run_its_run_file_names(tmp_path):
+    from comlrl_lightning.callbacks.csv_logger import logged_run, same_log_folder
+
+    logger = ResumableCSVLogger(save_dir=str(tmp_path), version=0)
+    logger.claim("a" * 32)
+    assert logged_run(tmp_path / "lightning_logs" / "version_0") == "a" * 32
+    logs = {"save_dir": str(tmp_path.absolute()), "name": "lightning_logs", "version": 0, "rows": 1}
+    assert same_log_folder(tmp_path, "lightning_logs", dict(logs, run_id="a" * 32))
+    assert not same_log_folder(tmp_path, "lightning_logs", dict(logs, run_id="b" * 32))  # another run's log now
+    assert not same_log_folder(tmp_path, "lightning_logs", dict(logs, run_id="a" * 32, version=1))  # no run file
+    assert same_log_folder(tmp_path, "lightning_logs", logs)  # a record of an earlier version: by folder only
+
+
+@pytest.mark.slow  # four runs
+def test_two_runs_sharing_a_checkpoint_folder_never_overwrite_or_remove_each_others_files(tmp_path):
+    shared = tmp_path / "shared"
+
+    def callback():
+        return ResumableCheckpoint(
+            dirpath=shared, save_top_k=1, monitor="step", mode="max", save_last=True, save_on_train_epoch_end=True
+        )
+
+    run(tmp_path / "a", max_epochs=1, checkpoint=callback())
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        run(tmp_path / "b", max_epochs=1, checkpoint=callback())
+    first, second = (read_checkpoint_metadata(shared / name)["run_id"] for name in ("last.ckpt", "last-v1.ckpt"))
+    assert first != second
+    # each run resumes its own last.ckpt and writes it again in place; neither writes over the other's files
+    run(tmp_path / "a", ckpt_path=str(shared / "last.ckpt"), checkpoint=callback(), max_epochs=2)
+    run(tmp_path / "b", ckpt_path=str(shared / "last-v1.ckpt"), checkpoint=callback(), max_epochs=2)
+    owners = {path.name: read_checkpoint_metadata(path)["run_id"] for path in shared.glob("*.ckpt")}
+    assert owners == {  # save_top_k=1: each run removed its own epoch-0 file, never the other's
+        "last.ckpt": first,
+        "epoch=1-step=16.ckpt": first,
+        "last-v1.ckpt": second,
+        "epoch=1-step=16-v1.ckpt": second,  # beside a's file of that name, not over it
+    }
+    assert torch.load(shared / "last.ckpt", weights_only=True)["global_step"] == 16
+    assert torch.load(shared / "last-v1.ckpt", weights_only=True)["global_step"] == 16

@@ -151,7 +151,10 @@ def test_resume_fails_at_once_naming_a_missing_or_corrupt_round_file(tmp_path):
     module, datamodule, trainer = make_run(tmp_path, callbacks=[checkpoint], max_epochs=2)
     trainer.fit(module, datamodule)
     round_file = tmp_path / "preference_replay" / "iteration_0001.json"
-    round_file.write_bytes(round_file.read_bytes()[:50])
+    copy = tmp_path / "ckpt" / "epoch=1-step=6.assets" / "preference_replay" / "iteration_0001.json"
+    assert os.stat(copy).st_ino != os.stat(round_file).st_ino  # the checkpoint's copy is a file of its own
+    for path in (round_file, copy):  # an edit in place of the live file alone would be restored from the copy
+        path.write_bytes(path.read_bytes()[:50])
     module, datamodule, trainer = make_run(tmp_path)
     with pytest.raises(Exception, match="iteration_0001.json"):
         trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "epoch=1-step=6.ckpt"))

@@ -1,4 +1,5 @@
-"""A checkpoint's asset folder: hard links where possible, copies across file systems, verified restores."""
+"""A checkpoint's asset folder: a copy of each live file once, hard links between checkpoints, verified
+restores (copies), fresh staging folders."""
 
 from __future__ import annotations
 
@@ -35,20 +36,54 @@ def other_file_system() -> Path:
     return Path(tempfile.mkdtemp(dir=shm))
 
 
-def test_assets_are_hard_links_beside_the_checkpoint(tmp_path):
+def test_assets_copy_the_live_file_once_and_link_each_other(tmp_path):
     entries = [live_file(tmp_path / "run", "iteration_0001.json", b"one"), live_file(tmp_path / "run", "x/y.bin", b"2")]
     folder = asset_folder(tmp_path / "ckpt" / "last.ckpt")
     assert folder == tmp_path / "ckpt" / "last.assets"
     write_assets(entries, folder)
+    other = asset_folder(tmp_path / "ckpt" / "epoch=1.ckpt")
+    write_assets(entries, other)  # a second checkpoint beside the first
     for entry in entries:
-        stored = folder / "preference_replay" / entry["name"]
-        assert os.stat(stored).st_ino == os.stat(entry["source"]).st_ino  # the same file: no second copy
+        stored, linked = (f / "preference_replay" / entry["name"] for f in (folder, other))
+        assert os.stat(stored).st_ino != os.stat(entry["source"]).st_ino  # never the live file's inode
+        assert os.stat(stored).st_ino == os.stat(linked).st_ino  # the history is stored once in the checkpoints
+    live = Path(entries[0]["source"])
+    with live.open("r+b") as handle:  # an edit of the live file in place leaves every checkpoint intact
+        handle.write(b"ONE")
+    assert (folder / "preference_replay" / "iteration_0001.json").read_bytes() == b"one"
     # written again with fewer files: the folder holds exactly the new list, and no staging is left
     write_assets(entries[:1], folder)
     assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == ["iteration_0001.json"]
-    assert sorted(p.name for p in folder.parent.iterdir()) == ["last.assets"]
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["epoch=1.assets", "last.assets"]
     remove_assets(tmp_path / "ckpt" / "last.ckpt")
-    assert not folder.exists() and Path(entries[0]["source"]).read_bytes() == b"one"
+    assert not folder.exists() and live.read_bytes() == b"ONE"
+    assert (other / "preference_replay" / "iteration_0001.json").read_bytes() == b"one"
+
+
+def test_an_asset_of_an_earlier_version_that_shares_the_live_files_inode_is_not_linked(tmp_path):
+    entry = live_file(tmp_path / "run", "iteration_0001.json", b"one")
+    old = asset_folder(tmp_path / "ckpt" / "old.ckpt") / "preference_replay"
+    old.mkdir(parents=True)
+    os.link(entry["source"], old / "iteration_0001.json")  # what an earlier version wrote: a link to the live file
+    write_assets([entry], asset_folder(tmp_path / "ckpt" / "new.ckpt"))
+    stored = asset_folder(tmp_path / "ckpt" / "new.ckpt") / "preference_replay" / "iteration_0001.json"
+    assert os.stat(stored).st_ino != os.stat(entry["source"]).st_ino and stored.read_bytes() == b"one"
+
+
+def test_staging_folders_are_fresh_and_a_planted_link_or_folder_is_never_used(tmp_path):
+    entry = live_file(tmp_path / "run", "iteration_0001.json", b"one")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "last.assets.tmp").symlink_to(victim, target_is_directory=True)  # the names an earlier version used
+    (ckpt / "last.assets.old").mkdir()
+    (ckpt / "last.assets.old" / "keep.txt").write_text("mine too")
+    write_assets([entry], asset_folder(ckpt / "last.ckpt"))
+    remove_assets(ckpt / "last.ckpt")
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]
+    assert (ckpt / "last.assets.old" / "keep.txt").read_text() == "mine too"
 
 
 def test_assets_are_verified_copies_across_file_systems(tmp_path):
@@ -74,6 +109,8 @@ def test_a_resume_restores_missing_and_differing_files_and_keeps_good_ones(tmp_p
     target.write_bytes(b"edited")  # differs: replaced by the checkpoint's bytes
     assets.ensure("preference_replay", "iteration_0001.json", entry["sha256"], target.parent)
     assert target.read_bytes() == b"round one"
+    stored = folder / "preference_replay" / "iteration_0001.json"
+    assert os.stat(target).st_ino != os.stat(stored).st_ino  # a copy: editing the run's file leaves the asset
     assets.ensure("preference_replay", "iteration_0001.json", entry["sha256"], target.parent)  # good: left alone
     assert len(assets.restored) == 2
 

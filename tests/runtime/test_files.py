@@ -1,16 +1,20 @@
-"""The run's files: never written through a planted link, never into a folder or a special file, and a
-read-only folder named."""
+"""The run's files: never written through a planted link (symbolic or hard), never into a folder or a
+special file, never read past a bound, and a read-only folder named."""
 
 from __future__ import annotations
 
 import os
+import resource
 
 import pytest
 
 from comlrl_lightning.errors import RunStateError
 from comlrl_lightning.runtime.files import (
+    FileTooLargeError,
     ensure_writable_folder,
     open_in_place,
+    own_copy,
+    read_bounded,
     refuse_non_regular,
     write_atomically,
 )
@@ -97,3 +101,55 @@ def test_a_read_only_folder_is_named_before_anything_is_written(read_only):
         write_atomically(read_only / "iteration_0001.json", b"{}")
     with pytest.raises(RunStateError, match="is not writable"):
         ensure_writable_folder(read_only / "sub", "a run folder")
+
+
+def test_a_bounded_read_refuses_a_big_sparse_file_without_reading_it(tmp_path):
+    big = tmp_path / "checkpoint_owner.json"
+    with big.open("wb") as handle:
+        handle.truncate(1 << 30)  # 1 GiB that takes no space on disk
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(
+        FileTooLargeError, match=r"checkpoint_owner\.json \(an owner file\) is 1073741824 bytes, more than the 65536"
+    ):
+        read_bounded(big, 65536, "an owner file")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB: nothing was read
+    small = tmp_path / "small.json"
+    small.write_bytes(b"{}")
+    assert read_bounded(small, 2, "a file") == b"{}"
+    with pytest.raises(FileTooLargeError):
+        read_bounded(small, 1, "a file")
+
+
+def test_a_bounded_read_never_follows_a_link_or_reads_a_fifo(tmp_path, victim):
+    (tmp_path / "link.json").symlink_to(victim)
+    with pytest.raises(RunStateError, match="is a symbolic link"):
+        read_bounded(tmp_path / "link.json", 100, "an owner file")
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(RunStateError, match="not a regular file"):
+        read_bounded(tmp_path / "fifo.json", 100, "an owner file")
+
+
+def test_a_hard_link_gets_a_copy_of_its_own_before_it_is_rewritten_in_place(tmp_path, victim):
+    log = tmp_path / "logs" / "hparams.yaml"
+    log.parent.mkdir()
+    os.link(victim, log)  # another name of the user's file
+    own_copy(log, "a log file")
+    assert os.stat(log).st_ino != os.stat(victim).st_ino and os.stat(victim).st_nlink == 1
+    with log.open("w") as handle:  # what Lightning does with hparams.yaml
+        handle.write("lr: 1")
+    assert victim.read_text() == "keep me" and log.read_text() == "lr: 1"
+    inode = os.stat(log).st_ino
+    own_copy(log, "a log file")  # a file with one name is left as it is
+    own_copy(tmp_path / "logs" / "metrics.csv", "a log file")  # and nothing is fine
+    assert os.stat(log).st_ino == inode and not (tmp_path / "logs" / "metrics.csv").exists()
+
+
+def test_a_lock_that_is_a_hard_link_is_held_without_writing_the_other_name(tmp_path, victim):
+    folder = tmp_path / "replay"
+    folder.mkdir()
+    os.link(victim, folder / ".lock")
+    lock = FolderLock(folder).acquire()
+    try:
+        assert lock.held and victim.read_text() == "keep me"
+    finally:
+        lock.release()

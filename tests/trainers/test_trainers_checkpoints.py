@@ -300,3 +300,20 @@ def test_a_checkpoint_whose_data_state_lacks_a_field_is_one_error_naming_the_fil
     ) as caught:
         madpo_iter(tmp_path, 2).train(resume_from_checkpoint=str(tmp_path / "ckpt"))
     assert str(path) in str(caught.value)
+
+
+@pytest.mark.slow  # three runs
+def test_a_resume_whose_log_folder_now_holds_another_runs_log_starts_a_new_version(tmp_path):
+    logs = tmp_path / "lightning_logs"
+    madpo_iter(tmp_path, 1).train(checkpoint_dir=str(tmp_path / "ckpt"))
+    shutil.move(logs / "version_0", tmp_path / "moved")  # the run's log folder was moved away
+    madpo_iter(tmp_path, 1).train(checkpoint_dir=str(tmp_path / "other"))  # another run logs in version_0 now
+    others = (logs / "version_0" / "metrics.csv").read_bytes()
+    madpo_iter(tmp_path, 2).train(resume_from_checkpoint=str(tmp_path / "ckpt"))
+    assert (logs / "version_0" / "metrics.csv").read_bytes() == others  # neither continued nor cut
+    assert sorted(p.name for p in logs.iterdir()) == ["version_0", "version_1"]
+    assert [
+        row["iter/current_iteration"]
+        for row in _rows(logs / "version_1" / "metrics.csv")
+        if row.get("iter/current_iteration")
+    ] == ["2.0"]

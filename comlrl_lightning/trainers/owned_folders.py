@@ -1,0 +1,236 @@
+"""The seed API's ``checkpoint-N`` folders on disk: who wrote them, writing one, removing one.
+
+A folder is the run's only when its content says so (:func:`owned_by`): the owner file names the
+run and the identity of the folder's ``checkpoint.ckpt``, whose own run record names the run and
+the commit. The run writes a folder through a staging folder created fresh (``mkdtemp``), writes
+over only an empty folder or one of its own holding only what it wrote (:func:`check_replaceable`),
+and removes from a folder only what it wrote (:func:`remove_written`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from lightning.pytorch import Trainer
+
+from comlrl_lightning.errors import DataError, RunStateError
+from comlrl_lightning.options import OptionError
+from comlrl_lightning.runtime.checkpoint_assets import asset_folder
+from comlrl_lightning.runtime.checkpoint_metadata import CHECKPOINT_FILE, METADATA_KEY, load_checkpoint_dict
+from comlrl_lightning.runtime.compat import epoch_batches_processed, epochs_processed
+from comlrl_lightning.runtime.files import fsync_directory, read_bounded, write_atomically
+
+OWNER_FILE = "checkpoint_owner.json"
+OWNER_LIMIT = 64 << 10
+"""The largest owner file read (64 KiB; the run writes about 200 bytes)."""
+
+WRITTEN = (CHECKPOINT_FILE, asset_folder(CHECKPOINT_FILE).name, OWNER_FILE)
+"""What the run writes into a ``checkpoint-N`` folder, and all it ever removes from one."""
+
+_FOLDER = re.compile(r"checkpoint-(\d+)")
+
+
+class CheckpointFolderError(RunStateError, FileExistsError):
+    """A folder the run would write a checkpoint into holds what the run did not write."""
+
+
+@dataclass(frozen=True)
+class Owned:
+    """A ``checkpoint-N`` folder this run wrote: its commit ``sequence`` and the ``progress`` it saved."""
+
+    sequence: int
+    progress: Tuple[int, int, int]
+
+
+def read_owner(folder: Path) -> Optional[Dict[str, Any]]:
+    """The owner file of ``folder`` (``None``: missing, a link, or not one of this layout), read at most
+    :data:`OWNER_LIMIT` bytes (a larger one is a :class:`~comlrl_lightning.runtime.files.FileTooLargeError`)."""
+    path = folder / OWNER_FILE
+    if folder.is_symlink() or path.is_symlink() or not path.is_file():
+        return None
+    try:
+        owner = json.loads(read_bounded(path, OWNER_LIMIT, "a checkpoint's owner file"))
+    except (UnicodeDecodeError, ValueError, FileNotFoundError):
+        return None
+    if (
+        not isinstance(owner, dict)
+        or not isinstance(owner.get("run_id"), str)
+        or type(owner.get("sequence")) is not int
+    ):
+        return None
+    return owner
+
+
+def owner_of(folder: Path) -> Optional[Tuple[str, int]]:
+    """``(run_id, sequence)`` the owner file of a ``checkpoint-N`` folder claims (``None``: none readable).
+    A claim only: :func:`owned_by` tells whether the run really wrote the folder."""
+    owner = read_owner(folder)
+    return None if owner is None else (owner["run_id"], owner["sequence"])
+
+
+def owned_by(folder: Path, run_id: str) -> Optional[Owned]:
+    """The folder's sequence and progress when the run ``run_id`` wrote it, else ``None``.
+
+    Recognised by content, not by name: the owner file names ``run_id`` and the identity (device and
+    inode) of the folder's ``checkpoint.ckpt``, and that checkpoint's own run record names the same
+    run and sequence. An owner file copied or forged into another folder names another file's
+    identity, and a copied checkpoint folder holds new files: neither is the run's, so the run never
+    writes over or removes it.
+    """
+    owner = read_owner(folder)
+    if owner is None or owner["run_id"] != run_id:
+        return None
+    checkpoint = folder / CHECKPOINT_FILE
+    try:
+        info = os.lstat(checkpoint)
+    except OSError:
+        return None
+    progress = owner.get("progress")
+    if stat.S_ISLNK(info.st_mode) or owner.get("file") != [info.st_dev, info.st_ino]:
+        return None
+    if not (isinstance(progress, list) and len(progress) == 3 and all(type(v) is int for v in progress)):
+        return None
+    if not stat.S_ISDIR(info.st_mode):  # a sharded checkpoint (a folder) has no record to read here
+        try:
+            record = load_checkpoint_dict(checkpoint).get(METADATA_KEY)
+        except (DataError, OSError, RuntimeError, ValueError):
+            return None
+        if (
+            not isinstance(record, dict)
+            or record.get("run_id") != run_id
+            or record.get("sequence") != owner["sequence"]
+        ):
+            return None
+    return Owned(owner["sequence"], (progress[0], progress[1], progress[2]))
+
+
+def checkpoint_folders(directory: Path) -> List[Tuple[int, Path]]:
+    """The ``checkpoint-N`` folders of ``directory`` as ``(N, path)``, by ``N`` (symbolic links skipped)."""
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _FOLDER.fullmatch(p.name))]
+    return sorted((n, p) for n, p in found if p.is_dir() and not p.is_symlink())
+
+
+def check_destination(directory: Path, run_id: str, after: int) -> None:
+    """Refuse, before training, a ``checkpoint_dir`` whose ``checkpoint-N`` (``N > after``) this run did
+    not write (:func:`owned_by`): this run would write over them."""
+    for number, folder in checkpoint_folders(directory):
+        if number > after and owned_by(folder, run_id) is None:
+            raise OptionError(
+                f"checkpoint_dir {directory} already holds {folder.name} of another run. Resume that run "
+                "(resume_from_checkpoint) or give this run an empty checkpoint_dir."
+            )
+
+
+def check_replaceable(target: Path, run_id: str, what: str) -> None:
+    """Refuse (:class:`CheckpointFolderError`) to write a checkpoint folder at ``target`` unless nothing
+    is there, an empty folder, or a checkpoint folder this run wrote holding only what it wrote."""
+    if not os.path.lexists(target):
+        return
+    if target.is_symlink() or not target.is_dir():
+        raise CheckpointFolderError(f"{what}: {target} is not a folder (a link or a file); nothing is written there.")
+    names = sorted(entry.name for entry in target.iterdir())
+    if not names:
+        return
+    foreign = [name for name in names if name not in WRITTEN]
+    if foreign or owned_by(target, run_id) is None:
+        listed = ", ".join((foreign or names)[:5]) + (", ..." if len(foreign or names) > 5 else "")
+        raise CheckpointFolderError(
+            f"{what}: {target} is not a checkpoint folder of this run (it holds {listed}); nothing in it is "
+            "replaced or removed. Pass a new or empty folder."
+        )
+
+
+def remove_written(folder: Path) -> None:
+    """Remove what the run wrote into ``folder`` (:data:`WRITTEN`), then the folder when that leaves it
+    empty; anything else in it stays (with a warning naming the folder)."""
+    for name in WRITTEN:  # the owner file last: a folder half removed is no longer taken for the run's
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            path.unlink()
+    try:
+        folder.rmdir()
+    except OSError:
+        if folder.is_dir():
+            warnings.warn(
+                f"{folder} keeps files the run did not write; only the run's checkpoint was removed.", stacklevel=2
+            )
+
+
+def save_checkpoint_folder(trainer: Trainer, target: Path, run_id: str, sequence: int) -> Path:
+    """Write ``target`` (``checkpoint.ckpt``, its assets and the owner file), replacing it as a whole
+    (the caller checked that it is absent, empty, or this run's: :func:`check_replaceable`).
+
+    Every process calls it (saving is a collective). The folder is built in a staging folder
+    created fresh under a unique name (``.checkpoint-N.XXXXXXXX.tmp``, as ``mkdtemp``: never an
+    existing folder or a link) and renamed into place; a previous folder there is renamed aside
+    and what the run wrote in it removed after.
+    """
+    staging = None
+    if trainer.is_global_zero:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.chmod(staging, 0o777 & ~_umask())
+    staging_path = Path(trainer.strategy.broadcast(staging))
+    try:
+        trainer.save_checkpoint(staging_path / CHECKPOINT_FILE, weights_only=False)
+    except BaseException:
+        if trainer.is_global_zero:  # the staging folder is the run's own, created fresh above
+            shutil.rmtree(staging_path)
+        raise
+    if trainer.is_global_zero:
+        info = os.lstat(staging_path / CHECKPOINT_FILE)
+        owner = {"run_id": run_id, "sequence": sequence, "file": [info.st_dev, info.st_ino]}
+        owner["progress"] = list(_progress(trainer))
+        write_atomically(staging_path / OWNER_FILE, json.dumps(owner).encode())
+        previous = None
+        if os.path.lexists(target):
+            previous = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
+            os.rename(target, previous)
+        os.rename(staging_path, target)
+        if previous is not None:
+            remove_written(previous)
+        fsync_directory(target.parent)
+    trainer.strategy.barrier("comlrl_lightning.checkpoint_folder")
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _progress(trainer: Trainer) -> Tuple[int, int, int]:
+    """Epochs finished, optimizer steps and batches of the unfinished epoch, as the owner file keeps them."""
+    return epochs_processed(trainer), trainer.global_step, epoch_batches_processed(trainer)
+
+
+__all__ = [
+    "CheckpointFolderError",
+    "OWNER_FILE",
+    "OWNER_LIMIT",
+    "Owned",
+    "WRITTEN",
+    "check_destination",
+    "check_replaceable",
+    "checkpoint_folders",
+    "owned_by",
+    "owner_of",
+    "read_owner",
+    "remove_written",
+    "save_checkpoint_folder",
+]
