@@ -25,7 +25,7 @@ Problem:
 {prompt}
 ```
 
-Write `def aux(...)`: a helper that does a useful part of the work, with parameters you choose and a return statement. Do not write `{entry_point}`."""
+Write `def aux(...)`: a helper that does a useful part of the work, with parameters you choose and a return statement. Do not write `{entry_point}`, do not repeat the docstring, and explain nothing."""
 
 MAIN_TEMPLATE = """You and a partner solve one programming problem together. Your partner writes a helper function `aux`, which you can call; you write `{entry_point}`. You do not see each other's code.
 
@@ -34,7 +34,7 @@ Problem:
 {prompt}
 ```
 
-Write the complete function `{entry_point}` with the signature above and a return statement. You may call `aux(...)` where it helps; do not define `aux` yourself."""
+Write the complete function `{entry_point}` with the signature above and a return statement. You may call `aux(...)` where it helps; do not define `aux` yourself, do not repeat the docstring, and explain nothing."""
 
 
 def _conversation(template: str, item: Mapping[str, Any]) -> List[Dict[str, str]]:
