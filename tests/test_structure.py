@@ -23,10 +23,10 @@ LAYERS = {
     "models": 4,
     "data": 5,
     "comparators": 6,
-    "tasks": 6,  # built-in tasks (coding): above data; nothing but configs, the top level and users import them
     "modules": 7,
     "datamodules": 7,
     "callbacks": 8,
+    "tasks": 8,  # built-in tasks, chosen by import path: nothing in the package imports them
     "trainers": 9,
     "utils": 9,  # the reference's comlrl.utils names for seed-API scripts
     "cli": 10,
@@ -88,6 +88,15 @@ def test_layers_import_downwards_only(module):
         if part_of(target) != mine and LAYERS[part_of(target)] >= LAYERS[mine] and mine not in ("__init__", "__main__")
     ]
     assert not upward, f"{module} imports from its own layer or above: {upward}"
+
+
+def test_nothing_in_the_package_imports_a_task():
+    importers = [
+        name
+        for name, targets in GRAPH.items()
+        if part_of(name) != "tasks" and any(part_of(t) == "tasks" for t in targets)
+    ]
+    assert not importers, f"a task is chosen by import path, never imported by the package: {importers}"
 
 
 def test_no_import_cycle():

@@ -20,7 +20,7 @@ from comlrl_lightning.data.centralized_task import (
     DelimitedAdapter,
     TaggedCentralizedComparatorAdapter,
 )
-from comlrl_lightning.data.item_sources import HFDataset
+from comlrl_lightning.data.item_sources import HFDataset, ItemSet
 from comlrl_lightning.data.oracle import Oracle
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.data.replay import (
@@ -41,6 +41,7 @@ __all__ = [
     "CurrentReplay",
     "DelimitedAdapter",
     "HFDataset",
+    "ItemSet",
     "LambdaDecayReplay",
     "NearestKReplay",
     "Oracle",

@@ -268,6 +268,13 @@ class CentralizedOracle:
     def score(
         self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any
     ) -> Tuple[List[float], List[float]]:
+        return self.task.roles.oracle.score(*self._by_role(candidates, item))
+
+    def score_many(self, requests: Sequence[Tuple[Sequence[Sequence[str]], Sequence[str], Any]]):
+        """:meth:`score` of every request, through the roles' oracle in one batch where its reward takes one."""
+        return self.task.roles.oracle.score_many([self._by_role(candidates, item) for candidates, _, item in requests])
+
+    def _by_role(self, candidates: Sequence[Sequence[str]], item: Any) -> Tuple[List[List[str]], List[str], Any]:
         split = [self.task.split(text, item)[0] for text in candidates[0]]
         by_role = [[roles[r] for roles in split] for r in range(self.task.num_roles)]
-        return self.task.roles.oracle.score(by_role, self.task.role_prompts(item), item)
+        return by_role, self.task.role_prompts(item), item

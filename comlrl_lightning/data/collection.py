@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from comlrl_lightning.data.oracle import Oracle
+from comlrl_lightning.data.oracle import Oracle, score_requests
 from comlrl_lightning.data.pairs import PreferencePair, select_pairs
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.generation.base import (
@@ -106,10 +106,13 @@ def build_pairs_within(
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:
-    """Base trainers: pairs between the candidates of one item, ties dropped."""
+    """Base trainers: pairs between the candidates of one item, ties dropped (every item scored in one
+    :meth:`~comlrl_lightning.data.Oracle.score_many`)."""
     result = CollectionResult()
-    for k, item in enumerate(items):
-        _, scores = oracle.score(candidates.texts(k), candidates.prompts[k], item)
+    scored = score_requests(
+        oracle, [(candidates.texts(k), candidates.prompts[k], item) for k, item in enumerate(items)]
+    )
+    for k, (_, scores) in enumerate(scored):
         result.scores.append(scores)
         mean = mean_like_numpy(scores)
         result.item_pairs.append([])
@@ -170,17 +173,27 @@ def build_pairs_against(
     stream: RandomStream,
 ) -> CollectionResult:
     """Iterative trainers: current candidate ``j`` against comparator candidate ``j``, selected per
-    item by :func:`select_against`. ``candidate_reward_mean`` averages every processed score of both sides."""
+    item by :func:`select_against`. ``candidate_reward_mean`` averages every processed score of both
+    sides. Both sides of every item are scored in one :meth:`~comlrl_lightning.data.Oracle.score_many`."""
     result = CollectionResult()
-    for k, item in enumerate(items):
-        prompts = current.prompts[k]
-        sides = {
+    per_item = [
+        {
             "current": [per_agent[k] for per_agent in current.completions],
             "comparator": [per_agent[k] for per_agent in comparator],
         }
+        for k in range(len(items))
+    ]
+    requests = [
+        ([[c.text for c in cs] for cs in sides[side]], current.prompts[k], items[k])
+        for k, sides in enumerate(per_item)
+        for side in ("current", "comparator")
+    ]
+    scored = score_requests(oracle, requests)
+    for k, sides in enumerate(per_item):
+        prompts = current.prompts[k]
         raw, scores = {}, {}
-        for side, per_agent in sides.items():
-            raw[side], scores[side] = oracle.score([[c.text for c in cs] for cs in per_agent], prompts, item)
+        for offset, side in enumerate(("current", "comparator")):
+            raw[side], scores[side] = scored[2 * k + offset]
         all_scores = scores["current"] + scores["comparator"]
         result.scores.append(all_scores)
         result.target_raw_rewards.append(raw["current"])

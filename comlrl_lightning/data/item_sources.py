@@ -2,7 +2,7 @@
 
 A data module's ``train_dataset`` / ``eval_dataset`` may be a hub name or a local folder (a string),
 an :class:`HFDataset` (a configuration ``name`` such as gsm8k's ``main``, ``data_files``, a
-``split``), a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``, or (from
+``split``), an :class:`ItemSet` named by its import path (a built-in task's problems), a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``, or (from
 Python) a ``datasets.Dataset`` / ``DatasetDict``. The items are served through
 :class:`DatasetItems`, a read-only sequence over the dataset's memory-mapped table: sharding,
 loaders, collection, comparators and evaluation index it, so a large dataset is not copied item
@@ -51,6 +51,19 @@ class HFDataset:
     name: Optional[str] = None
     split: Optional[str] = None
     data_files: Optional[DataFiles] = None
+
+
+class ItemSet:
+    """Task items a class provides: a config names it by import path, as any other part
+    (``train_dataset: {class_path: comlrl_lightning.tasks.coding.HumanEval, init_args: {split: train}}``).
+
+    Subclasses implement :meth:`items`; a problem with an item is a
+    :class:`~comlrl_lightning.errors.DataError` raised there, before any training.
+    """
+
+    def items(self) -> Sequence[Dict[str, Any]]:
+        """The task items (dicts)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement items().")
 
 
 class DatasetItems(Sequence[Dict[str, Any]]):
@@ -203,4 +216,4 @@ def _split_of(dataset_dict: Any, split: str, option: str) -> Any:
     return dataset_dict[split]
 
 
-__all__ = ["DatasetItems", "HFDataset", "is_hf_dataset", "load_dataset_items"]
+__all__ = ["DatasetItems", "HFDataset", "ItemSet", "is_hf_dataset", "load_dataset_items"]

@@ -16,6 +16,14 @@ function names them or takes ``**kwargs``. A parameter named ``batch_items`` is 
 positional, nor is ``prompts`` unless it is the first parameter. Only the first returned value is used; ``reward_processor`` maps it to the processed
 score. Anything else (an exception, no value, a non-number, NaN or infinity) is an error naming the
 function and the value: a silently wrong reward would corrupt every pair built from it.
+
+Batch form: a reward function with the attribute ``accepts_batch = True`` is called once for many
+joint responses (a whole round's, or a whole evaluation batch's, through :meth:`Oracle.score_many`):
+the same signature rules, each list holding ``n`` completions (agent ``i``'s of every joint
+response), ``batch_items`` and ``prompts`` ``n`` long (one per joint response), and it returns ``n``
+values, response by response. A test runner that starts one process per program scores a round
+in parallel this way; every other function keeps the one-call-per-joint-response convention, and
+both conventions give the same scores.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ import torch
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError, DataError
 
 CallableSpec = Union[str, Callable, None]
+ScoreRequest = Tuple[Sequence[Sequence[str]], Sequence[str], Any]
+"""One item's joint responses to score: ``(candidates[agent][j], the agents' prompts, the item)``."""
 
 
 class RewardFunctionError(DataError, RuntimeError):
@@ -109,6 +119,35 @@ def _first_value(func: Callable, value: Any) -> float:
     return value
 
 
+def accepts_batch(func: Callable) -> bool:
+    """Whether ``func`` declares the batch form (``accepts_batch = True``)."""
+    return getattr(func, "accepts_batch", False) is True
+
+
+def call_reward_batch(
+    func: Callable, completions: List[List[str]], prompts: List[str], batch_items: list
+) -> List[float]:
+    """Call a batch-form ``func`` once on ``n`` joint responses (``completions[agent][j]``); its ``n`` values."""
+    count = len(batch_items)
+    args, kwargs = _bind(func, completions, prompts, batch_items)
+    args, kwargs = _callable_with(func, (args, kwargs), (tuple(completions), {}))
+    try:
+        values = func(*args, **kwargs)
+    except Exception as error:
+        raise RewardFunctionError(
+            f"reward function {function_name(func)} raised {type(error).__name__}: {error}"
+        ) from error
+    if isinstance(values, (torch.Tensor, np.ndarray)):
+        values = values.reshape(-1).tolist()
+    if not isinstance(values, (list, tuple)) or len(values) != count:
+        size = len(values) if isinstance(values, (list, tuple)) else type(values).__name__
+        raise DataError(
+            f"reward function {function_name(func)} declares accepts_batch, so it must return one value per "
+            f"joint response: {count} expected, got {size}."
+        )
+    return [_first_value(func, [value]) for value in values]
+
+
 def call_reward_function(
     func: Callable,
     completions: List[List[str]],
@@ -174,6 +213,30 @@ class Oracle:
         ]
         return raw, [self.process(value) for value in raw]
 
+    def score_many(self, requests: Sequence[ScoreRequest]) -> List[Tuple[List[float], List[float]]]:
+        """:meth:`score` of every ``(candidates, prompts, item)`` request, in order: one call of a
+        batch-form reward function for all of them (see the module's docstring), else one
+        :meth:`score` per request."""
+        if not accepts_batch(self.reward_func):
+            return [self.score(*request) for request in requests]
+        counts = [min(len(texts) for texts in candidates) for candidates, _, _ in requests]
+        if not requests or not sum(counts):
+            return [([], []) for _ in requests]
+        lists: List[List[str]] = [[] for _ in requests[0][0]]
+        prompts, items = [], []
+        for (candidates, agent_prompts, item), count in zip(requests, counts):
+            for agent, texts in enumerate(candidates):
+                lists[agent].extend(texts[:count])
+            prompts += [agent_prompts[0]] * count
+            items += [item] * count
+        values = call_reward_batch(self.reward_func, lists, prompts, items)
+        results, start = [], 0
+        for count in counts:
+            raw = values[start : start + count]
+            results.append((raw, [self.process(value) for value in raw]))
+            start += count
+        return results
+
     def process(self, value: float) -> float:
         if self.reward_processor is None:
             return value
@@ -187,6 +250,13 @@ class Oracle:
         if not math.isfinite(processed):
             raise DataError(f"reward_processor {function_name(self.reward_processor)} returned {processed!r}.")
         return processed
+
+
+def score_requests(oracle: Any, requests: Sequence[ScoreRequest]) -> List[Tuple[List[float], List[float]]]:
+    """``oracle.score_many(requests)`` where the oracle has it (:class:`Oracle`), else one ``score`` per request."""
+    if hasattr(oracle, "score_many"):
+        return oracle.score_many(requests)
+    return [oracle.score(*request) for request in requests]
 
 
 class ScoringProgress:
@@ -209,3 +279,10 @@ class ScoringProgress:
         if self.calls % self.calls_per_item == 0:
             self.progress.advance(1)
         return result
+
+    def score_many(self, requests: Sequence[ScoreRequest]) -> List[Tuple[List[float], List[float]]]:
+        results = score_requests(self.oracle, requests)
+        before = self.calls // self.calls_per_item
+        self.calls += len(requests)
+        self.progress.advance(self.calls // self.calls_per_item - before)
+        return results

@@ -17,7 +17,7 @@ from comlrl_lightning.data.chat import (
     check_agent_prompt,
     conversation_problem,
 )
-from comlrl_lightning.data.item_sources import HFDataset, load_dataset_items
+from comlrl_lightning.data.item_sources import HFDataset, ItemSet, load_dataset_items
 from comlrl_lightning.data.oracle import CallableSpec, Oracle, resolve_callable
 from comlrl_lightning.defaults import (
     EMBEDDED,
@@ -34,9 +34,10 @@ from comlrl_lightning.runtime.paths import require_local
 if TYPE_CHECKING:
     from comlrl_lightning.team.team import Team
 
-ItemSource = Union[str, HFDataset, List[Dict[str, Any]], None]
-"""Task items: a list, a file, a dataset name or folder, an :class:`HFDataset`, ``"embedded"`` or
-``None``; from Python also a ``datasets.Dataset`` / ``DatasetDict``."""
+ItemSource = Union[str, HFDataset, ItemSet, List[Dict[str, Any]], None]
+"""Task items: a list, a file, a dataset name or folder, an :class:`HFDataset`, an :class:`ItemSet`
+(by import path in a config), ``"embedded"`` or ``None``; from Python also a ``datasets.Dataset`` /
+``DatasetDict``."""
 FormatterSpec = Union[str, Callable, None]
 
 
@@ -56,6 +57,8 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
     text = require_local(source, option, "a local file or folder, or a hub dataset name") if _is_path(source) else None
     if isinstance(source, (list, tuple)):
         items = list(source)
+    elif isinstance(source, ItemSet):
+        items = list(source.items())
     elif text == EMBEDDED:
         items = toy_items(16 if role == "train" else 32, TOY_TRAIN_SEED if role == "train" else TOY_EVAL_SEED)
     elif text is not None and text.endswith(".jsonl"):
@@ -306,7 +309,9 @@ class TaskOptions:
         train_dataset: task items: a list of dicts, a ``.json``/``.jsonl`` path, a Hugging Face dataset
             name or folder (also one written by ``save_to_disk``), an
             :class:`~comlrl_lightning.data.HFDataset` (``{path: gsm8k, name: main}``,
-            ``data_files``, ``split``), a ``datasets.Dataset`` (Python), or ``"embedded"`` (the toy task).
+            ``data_files``, ``split``), an :class:`~comlrl_lightning.data.item_sources.ItemSet` by
+            ``class_path`` (``comlrl_lightning.tasks.coding.HumanEval``), a ``datasets.Dataset``
+            (Python), or ``"embedded"`` (the toy task).
             Datasets are indexed where they are, never copied into a list.
         eval_dataset: evaluation items, same forms (``None``: no evaluation).
         dataset_split: split for a Hugging Face ``train_dataset`` (unless it names its own).

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
 from comlrl_lightning.data.contract import TrainsOn, data_side, optional_data_side
+from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.generation.base import GenerationSettings, Generator, sample_team
 from comlrl_lightning.generation.hf import HFGenerator
@@ -274,9 +275,8 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         with self.generation_context():
             samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
         texts = [[samples[a][k][0].text for a in range(len(samples))] for k in range(len(items))]
-        rewards = [
-            task.oracle.score([[text] for text in texts[k]], prompts[k], item)[1][0] for k, item in enumerate(items)
-        ]
+        requests = [([[text] for text in texts[k]], prompts[k], item) for k, item in enumerate(items)]
+        rewards = [processed[0] for _, processed in score_requests(task.oracle, requests)]
         if self.evaluation_record is not None:
             self.evaluation_record.add(task, items, texts, rewards)
         return rewards

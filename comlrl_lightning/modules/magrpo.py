@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple, get_args
 import torch
 
 from comlrl_lightning.data.contract import data_side
+from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.generation.base import Completion, sample_team
 from comlrl_lightning.losses import (
     Baseline,
@@ -175,9 +176,8 @@ class MAGRPOModule(TeamModule):
     ) -> torch.Tensor:
         """``[items, G]`` returns of the joint responses; ``texts[agent][item][g]``. Here: the task reward."""
         oracle = data_side(self.trainer).task.oracle
-        rows = [
-            oracle.score([per_agent[k] for per_agent in texts], prompts[k], item)[1] for k, item in enumerate(items)
-        ]
+        requests = [([per_agent[k] for per_agent in texts], prompts[k], item) for k, item in enumerate(items)]
+        rows = [processed for _, processed in score_requests(oracle, requests)]
         return torch.tensor(rows, dtype=torch.float32, device=self.device)
 
     def sample_rollouts(self, prompts: List[List[str]]) -> List[List[List[Completion]]]:

@@ -458,3 +458,29 @@ def test_role_tags_in_the_agents_prompts_are_escaped_in_the_joint_prompt():
     # the only tags left are the ones the prompt asks the model to write, each once and in order
     tags = [m.group(0) for m in re.finditer(r"<\s*/?\s*agent_\d+\s*>", joint, re.IGNORECASE)]
     assert tags == ["<agent_0>", "</agent_0>", "<agent_1>", "</agent_1>"]
+
+
+def test_a_centralized_task_hands_a_batch_reward_every_joint_completion_at_once():
+    from comlrl_lightning.data.centralized_task import CentralizedTask
+    from comlrl_lightning.data.task import Task
+
+    calls = []
+
+    def per_answer(a, b):
+        return [float(len(a[0]) * 10 + len(b[0]))]
+
+    def batch(a, b):
+        calls.append((list(a), list(b)))
+        return [float(len(x) * 10 + len(y)) for x, y in zip(a, b)]
+
+    batch.accepts_batch = True
+    texts = [["<agent_0>ab</agent_0><agent_1>c</agent_1>", "nothing"], ["<agent_0>a</agent_0><agent_1>ccc</agent_1>"]]
+    requests = [([texts[0]], ["p"], {"q": "x"}), ([texts[1]], ["p"], {"q": "y"})]
+    scored = [
+        CentralizedTask(Task(["{q}", "{q}"], f, num_agents=2), TaggedCentralizedComparatorAdapter()).oracle.score_many(
+            requests
+        )
+        for f in (per_answer, batch)
+    ]
+    assert scored[0] == scored[1] == [([21.0, 0.0], [21.0, 0.0]), ([13.0], [13.0])]
+    assert calls == [(["ab", "", "a"], ["c", "", "ccc"])]

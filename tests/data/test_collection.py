@@ -121,3 +121,39 @@ def test_candidate_reward_mean_is_numpys_mean_byte_for_byte_as_the_reference():
     expected = [{**record, "candidate_reward_mean": float(np.mean(values))} for record in records]
     round_bytes, _ = encode_round(1, records)
     assert round_bytes == json.dumps({"iteration": 1, "num_pairs": 4, "pairs": expected}, ensure_ascii=False).encode()
+
+
+class BatchLengthReward:
+    """``length_reward`` in the batch form: one call for many joint answers, one value each."""
+
+    accepts_batch = True
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, a, b, batch_items=None):
+        self.calls.append((list(a), list(b), list(batch_items)))
+        return [float(len(x) + len(y)) for x, y in zip(a, b)]
+
+
+def test_a_batch_reward_scores_a_whole_round_in_one_call_with_the_same_pairs():
+    items = [{"id": 0}, {"id": 1}]
+    texts = [[["a", "bb", "ccc"], ["dd", "e", ""]], [["a", "b", "cc"], ["", "eee", "f"]]]  # [agent][item][j]
+    comparator = [[[Completion(ids=[1], text=t) for t in per_item] for per_item in agent] for agent in texts[::-1]]
+    current = Candidates(
+        prompts=[["p0", "p1"], ["q0", "q1"]],
+        prompt_ids=[[[1], [2]], [[3], [4]]],
+        completions=[[[Completion(ids=[1], text=t) for t in per_item] for per_item in agent] for agent in texts],
+    )
+    batch = BatchLengthReward()
+    results = [
+        build_pairs_against(
+            current, comparator, Task(reward_func=f, num_agents=2).oracle, items, "all", None, RandomStream(0)
+        )
+        for f in (length_reward, batch)
+    ]
+    assert results[0].scores == results[1].scores and [p.to_record() for p in results[0].pairs] == [
+        p.to_record() for p in results[1].pairs
+    ]
+    [(a, b, batch_items)] = batch.calls  # current and comparator of both items: 12 joint answers
+    assert len(a) == len(b) == 12 and batch_items == [items[0]] * 6 + [items[1]] * 6

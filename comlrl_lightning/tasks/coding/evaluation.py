@@ -1,0 +1,132 @@
+"""What the team wrote at each evaluation: pass@1 and the other coding metrics, and a readable sample.
+
+:class:`CodingEvaluationLog` is a callback: it makes itself the team module's evaluation domain
+metrics (:mod:`comlrl_lightning.modules.evaluation_metrics`), so every evaluation's joint samples
+(one per held-out problem) come to it. It scores them again with the coding reward (the test runner
+runs each combined program once more) and logs, beside ``eval/turn_1/reward_mean``:
+
+* ``eval/pass_at_1``: share of problems whose combined program passes every test;
+* ``eval/code_reward_mean``: mean reward before the training shift (0 to 4);
+* ``eval/parse_rate``: share of combined programs that parse;
+* ``eval/calls_aux_rate``: share where the entry point calls ``aux``.
+
+The first ``sample_size`` programs, with both completions and their test reports, are appended to
+``evaluation_programs.jsonl`` beside the CSV log (one JSON object per program, rewritten atomically),
+and logged as a W&B table ``eval/programs`` when a W&B logger is attached.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+
+from lightning.pytorch import Callback
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.runtime.files import write_atomically
+from comlrl_lightning.tasks.coding.reward import CodeScore, CooperativeCodeReward, cooperative_code_reward
+
+if TYPE_CHECKING:
+    from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples
+
+SAMPLES_FILE = "evaluation_programs.jsonl"
+TABLE_COLUMNS = [
+    "step",
+    "task_id",
+    "reward",
+    "status",
+    "passed",
+    "total",
+    "program",
+    "aux_completion",
+    "main_completion",
+]
+
+
+def coding_metrics(scores: List[CodeScore]) -> Dict[str, float]:
+    """pass@1, the mean reward, the parse share and the calls-``aux`` share of one evaluation's scores."""
+    count = max(len(scores), 1)
+    return {
+        "pass_at_1": sum(score.passed_all for score in scores) / count,
+        "code_reward_mean": sum(score.reward for score in scores) / count,
+        "parse_rate": sum(score.joint.parses for score in scores) / count,
+        "calls_aux_rate": sum(score.joint.calls_aux for score in scores) / count,
+    }
+
+
+def sample_record(step: int, item: Dict[str, Any], completions: List[str], score: CodeScore) -> Dict[str, Any]:
+    """One evaluated program as the samples file keeps it."""
+    report = score.report
+    return {
+        "step": step,
+        "task_id": item.get("task_id"),
+        "reward": score.reward,
+        "status": getattr(report, "status", "not run"),
+        "passed": getattr(report, "passed", 0),
+        "total": getattr(report, "total", 0),
+        "detail": getattr(report, "detail", ""),
+        "program": score.joint.program,
+        "aux_completion": completions[0],
+        "main_completion": completions[1],
+    }
+
+
+class CodingEvaluationLog(Callback):
+    """Coding metrics of every evaluation and a sample of its programs (see the module's docstring).
+
+    Args:
+        sample_size: programs of each evaluation written to the samples file (and W&B table).
+        reward: the reward that scores them (default: :data:`cooperative_code_reward`).
+    """
+
+    def __init__(self, sample_size: int = 8, reward: Optional[CooperativeCodeReward] = None) -> None:
+        if sample_size < 0:
+            raise ConfigurationError(f"CodingEvaluationLog sample_size must be at least 0 (got {sample_size}).")
+        self.sample_size = sample_size
+        self.reward = reward if reward is not None else cooperative_code_reward
+        self.trainer: Any = None
+        self.previous: Optional[Callable[[Any], Dict[str, Any]]] = None
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if not hasattr(pl_module, "evaluation_metrics"):
+            raise ConfigurationError(f"CodingEvaluationLog needs a team module; {type(pl_module).__name__} is not one.")
+        self.trainer = trainer
+        if pl_module.evaluation_metrics is not self:
+            self.previous = pl_module.evaluation_metrics  # a user's own metrics keep being logged
+            pl_module.evaluation_metrics = self
+
+    def __call__(self, samples: "EvaluationSamples") -> Dict[str, Any]:
+        items = list(samples.items)
+        scores = self.reward.score([c[0] for c in samples.completions], [c[1] for c in samples.completions], items)
+        metrics: Dict[str, Any] = dict(self.previous(samples)) if self.previous is not None else {}
+        metrics.update(coding_metrics(scores))
+        if self.trainer is not None and self.trainer.is_global_zero and self.sample_size:
+            step = int(self.trainer.global_step)
+            records = [
+                sample_record(step, item, list(texts), score)
+                for item, texts, score in list(zip(items, samples.completions, scores))[: self.sample_size]
+            ]
+            self.write(records)
+        return metrics
+
+    def folder(self) -> Path:
+        """Where the samples file goes: the CSV log's folder, else the run's root folder."""
+        for logger in self.trainer.loggers:
+            if isinstance(logger, CSVLogger):
+                return Path(logger.log_dir)
+        return Path(self.trainer.default_root_dir)
+
+    def write(self, records: List[Dict[str, Any]]) -> None:
+        """Append ``records`` to the samples file (the whole file rewritten atomically) and the W&B table."""
+        path = self.folder() / SAMPLES_FILE
+        old = path.read_bytes() if path.is_file() else b""
+        new = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records).encode("utf-8")
+        write_atomically(path, old + new)
+        for logger in self.trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_table("eval/programs", TABLE_COLUMNS, [[r[c] for c in TABLE_COLUMNS] for r in records])
+
+
+__all__ = ["CodingEvaluationLog", "coding_metrics", "sample_record"]

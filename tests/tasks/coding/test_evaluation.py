@@ -1,0 +1,68 @@
+"""The coding evaluation log: pass@1 and the other metrics, and the programs written beside the CSV log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from lightning.pytorch import Trainer
+from lightning.pytorch.loggers import CSVLogger
+
+from comlrl_lightning import MADPOModule
+from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, domain_metrics
+from comlrl_lightning.tasks.coding import CodingEvaluationLog, CooperativeCodeReward
+from tests.tasks.coding.test_reward import AUX, ITEM, MAIN_USES_AUX, FakeRunner
+
+SECOND = dict(ITEM, task_id="Test/1")
+
+
+def samples() -> EvaluationSamples:
+    record = EvaluationSamples()
+    record.items = [ITEM, SECOND, ITEM]
+    record.role_prompts = [["a", "m"]] * 3
+    record.completions = [[AUX, MAIN_USES_AUX], [AUX, "def total(xs):\n    return sum(xs\n"], ["", "no code"]]
+    record.rewards = [0.0, -3.0, -4.0]
+    return record
+
+
+def test_metrics_and_the_samples_file_beside_the_csv_log(tmp_path):
+    trainer = Trainer(logger=CSVLogger(tmp_path), default_root_dir=tmp_path, accelerator="cpu", devices=1)
+    module = MADPOModule()
+    log = CodingEvaluationLog(sample_size=2, reward=CooperativeCodeReward(run_tests_batch=FakeRunner(2)))
+    log.setup(trainer, module, "fit")
+    assert module.evaluation_metrics is log
+    metrics = domain_metrics(module.evaluation_metrics, samples())
+    assert metrics == pytest.approx(
+        {
+            "eval/pass_at_1": 1 / 3,
+            "eval/code_reward_mean": (4.0 + 1.0 + 0.0) / 3,
+            "eval/parse_rate": 2 / 3,  # the empty pair still parses: imports alone
+            "eval/calls_aux_rate": 1 / 3,
+        }
+    )
+    domain_metrics(module.evaluation_metrics, samples())  # a second evaluation appends
+    path = tmp_path / "lightning_logs" / "version_0" / "evaluation_programs.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["task_id"] for r in records] == ["Test/0", "Test/1"] * 2
+    assert records[0]["passed"] == records[0]["total"] == 2 and records[0]["reward"] == pytest.approx(4.0)
+    assert (
+        records[0]["program"].startswith("from typing import List") and records[0]["main_completion"] == MAIN_USES_AUX
+    )
+    assert records[1]["status"] == "not run" and records[1]["reward"] == pytest.approx(1.0)
+
+
+def test_a_users_own_evaluation_metrics_keep_being_logged(tmp_path):
+    trainer = Trainer(logger=False, default_root_dir=tmp_path, accelerator="cpu", devices=1)
+    module = MADPOModule()
+    module.evaluation_metrics = lambda s: {"mine": len(s.items)}
+    log = CodingEvaluationLog(sample_size=0, reward=CooperativeCodeReward(run_tests_batch=FakeRunner(0)))
+    log.setup(trainer, module, "fit")
+    metrics = domain_metrics(module.evaluation_metrics, samples())
+    assert metrics["eval/mine"] == 3 and metrics["eval/pass_at_1"] == 0.0
+    assert not list(tmp_path.rglob("evaluation_programs.jsonl"))
+
+
+def test_a_negative_sample_size_is_refused():
+    with pytest.raises(ConfigurationError, match="sample_size must be at least 0"):
+        CodingEvaluationLog(sample_size=-1)
