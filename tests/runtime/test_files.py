@@ -97,3 +97,17 @@ def test_a_read_only_folder_is_named_before_anything_is_written(read_only):
         write_atomically(read_only / "iteration_0001.json", b"{}")
     with pytest.raises(RunStateError, match="is not writable"):
         ensure_writable_folder(read_only / "sub", "a run folder")
+
+
+def test_a_writer_function_streams_into_the_file_and_a_failure_keeps_the_old_bytes(tmp_path):
+    target = tmp_path / "last.ckpt"
+    write_atomically(target, lambda handle: [handle.write(part) for part in (b"new ", b"bytes")])
+    assert target.read_bytes() == b"new bytes"
+
+    def fails_halfway(handle):
+        handle.write(b"torn")
+        raise OSError("No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(target, fails_halfway)
+    assert target.read_bytes() == b"new bytes" and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
