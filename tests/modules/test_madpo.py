@@ -116,8 +116,8 @@ def _pairs(tokenizer, agents: int) -> list:
     ]
 
 
-def _saved_bytes(function):
-    """``(result, bytes of the tensors autograd keeps for the backward outside any checkpoint)``."""
+def _saved_bytes(function, *args):
+    """``(function(*args), bytes of the tensors autograd keeps for the backward outside any checkpoint)``."""
     saved = []
 
     def pack(tensor):
@@ -125,7 +125,7 @@ def _saved_bytes(function):
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        result = function()
+        result = function(*args)
     return result, sum(saved)
 
 
@@ -142,7 +142,7 @@ def test_recomputed_agents_have_the_margins_and_gradients_of_held_graphs_and_kee
         module.configure_model()
         assert module.recomputes_agents() is not hold
         batch = module.collate_pairs(_pairs(module.team.tokenizers[0], 3))
-        margins, saved = _saved_bytes(lambda: module.margins(batch))
+        margins, saved = _saved_bytes(module.margins, batch)
         module.zero_grad(set_to_none=True)
         madpo_loss(margins, module.dpo_beta).backward()
         gradients = {name: p.grad.clone() for name, p in module.team.named_parameters() if p.grad is not None}
@@ -168,7 +168,6 @@ def test_no_recomputation_where_it_saves_nothing():
 
 
 def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_agent():
-    from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.losses import madpo_loss
     from tests.conftest import TINY_MODEL
 
