@@ -6,7 +6,9 @@
 Every run is its own process, one at a time; its peak RSS is the kernel's count for that child
 (``wait4``'s ``ru_maxrss``). Rows:
 
-* ``default``: ``configs/madpo.yaml`` with 2 full agents of the model, 4 candidates, 1 epoch;
+* ``default``: ``configs/madpo.yaml`` with 2 full agents of the model, 4 candidates, 1 epoch (its
+  evaluations and checkpoints included), and the reference's ``MADPOTrainer`` at its training
+  settings (which evaluates and checkpoints nothing by default);
 * ``lora``: the same with a LoRA team (r=8) on one base;
 * ``iterative``: 2 rounds of ``configs/madpo_iter.yaml`` on the first 8 HumanEval prompts (4
   candidates, 128 new tokens, train batch 4, history comparator, current-round replay, no
@@ -148,6 +150,41 @@ def reference_iterative(model: str, dataset: str, root: str) -> None:
     trainer.train()
 
 
+def reference_default(model: str) -> None:
+    """The reference's ``MADPOTrainer`` at the training settings of ``configs/madpo.yaml`` with 4
+    candidates and 1 epoch (no evaluation, no checkpoints: it writes none by default)."""
+    from comlrl.trainers.preference import MADPOConfig, MADPOTrainer
+    from transformers import AutoTokenizer
+
+    sys.path.insert(0, str(HERE))
+    import common
+
+    args = MADPOConfig(
+        num_agents=2,
+        agent_devices="cpu",
+        agent_learning_rate=LEARNING_RATE,
+        dpo_beta=0.1,
+        eval_interval=0,
+        num_train_epochs=1,
+        preference_num_candidates=4,
+        preference_pairs_per_sample=16,
+        pair_selection="reward_gap",
+        train_batch_size=16,
+        max_new_tokens=16,
+        **common.GENERATION,
+    )
+    trainer = MADPOTrainer(
+        agents=[model] * 2,
+        num_agents=2,
+        tokenizer=AutoTokenizer.from_pretrained(model),
+        train_dataset=common.items(16),
+        reward_func=common.reward,
+        formatters=list(common.FORMATTERS),
+        args=args,
+    )
+    trainer.train()
+
+
 def run_rows(options: argparse.Namespace) -> List[Dict[str, Any]]:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -158,15 +195,18 @@ def run_rows(options: argparse.Namespace) -> List[Dict[str, Any]]:
         plan = [("ours", row, False) for row in options.rows]
         if "iterative" in options.rows and options.hold_agent_graphs:
             plan.append(("ours", "iterative", True))
-        if "iterative" in options.rows and options.reference_python:
-            plan.append(("reference", "iterative", False))
+        if options.reference_python:
+            plan += [("reference", row, False) for row in options.rows if row != "lora"]
         for side, row, hold in plan:
             root = Path(tempfile.mkdtemp(dir=scratch))
             if side == "ours":
                 command = ours_command(row, options.model, root, dataset, hold)
             else:
-                script = f"import sys; sys.path.insert(0, {str(HERE)!r}); import real_memory; "
-                script += f"real_memory.reference_iterative({options.model!r}, {str(dataset)!r}, {str(root)!r})"
+                script = f"import sys; sys.path.insert(0, {str(HERE)!r}); import real_memory; real_memory."
+                if row == "default":
+                    script += f"reference_default({options.model!r})"
+                else:
+                    script += f"reference_iterative({options.model!r}, {str(dataset)!r}, {str(root)!r})"
                 command = [options.reference_python, "-c", script]
             print(f"  {side} {row}{' (hold_agent_graphs)' if hold else ''} ...", end="", flush=True)
             result = measure(command, env)
