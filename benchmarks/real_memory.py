@@ -150,6 +150,83 @@ def reference_iterative(model: str, dataset: str, root: str) -> None:
     trainer.train()
 
 
+STEP = dict(items=8, completion_length=128, train_batch_size=4, steps=3)
+"""The ``step`` row: MADPO updates of 2 full agents on HumanEval prompts and 128-token completions."""
+
+
+def step_pairs(tokenizer, items: List[Dict[str, str]], completion_length: int, seed: int = 0) -> List[dict]:
+    """Two-agent pairs of token ids: each item's prompt for both agents, random completions of
+    ``completion_length`` tokens (the last one EOS), the same ids for both sides."""
+    import random
+
+    rng = random.Random(seed)
+    specials = set(tokenizer.all_special_ids)
+    vocabulary = [i for i in range(len(tokenizer)) if i not in specials]
+    pairs = []
+    for item in items:
+        prompt = tokenizer(item["prompt"], add_special_tokens=True)["input_ids"]
+        draw = lambda: [rng.choice(vocabulary) for _ in range(completion_length - 1)] + [tokenizer.eos_token_id]  # noqa: E731
+        pairs.append({"prompt_ids": [prompt] * 2, "winner_ids": [draw(), draw()], "loser_ids": [draw(), draw()]})
+    return pairs
+
+
+def ours_step(model: str, dataset: str, hold: bool) -> None:
+    """Our MADPO update (``MADPOModule.margins``, the joint loss, fused AdamW) at :data:`STEP`."""
+    from comlrl_lightning import MADPOModule, MemoryOptions, TeamOptions
+    from comlrl_lightning.data.pairs import PreferencePair
+    from comlrl_lightning.losses import madpo_loss
+
+    team = TeamOptions(agents=[model] * 2, memory=MemoryOptions(hold_agent_graphs=hold))
+    module = MADPOModule(team=team, agent_learning_rate=LEARNING_RATE)
+    module.configure_model()
+    optimizer = module.configure_optimizers()
+    raw = step_pairs(module.team.tokenizers[0], json.loads(Path(dataset).read_text()), STEP["completion_length"])
+    pool = [
+        PreferencePair(
+            ["", ""],
+            ["", ""],
+            ["", ""],
+            1.0,
+            0.0,
+            0.5,
+            prompt_ids=p["prompt_ids"],
+            winner_ids=p["winner_ids"],
+            loser_ids=p["loser_ids"],
+        )
+        for p in raw
+    ]
+    size = STEP["train_batch_size"]
+    for step in range(STEP["steps"]):
+        batch = [pool[(step * size + i) % len(pool)] for i in range(size)]
+        optimizer.zero_grad(set_to_none=True)
+        madpo_loss(module.margins(module.collate_pairs(batch)), module.dpo_beta).backward()
+        optimizer.step()
+
+
+def reference_step(model: str, dataset: str) -> None:
+    """The reference's ``MADPOTrainer._update_from_preference_batch`` on the same ids at :data:`STEP`."""
+    import torch
+    from comlrl.trainers.preference.madpo import AgentPreferenceTensors, PreferencePair
+
+    sys.path.insert(0, str(HERE))
+    import reference
+
+    trainer = reference._trainer({"model": model}, train_batch_size=STEP["train_batch_size"])
+    for agent in trainer.agents:
+        agent.train()
+    raw = step_pairs(trainer.tokenizers[0], json.loads(Path(dataset).read_text()), STEP["completion_length"])
+    pool = []
+    for p in raw:
+        tensors = [
+            AgentPreferenceTensors(torch.tensor(a), torch.tensor(w), torch.tensor(lo))
+            for a, w, lo in zip(p["prompt_ids"], p["winner_ids"], p["loser_ids"])
+        ]
+        pool.append(PreferencePair(["", ""], ["", ""], ["", ""], tensors, 1.0, 0.0, 0.5))
+    size = STEP["train_batch_size"]
+    for step in range(STEP["steps"]):
+        trainer._update_from_preference_batch([pool[(step * size + i) % len(pool)] for i in range(size)])
+
+
 def reference_default(model: str) -> None:
     """The reference's ``MADPOTrainer`` at the training settings of ``configs/madpo.yaml`` with 4
     candidates and 1 epoch (no evaluation, no checkpoints: it writes none by default)."""
@@ -193,21 +270,26 @@ def run_rows(options: argparse.Namespace) -> List[Dict[str, Any]]:
         dataset = Path(scratch) / "humaneval.json"
         dataset.write_text(json.dumps(humaneval_items(ITERATIVE["items"])))
         plan = [("ours", row, False) for row in options.rows]
-        if "iterative" in options.rows and options.hold_agent_graphs:
-            plan.append(("ours", "iterative", True))
+        plan += [("ours", row, True) for row in options.rows if row in HOLDS and options.hold_agent_graphs]
         if options.reference_python:
             plan += [("reference", row, False) for row in options.rows if row != "lora"]
         for side, row, hold in plan:
             root = Path(tempfile.mkdtemp(dir=scratch))
-            if side == "ours":
+            if side == "ours" and row != "step":
                 command = ours_command(row, options.model, root, dataset, hold)
             else:
-                script = f"import sys; sys.path.insert(0, {str(HERE)!r}); import real_memory; real_memory."
-                if row == "default":
-                    script += f"reference_default({options.model!r})"
-                else:
-                    script += f"reference_iterative({options.model!r}, {str(dataset)!r}, {str(root)!r})"
-                command = [options.reference_python, "-c", script]
+                call = {
+                    ("ours", "step"): f"ours_step({options.model!r}, {str(dataset)!r}, {hold})",
+                    ("reference", "step"): f"reference_step({options.model!r}, {str(dataset)!r})",
+                    ("reference", "default"): f"reference_default({options.model!r})",
+                    (
+                        "reference",
+                        "iterative",
+                    ): f"reference_iterative({options.model!r}, {str(dataset)!r}, {str(root)!r})",
+                }[side, row]
+                script = f"import sys; sys.path.insert(0, {str(HERE)!r}); import real_memory; real_memory.{call}"
+                python = sys.executable if side == "ours" else options.reference_python
+                command = [python, "-c", script]
             print(f"  {side} {row}{' (hold_agent_graphs)' if hold else ''} ...", end="", flush=True)
             result = measure(command, env)
             print(f" {result['peak_rss_gib']:.2f} GiB, {result['seconds']:.0f} s", flush=True)
@@ -215,7 +297,10 @@ def run_rows(options: argparse.Namespace) -> List[Dict[str, Any]]:
     return results
 
 
+HOLDS = ("iterative", "step")
+"""Rows also measured with ``team.memory.hold_agent_graphs`` (``--hold-agent-graphs``)."""
 DESCRIPTIONS = {
+    "step": "3 MADPO updates, 2 full agents, train batch 4, HumanEval prompts + 128-token completions",
     "default": "configs/madpo.yaml, 2 full agents, 4 candidates, 1 epoch (checkpoints included)",
     "lora": "configs/madpo.yaml, LoRA team (r=8) on one base, 4 candidates, 1 epoch",
     "iterative": "2 rounds MADPO iterative, 8 HumanEval prompts, 4 candidates, 128 new tokens, "
@@ -244,9 +329,13 @@ def markdown(results: List[Dict[str, Any]], model: str) -> str:
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a local Hugging Face folder of the model")
-    parser.add_argument("--rows", nargs="+", default=["default", "lora", "iterative"], choices=sorted(DESCRIPTIONS))
+    parser.add_argument(
+        "--rows", nargs="+", default=["step", "default", "lora", "iterative"], choices=sorted(DESCRIPTIONS)
+    )
     parser.add_argument("--reference-python", help="interpreter of a venv with comlrl==1.4.3 (the reference)")
-    parser.add_argument("--hold-agent-graphs", action="store_true", help="also our iterative run with held graphs")
+    parser.add_argument(
+        "--hold-agent-graphs", action="store_true", help="also our step and iterative rows with held graphs"
+    )
     parser.add_argument("--output", default=str(HERE / "REAL_MEMORY.md"))
     options = parser.parse_args(argv)
     results = run_rows(options)
