@@ -6,6 +6,9 @@
 Every run is its own process, one at a time; its peak RSS is the kernel's count for that child
 (``wait4``'s ``ru_maxrss``). Rows:
 
+* ``step``: 3 MADPO updates of 2 full agents (train batch 4, HumanEval prompts, random 128-token
+  completions): ours (``MADPOModule.margins``, the joint loss, AdamW) and the reference's
+  ``_update_from_preference_batch`` on the same token ids: the part of a run where it peaks;
 * ``default``: ``configs/madpo.yaml`` with 2 full agents of the model, 4 candidates, 1 epoch (its
   evaluations and checkpoints included), and the reference's ``MADPOTrainer`` at its training
   settings (which evaluates and checkpoints nothing by default);
@@ -15,8 +18,8 @@ Every run is its own process, one at a time; its peak RSS is the kernel's count 
   evaluation), the same settings in the reference's ``MADPOIterTrainer`` (``--reference-python``:
   the interpreter of a venv with ``comlrl==1.4.3``, see ``refenv.py``).
 
-``--hold-agent-graphs`` adds our iterative run with ``team.memory.hold_agent_graphs`` (speed over
-memory). Writes ``benchmarks/REAL_MEMORY.md`` (and ``real_memory.json``) with the ratio to the
+``--hold-agent-graphs`` adds our step and iterative rows with ``team.memory.hold_agent_graphs``
+(speed over memory). Writes ``benchmarks/REAL_MEMORY.md`` (and ``real_memory.json``) with the ratio to the
 reference at the same settings. Needs only the standard library until a run starts.
 """
 
