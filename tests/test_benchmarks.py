@@ -262,3 +262,20 @@ def test_checkpoint_assets_are_hard_links_that_add_no_file_bytes(tmp_path, monke
         live = tmp_path / "preference_replay" / name
         assert os.stat(assets / "preference_replay" / name).st_ino == os.stat(live).st_ino
     assert "| 3 rounds |" in space.table(results, 3)
+
+
+def test_real_memory_rows_put_the_config_first_and_divide_by_the_reference(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    real_memory = importlib.import_module("real_memory")
+    command = real_memory.ours_command("iterative", "/models/smol", tmp_path, tmp_path / "items.json", hold=True)
+    assert command[3:6] == ["fit", "--config", str(BENCHMARKS.parent / "configs" / "madpo_iter.yaml")]
+    assert command[-2:] == ["--model.init_args.team.memory.hold_agent_graphs", "true"]
+    assert "lora" not in " ".join(real_memory.ours_command("default", "/m", tmp_path, tmp_path / "i.json"))
+    rows = [
+        {"side": "ours", "row": "step", "hold_agent_graphs": False, "peak_rss_gib": 4.5, "seconds": 10.0},
+        {"side": "ours", "row": "lora", "hold_agent_graphs": False, "peak_rss_gib": 2.0, "seconds": 5.0},
+        {"side": "reference", "row": "step", "hold_agent_graphs": False, "peak_rss_gib": 5.0, "seconds": 20.0},
+    ]
+    table = real_memory.markdown(rows, "/models/smol")
+    assert "| ours | 4.50 | 0.90 | 10 |" in table and "| ours | 2.00 | - | 5 |" in table
+    assert "| reference | 5.00 | 1.00 | 20 |" in table

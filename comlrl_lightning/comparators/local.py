@@ -114,7 +114,8 @@ class HistoryComparator(Comparator):
 
     For round ``r`` that is the snapshot taken at the start of round ``max(r - k, 0)``, so with
     ``k = 1`` the comparator is the previous round's policy (in the reference ``k = 1`` silently
-    equals the current weights). The data module saves the snapshots at every round start.
+    equals the current weights). The data module saves the snapshots at every round start. The
+    snapshot's models are released after the round's collection, so training never holds them.
 
     Args:
         k: lag in rounds (>= 1).
@@ -145,6 +146,10 @@ class HistoryComparator(Comparator):
         if self._team is None:
             raise RuntimeError("HistoryComparator.start_round() loads the snapshot before sampling.")
         return self._team
+
+    def end_round(self) -> None:
+        # the snapshot's models leave memory before training (as the reference's, loaded per use)
+        self._team, self._loaded = None, None
 
 
 def _check_length(values: DeviceSpec, num_agents: int, option: str) -> None:

@@ -32,41 +32,80 @@ from comlrl_lightning.generation.seeded_sampling import (
     seeded_sampling_options,
 )
 from comlrl_lightning.generation.shared_prompt import sample_with_shared_prompts
-from comlrl_lightning.options import at_least
+from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.progress import report_generated
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import max_over_ranks
 from comlrl_lightning.team.team import Team, left_pad
 
 KV_CACHE_MEMORY_SHARE = 0.25
-"""Automatic generation batches: one call's KV caches and logits may use this share of the device's memory."""
+"""Automatic generation batches: one call's KV caches and logits may use this share of the memory
+the team's training state leaves free on the device."""
 FALLBACK_GENERATION_BATCH_SIZE = 64
 """Sequences per call when the memory of the device or the size of the model's cache is unknown."""
+TRAINING_STATE_COPIES = 4
+"""Bytes a trainable parameter holds per byte of its weight: the weight, its gradient and AdamW's two moments."""
 
 
-def auto_generation_batch_size(model: nn.Module, device: torch.device, sequence_length: int) -> int:
-    """How many sequences of ``sequence_length`` tokens one ``generate()`` call may sample at once.
+def generation_memory_budget(total: int, resident: int, share: float = KV_CACHE_MEMORY_SHARE) -> int:
+    """Bytes one ``generate()`` call may use: ``share`` of the device's ``total`` memory less the
+    ``resident`` bytes the team's training state holds there (never below 0)."""
+    return max(int(share * (total - resident)), 0)
 
-    Estimated from the model's config: per sequence, its key/value cache (counted twice, as a
-    growing cache is reallocated while the old one is alive) plus a few float32 logit rows,
-    against :data:`KV_CACHE_MEMORY_SHARE` of the device's *total* memory. Total, not free, memory
-    keeps the choice (and with it the sampled tokens) the same when a run resumes on the same
-    kind of machine; set ``HFGenerator(batch_size=...)`` to pin it across machines.
-    """
+
+def batch_size_for_budget(per_sequence: int, budget: int) -> int:
+    """Sequences of ``per_sequence`` bytes that fit in ``budget`` bytes (at least 1)."""
+    return max(1, budget // max(per_sequence, 1))
+
+
+def training_state_bytes(models: Sequence[nn.Module]) -> int:
+    """Bytes the models' training state holds: every parameter once (a shared base counted once),
+    a trainable one :data:`TRAINING_STATE_COPIES` times (weight, gradient, AdamW's two moments)."""
+    seen, total = set(), 0
+    for model in models:
+        for parameter in model.parameters():
+            if id(parameter) not in seen:
+                seen.add(id(parameter))
+                copies = TRAINING_STATE_COPIES if parameter.requires_grad else 1
+                total += parameter.numel() * parameter.element_size() * copies
+    return total
+
+
+def sequence_bytes(model: nn.Module, sequence_length: int) -> Optional[int]:
+    """Estimated bytes one sequence of ``sequence_length`` tokens takes in ``generate()``, from the
+    model's config: its key/value cache (counted twice, as a growing cache is reallocated while the
+    old one is alive) plus a few float32 logit rows; ``None`` when the config does not say."""
     config = getattr(model, "config", None)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     layers, heads, hidden = (
         getattr(config, name, None) for name in ("num_hidden_layers", "num_attention_heads", "hidden_size")
     )
-    memory = device_memory(device)
-    if not (layers and heads and hidden and memory):
-        return FALLBACK_GENERATION_BATCH_SIZE
+    if not (layers and heads and hidden):
+        return None
     key_value_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     element = next(model.parameters()).element_size()
     per_sequence = 2 * (2 * layers * key_value_heads * head_dim * element) * sequence_length
-    per_sequence += 3 * 4 * (getattr(config, "vocab_size", None) or 0)
-    return max(1, int(memory * KV_CACHE_MEMORY_SHARE // max(per_sequence, 1)))
+    return per_sequence + 3 * 4 * (getattr(config, "vocab_size", None) or 0)
+
+
+def auto_generation_batch_size(
+    model: nn.Module, device: torch.device, sequence_length: int, resident: int = 0, budget: Optional[int] = None
+) -> int:
+    """How many sequences of ``sequence_length`` tokens one ``generate()`` call may sample at once.
+
+    :func:`sequence_bytes` per sequence against ``budget`` bytes (default:
+    :func:`generation_memory_budget` of the device's *total* memory less ``resident``, the team's
+    :func:`training_state_bytes`). Total, not free, memory keeps the choice the same when a run
+    resumes on the same kind of machine; set ``HFGenerator(batch_size=...)`` to pin it across machines.
+    """
+    per_sequence = sequence_bytes(model, sequence_length)
+    if budget is None:
+        memory = device_memory(device)
+        budget = generation_memory_budget(memory, resident) if memory else None
+    if per_sequence is None or budget is None:
+        return FALLBACK_GENERATION_BATCH_SIZE
+    return batch_size_for_budget(per_sequence, budget)
 
 
 def device_memory(device: torch.device) -> Optional[int]:
@@ -89,14 +128,22 @@ class HFGenerator(Generator):
     prompts are batched; a LoRA team samples all its agents in the same calls.
 
     Args:
-        batch_size: sequences (prompts x samples) per ``generate()`` call. ``None``: as many as a
-            quarter of the device's *total* memory holds (KV cache estimated from the model's
-            config); set a number to cap collection's memory.
+        batch_size: sequences (prompts x samples) per ``generate()`` call. ``None``: as many as the
+            memory budget holds (KV cache estimated from the model's config); set a number to cap
+            collection's memory.
+        memory_budget_gib: the automatic batch size's budget, GiB per call. ``None``: a quarter
+            of what the team's weights, gradients and AdamW moments leave of the device's
+            *total* memory (:func:`generation_memory_budget`).
     """
 
-    def __init__(self, batch_size: Optional[int] = None) -> None:
+    def __init__(self, batch_size: Optional[int] = None, memory_budget_gib: Optional[float] = None) -> None:
         at_least("batch_size", batch_size, 1, allow_none=True)
+        require(
+            memory_budget_gib is None or memory_budget_gib > 0,
+            f"memory_budget_gib must be > 0 GiB (got {memory_budget_gib}).",
+        )
         self.batch_size = batch_size
+        self.memory_budget_gib = memory_budget_gib
 
     @torch.no_grad()
     def generate(
@@ -170,8 +217,8 @@ class HFGenerator(Generator):
         owner = agents[0] if agents else 0
         model, tokenizer = team.agents[owner], team.tokenizers[owner]
         device = team.device_of(owner)
-        batch_size = self.batch_size or auto_generation_batch_size(
-            model, device, max(map(len, encoded), default=0) + settings.max_new_tokens
+        batch_size = self.batch_size or self.auto_batch_size(
+            team, owner, max(map(len, encoded), default=0) + settings.max_new_tokens
         )
         beams = beam_search(settings.extra)  # one request per call, drawn from the request's seed
         prompts_per_call = 1 if beams else max(1, batch_size // num_samples)
@@ -233,12 +280,27 @@ class HFGenerator(Generator):
                 return caller.generate(input_ids=input_ids[copies], attention_mask=attention_mask[copies], **sampling)
         return sample_with_shared_prompts(caller, input_ids, attention_mask, num_samples, sampling)
 
+    def auto_batch_size(self, team: Team, agent: int, sequence_length: int) -> int:
+        """:func:`auto_generation_batch_size` for agent ``agent``'s model, within ``memory_budget_gib``
+        or what the team's training state leaves of its device's memory."""
+        budget = int(self.memory_budget_gib * 2**30) if self.memory_budget_gib is not None else None
+        resident = training_state_bytes(team.agents) if budget is None else 0
+        return auto_generation_batch_size(team.agents[agent], team.device_of(agent), sequence_length, resident, budget)
+
     def check_settings(self, settings: GenerationSettings) -> None:
         """``settings.extra`` must be ``generate()`` options the generator does not set itself."""
         hf_generate_options(settings.extra)
 
     def __repr__(self) -> str:
-        return f"HFGenerator(batch_size={self.batch_size})"
+        return f"HFGenerator(batch_size={self.batch_size}, memory_budget_gib={self.memory_budget_gib})"
 
 
-__all__ = ["HFGenerator", "auto_generation_batch_size", "device_memory"]
+__all__ = [
+    "HFGenerator",
+    "auto_generation_batch_size",
+    "batch_size_for_budget",
+    "device_memory",
+    "generation_memory_budget",
+    "sequence_bytes",
+    "training_state_bytes",
+]

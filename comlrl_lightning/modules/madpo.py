@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from torchmetrics import MeanMetric
 
 from comlrl_lightning.data.pairs import PreferencePair
@@ -21,7 +22,9 @@ class MADPOModule(TeamModule):
     tokens, no reference model). Each agent scores its ``[winners; losers]`` in one batched forward
     with grad (a LoRA team: every agent's in one forward of its shared base), and one backward
     trains all agents: the gradient w.r.t. agent ``i`` equals the reference's per-agent loss with
-    the other agents' margins detached.
+    the other agents' margins detached. Only one agent's activations are alive at a time, as in
+    the reference's agent-by-agent backward: each agent's forward runs again in the backward
+    (:meth:`recomputes_agents`), unless ``team.memory.hold_agent_graphs`` keeps every graph.
 
     Args:
         dpo_beta: beta of the loss (> 0).
@@ -69,8 +72,24 @@ class MADPOModule(TeamModule):
         """``[B, N]`` per-pair, per-agent log-prob margins (with grad); a LoRA team scores every
         agent's winners and losers in one pass (:meth:`~comlrl_lightning.team.Team.agents_sequence_logprobs`)."""
         size = batch["candidate_reward_mean"].shape[0]
-        logprobs = self.team.agents_sequence_logprobs(batch["agents"])
+        if self.recomputes_agents():
+            logprobs = [recomputed_sequence_logprobs(self.team, i, agent) for i, agent in enumerate(batch["agents"])]
+        else:
+            logprobs = self.team.agents_sequence_logprobs(batch["agents"])
         return torch.stack([agent[:size] - agent[size:] for agent in logprobs], dim=-1)
+
+    def recomputes_agents(self) -> bool:
+        """Whether each agent's scoring forward runs again in the backward instead of keeping its
+        activations until the joint loss's one backward (the default with grad on and 2+ agents).
+
+        Not where it would not save memory or cannot: ``team.memory.hold_agent_graphs`` (speed
+        chosen), activation checkpointing (the graphs hold only layer inputs already), a LoRA team's
+        one pass (one forward for all agents), agents sharded across processes.
+        """
+        memory, team = self.team_options.memory, self.team
+        if memory.hold_agent_graphs or memory.gradient_checkpointing or not torch.is_grad_enabled():
+            return False
+        return team.num_agents > 1 and team.one_pass_adapters() is None and not team.synced
 
     # ------------------------------------------------------------------------------------------
     # Training
@@ -95,3 +114,20 @@ class MADPOModule(TeamModule):
         self.log("train/loss_step", loss.detach(), batch_size=size, prog_bar=True, logger=False)
         self.log("train/preference_accuracy", self.preference_accuracy, on_step=False, on_epoch=True, batch_size=size)
         return loss
+
+
+def recomputed_sequence_logprobs(team, agent: int, batch: Dict[str, Any]) -> torch.Tensor:
+    """``team.sequence_logprobs`` of agent ``agent``'s batch, its activations dropped after the forward
+    and recomputed in the backward (``torch.utils.checkpoint``, non-reentrant, the random state kept).
+
+    Backward reaches the agents one after another (the last scored first), so only one agent's
+    activations are alive at a time; the values and gradients are those of the plain forward.
+    """
+    return checkpoint(
+        team.sequence_logprobs,
+        agent,
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch["score_mask"],
+        use_reentrant=False,
+    )

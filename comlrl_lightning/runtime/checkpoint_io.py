@@ -17,7 +17,6 @@ in the checkpoint's asset folder before the checkpoint is written, and removed w
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 import shutil
@@ -66,9 +65,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         # the files first: a checkpoint is never in place before the files it names
         write_checkpoint_assets(checkpoint, Path(path))
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)
-        write_atomically(Path(path), buffer.getbuffer())
+        # streamed into the temporary file: a bytes buffer would hold a second copy of every weight
+        # and optimizer state in memory (and more while it grows)
+        write_atomically(Path(path), lambda handle: torch.save(checkpoint, handle))
 
     def remove_checkpoint(self, path: Any) -> None:
         super().remove_checkpoint(path)

@@ -23,7 +23,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Union
+from typing import BinaryIO, Callable, Union
 
 from comlrl_lightning.errors import RunStateError
 
@@ -96,10 +96,12 @@ def own_copy(path: Path, what: str) -> None:
     fsync_directory(path.parent)
 
 
-def write_atomically(target: Path, data: Union[bytes, memoryview]) -> None:
+def write_atomically(target: Path, data: Union[bytes, memoryview, Callable[[BinaryIO], None]]) -> None:
     """``data`` to ``target`` through ``<target>.tmp`` in the same folder: written, flushed and fsynced,
     then renamed onto ``target`` (and the folder fsynced). ``target`` holds the old or the new bytes,
-    never part of them; a failed write leaves no temporary file.
+    never part of them; a failed write leaves no temporary file. ``data`` may be a function that
+    writes into the open file itself (``torch.save`` of a checkpoint streams it, with no copy of
+    its bytes in memory).
 
     The temporary file is created exclusively (a leftover, or a link planted under its name, is
     removed first and never followed); the rename replaces ``target`` itself, a link included,
@@ -112,7 +114,7 @@ def write_atomically(target: Path, data: Union[bytes, memoryview]) -> None:
     try:
         temporary.unlink(missing_ok=True)  # a crash's leftover, or a planted link: the link goes, not its target
         with open(temporary, "xb") as handle:  # O_EXCL: a link created meanwhile fails, it is not followed
-            handle.write(data)
+            data(handle) if callable(data) else handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, target)

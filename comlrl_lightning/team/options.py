@@ -44,11 +44,18 @@ class MemoryOptions:
         fused_lm_head: score tokens with the fused, chunked LM head (no ``[positions, vocabulary]``
             logits): ``None`` wherever the model's head is a plain linear layer (else the
             materialised logits), ``True`` always (an error where it cannot), ``False`` never.
+        hold_agent_graphs: MADPO's joint loss: keep every agent's activations from its forward
+            until the one backward (speed over memory: no second forward, N agents' activations
+            at once). ``False`` (default): each agent's scoring forward runs again in the backward,
+            so one agent's activations are alive at a time, as the reference's agent-by-agent
+            backward; the gradient is the same. About one more forward per agent per step; no
+            effect with ``gradient_checkpointing``, a LoRA team's one pass or sharded agents.
     """
 
     gradient_checkpointing: bool = False
     checkpoint_every_n_layers: PositiveInt = 1
     fused_lm_head: Optional[bool] = None
+    hold_agent_graphs: bool = False
 
     def __post_init__(self) -> None:
         at_least("checkpoint_every_n_layers", self.checkpoint_every_n_layers, 1)

@@ -398,7 +398,10 @@ def test_a_centralized_history_comparator_gets_snapshots_from_the_data_module(tm
         "iteration_0000",
         "iteration_0001",
     ]
-    # round 3 compared against the policy at the start of round 2, agent 1 only, on agent 1's device
+    # the snapshot left memory after the last round's collection; reloaded, round 3 compared against
+    # the policy at the start of round 2, agent 1 only, on agent 1's device
+    assert history._team is None and history._loaded is None
+    history.start_round(2)
     assert history._loaded == 1 and history.source().num_agents == 1
     saved = Team([str(tmp_path / "policy_snapshots" / "iteration_0000" / f"agent_{i}") for i in range(2)])
     assert same_weights(history.source().agents[0], saved.agents[1])

@@ -109,3 +109,44 @@ def test_beam_search_samples_each_requests_candidates_from_its_own_seed():
     assert [[c.ids for c in row] for row in alone] == [[c.ids for c in row] for row in together]
     other = generator.generate(team, 0, prompts, 3, settings, RandomStream(8))
     assert [[c.ids for c in row] for row in other] != [[c.ids for c in row] for row in together]
+
+
+def test_the_generation_budget_is_a_share_of_what_the_training_state_leaves():
+    from comlrl_lightning.generation.hf import batch_size_for_budget, generation_memory_budget
+
+    gib = 2**30
+    # 24 GiB total, 4.3 GiB of weights, gradients and AdamW moments: a quarter of 19.7 GiB
+    assert generation_memory_budget(24 * gib, int(4.3 * gib)) == int(0.25 * 19.7 * gib)
+    assert generation_memory_budget(8 * gib, 2 * gib, share=0.5) == 3 * gib
+    assert generation_memory_budget(4 * gib, 5 * gib) == 0  # never negative
+    # 40 MiB sequences in a 1 GiB budget: 25 of them (25.6 round down); at least one always
+    assert batch_size_for_budget(40 * 2**20, gib) == 25
+    assert batch_size_for_budget(40 * 2**20, 0) == 1 and batch_size_for_budget(0, gib) == gib
+
+
+def test_the_training_state_counts_a_shared_base_once_and_trainable_parameters_four_times(team):
+    from comlrl_lightning.generation.hf import training_state_bytes
+
+    base = team.agents[0].shared
+    frozen = sum(p.numel() * 4 for p in base.parameters() if not p.requires_grad)
+    trainable = sum(p.numel() * 4 for p in base.parameters() if p.requires_grad)
+    assert frozen > 0 and trainable > 0
+    # three adapters' views of one base: each parameter once; the adapters' weight, gradient and 2 moments
+    assert training_state_bytes(team.agents) == frozen + 4 * trainable
+    linear = torch.nn.Linear(3, 2)  # 8 float32 parameters
+    assert training_state_bytes([linear, linear]) == 8 * 4 * 4
+    assert training_state_bytes([linear.requires_grad_(False)]) == 8 * 4
+
+
+def test_the_automatic_batch_size_keeps_to_the_memory_budget(team, monkeypatch):
+    from comlrl_lightning.generation import hf
+    from comlrl_lightning.generation.hf import sequence_bytes, training_state_bytes
+
+    per_sequence = sequence_bytes(team.agents[0], 20)
+    monkeypatch.setattr(hf, "device_memory", lambda device: 2**30)
+    free = 2**30 - training_state_bytes(team.agents)
+    assert HFGenerator().auto_batch_size(team, 0, 20) == int(0.25 * free) // per_sequence
+    pinned = HFGenerator(memory_budget_gib=per_sequence * 7.5 / 2**30)  # a budget of 7.5 sequences
+    assert pinned.auto_batch_size(team, 0, 20) == 7
+    with pytest.raises(ValueError, match=r"memory_budget_gib must be > 0 GiB \(got 0\)"):
+        HFGenerator(memory_budget_gib=0)

@@ -96,8 +96,78 @@ def _lora_gradients(module, loss):
     return {name: p.grad.clone() for name, p in module.team.named_parameters() if p.grad is not None}
 
 
-def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_agent():
+def _pairs(tokenizer, agents: int) -> list:
+    """Four pairs of ``agents`` agents with prompts, winners and losers of several lengths."""
     from comlrl_lightning.data.pairs import PreferencePair
+
+    return [
+        PreferencePair(
+            prompts=["p"] * agents,
+            winner_completions=["w"] * agents,
+            loser_completions=["l"] * agents,
+            winner_reward=1.0,
+            loser_reward=0.0,
+            candidate_reward_mean=0.5,
+            prompt_ids=[tokenizer.encode(f"topic: {topic}\nrole {agent}:") for agent in range(agents)],
+            winner_ids=[[5 + agent, 9, 11, tokenizer.eos_token_id][: 2 + k % 3] for agent in range(agents)],
+            loser_ids=[[7, 8 + agent, tokenizer.eos_token_id][: 1 + (k + agent) % 3] for agent in range(agents)],
+        )
+        for k, topic in enumerate(["abc", "zz", "abc", "qwer"])
+    ]
+
+
+def _saved_bytes(function, *args):
+    """``(function(*args), bytes of the tensors autograd keeps for the backward outside any checkpoint)``."""
+    saved = []
+
+    def pack(tensor):
+        saved.append(tensor.numel() * tensor.element_size())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        result = function(*args)
+    return result, sum(saved)
+
+
+@pytest.mark.parametrize("fused", [None, False])
+def test_recomputed_agents_have_the_margins_and_gradients_of_held_graphs_and_keep_no_activations(fused):
+    from comlrl_lightning.losses import madpo_loss
+    from tests.conftest import TINY_MODEL
+
+    results = []
+    for hold in (True, False):
+        torch.manual_seed(0)
+        memory = MemoryOptions(hold_agent_graphs=hold, fused_lm_head=fused)
+        module = MADPOModule(**{**TINY_MODEL, "team": tiny_team(num_agents=3, memory=memory)})
+        module.configure_model()
+        assert module.recomputes_agents() is not hold
+        batch = module.collate_pairs(_pairs(module.team.tokenizers[0], 3))
+        margins, saved = _saved_bytes(module.margins, batch)
+        module.zero_grad(set_to_none=True)
+        madpo_loss(margins, module.dpo_beta).backward()
+        gradients = {name: p.grad.clone() for name, p in module.team.named_parameters() if p.grad is not None}
+        results.append((margins.detach(), gradients, saved))
+    (held, held_gradients, held_saved), (margins, gradients, saved) = results
+    assert torch.equal(margins, held)
+    assert gradients.keys() == held_gradients.keys() and len(gradients) == len(list(module.team.parameters()))
+    for name, value in held_gradients.items():
+        assert torch.equal(gradients[name], value), name
+    # held graphs keep every agent's activations; recomputed agents keep none of them until backward
+    assert saved < held_saved / 20, (saved, held_saved)
+
+
+def test_no_recomputation_where_it_saves_nothing():
+    from tests.conftest import TINY_MODEL
+
+    checkpointed = MADPOModule(**{**TINY_MODEL, "team": tiny_team(memory=MemoryOptions(gradient_checkpointing=True))})
+    one_pass = MADPOModule(**{**TINY_MODEL, "team": tiny_team(lora=LoraConfig(r=4))})
+    assert not checkpointed.recomputes_agents() and not one_pass.recomputes_agents()
+    with torch.no_grad():
+        assert not MADPOModule(**TINY_MODEL).recomputes_agents()
+    assert MADPOModule(**TINY_MODEL).recomputes_agents()
+
+
+def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_agent():
     from comlrl_lightning.losses import madpo_loss
     from tests.conftest import TINY_MODEL
 
@@ -109,22 +179,7 @@ def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_a
         for agent in module.team.agents:
             for parameter in agent.trainable_parameters():
                 parameter.add_(0.1 * torch.randn_like(parameter))
-    tokenizer = module.team.tokenizers[0]
-    pairs = [
-        PreferencePair(
-            prompts=["p"] * 3,
-            winner_completions=["w"] * 3,
-            loser_completions=["l"] * 3,
-            winner_reward=1.0,
-            loser_reward=0.0,
-            candidate_reward_mean=0.5,
-            prompt_ids=[tokenizer.encode(f"topic: {topic}\nrole {agent}:") for agent in range(3)],
-            winner_ids=[[5 + agent, 9, 11, tokenizer.eos_token_id][: 2 + k % 3] for agent in range(3)],
-            loser_ids=[[7, 8 + agent, tokenizer.eos_token_id][: 1 + (k + agent) % 3] for agent in range(3)],
-        )
-        for k, topic in enumerate(["abc", "zz", "abc", "qwer"])
-    ]
-    batch = module.collate_pairs(pairs)
+    batch = module.collate_pairs(_pairs(module.team.tokenizers[0], 3))
     margins = module.margins(batch)
     gradients = _lora_gradients(module, madpo_loss(margins, module.dpo_beta))
     module.team.one_pass = False

@@ -153,3 +153,17 @@ def test_a_lock_that_is_a_hard_link_is_held_without_writing_the_other_name(tmp_p
         assert lock.held and victim.read_text() == "keep me"
     finally:
         lock.release()
+
+
+def test_a_writer_function_streams_into_the_file_and_a_failure_keeps_the_old_bytes(tmp_path):
+    target = tmp_path / "last.ckpt"
+    write_atomically(target, lambda handle: [handle.write(part) for part in (b"new ", b"bytes")])
+    assert target.read_bytes() == b"new bytes"
+
+    def fails_halfway(handle):
+        handle.write(b"torn")
+        raise OSError("No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(target, fails_halfway)
+    assert target.read_bytes() == b"new bytes" and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
