@@ -38,6 +38,7 @@ def test_option_objects_are_stored_as_mappings_and_a_peft_config_as_class_path_a
         "gradient_checkpointing": False,
         "checkpoint_every_n_layers": 1,
         "fused_lm_head": False,
+        "hold_agent_graphs": False,
     }
     saved_lora = hparams["team"]["lora"]
     assert saved_lora["class_path"].endswith("LoraConfig") and saved_lora["init_args"]["target_modules"] == ["c_attn"]
