@@ -195,13 +195,24 @@ def test_history_comparator_with_k1_uses_the_previous_rounds_policy(tmp_path):
     original = datamodule.build_round
 
     def spy(round_index, module_):
-        original(round_index, module_)
-        comparator = datamodule.comparator.source()
-        seen[round_index] = (
-            datamodule.comparator.snapshot_round(round_index),
-            {k: v.clone() for k, v in comparator.agents[0].state_dict().items()},
-            {k: v.detach().clone() for k, v in module_.team.agents[0].state_dict().items()},
-        )
+        comparator = datamodule.comparator
+        end_round = comparator.end_round
+
+        def seen_before_release():  # the snapshot's models leave memory when the round's collection ends
+            seen[round_index] = (
+                comparator.snapshot_round(round_index),
+                {k: v.clone() for k, v in comparator.source().agents[0].state_dict().items()},
+                {k: v.detach().clone() for k, v in module_.team.agents[0].state_dict().items()},
+            )
+            end_round()
+
+        comparator.end_round = seen_before_release
+        try:
+            original(round_index, module_)
+        finally:
+            comparator.end_round = end_round
+        with pytest.raises(RuntimeError, match="loads the snapshot before sampling"):
+            comparator.source()  # released: not held through training
 
     datamodule.build_round = spy
     trainer.fit(module, datamodule)
