@@ -70,6 +70,11 @@ def file_sha256(path: Path, chunk_size: int = 1 << 22) -> str:
     return _DIGESTS[key]
 
 
+def forget_digests() -> None:
+    """Forget the digests remembered in this process (the next load hashes its file again, as a new process does)."""
+    _DIGESTS.clear()
+
+
 def check_gguf_file(path: Path) -> None:
     """``path`` is an existing regular file that starts with the GGUF magic bytes."""
     if not path.exists():
@@ -219,4 +224,13 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(descriptor)
 
 
-__all__ = ["GGUF_SUFFIX", "MARKER", "GgufError", "check_gguf_file", "convert_gguf", "file_sha256", "gguf_folder"]
+__all__ = [
+    "GGUF_SUFFIX",
+    "MARKER",
+    "GgufError",
+    "check_gguf_file",
+    "convert_gguf",
+    "file_sha256",
+    "forget_digests",
+    "gguf_folder",
+]

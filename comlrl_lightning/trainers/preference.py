@@ -53,6 +53,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadat
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.files import ensure_writable_folder
 from comlrl_lightning.runtime.paths import require_local
+from comlrl_lightning.team.lora import LoraAgent
 from comlrl_lightning.trainers import mapping
 from comlrl_lightning.trainers.arguments import check_arguments
 from comlrl_lightning.trainers.attributes import (
@@ -301,7 +302,8 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         self.module.sampling_from_checkpoint = False
 
     def save_model(self, output_dir: str) -> None:
-        """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer.
+        """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer;
+        a LoRA agent's folder holds its base with the adapter merged in, and the adapter alone in ``adapter/``.
 
         Each folder is written beside its final name and renamed into place, so an interrupted save
         never leaves a half-written agent (nor its staging folder). An ``output_dir`` that is a file,
@@ -321,6 +323,8 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
             try:
                 agent.save_pretrained(staging)
                 tokenizer.save_pretrained(staging)
+                if isinstance(agent, LoraAgent):  # and its adapter alone, for peft's AutoPeftModelForCausalLM
+                    agent.save_adapter(staging / "adapter")
                 if target.exists():
                     shutil.rmtree(target)
                 os.replace(staging, target)

@@ -135,7 +135,7 @@ def test_a_damaged_cache_folder_is_never_trusted(cache, tiny, damage):
     else:
         with open(folder / "model.safetensors", "r+b") as handle:
             handle.truncate(100)
-    gguf._DIGESTS.clear()  # a later process: nothing remembered
+    gguf.forget_digests()  # a later process: nothing remembered
     with pytest.raises(GgufError) as error:
         load_model(str(tiny))
     assert_one_line(error, str(folder), str(tiny), "delete it and run again")
