@@ -25,12 +25,12 @@ def items(tmp_path):
     return str(path)
 
 
-def real_run(tmp_path, config: str, *more: str, source: str = REAL_MODEL, lora: bool = True):
+def real_run(tmp_path, config: str, *more: str, source: str = REAL_MODEL, lora: bool = True, rate: bool = True):
     """``configs/<config>`` on the real model, sized to a few steps; returns the CLI (module, trainer)."""
     data = items(tmp_path)
     args = ["fit", "--config", f"configs/{config}", "--model.init_args.team.agent_model", source]
     args += ["--model.init_args.team.lora", LORA] if lora else []
-    args += ["--model.init_args.agent_learning_rate", "1e-4" if lora else "1e-5"]
+    args += ["--model.init_args.agent_learning_rate", "1e-4" if lora else "1e-5"] if rate else []
     args += ["--model.init_args.sampling.max_new_tokens", "8"]
     args += ["--data.init_args.task.train_dataset", data, "--data.init_args.task.eval_dataset", data]
     args += ["--data.init_args.task.chat_template", "true", "--data.init_args.num_train_epochs", "1"]
@@ -103,3 +103,23 @@ def test_a_full_parameter_team_from_a_gguf_path(real_model, tmp_path):
     )
     trained(cli)
     assert len(cli.model.team.agents) == 2 and cli.model.team.agents[0] is not cli.model.team.agents[1]
+
+
+def test_the_configs_toy_rate_and_bfloat16_weights_are_caught_on_a_real_model(real_model, tmp_path):
+    import torch
+
+    from comlrl_lightning.team.loading import load_model
+
+    more = [*decentralized("madpo.yaml"), "--model.init_args.team.dtype", "bfloat16"]
+    with pytest.warns(UserWarning) as warned:
+        cli = real_run(tmp_path, "madpo.yaml", *more, lora=False, rate=False)  # the config's 0.003
+    messages = [str(w.message) for w in warned]
+    assert any("agent_learning_rate 0.003" in m and "Training at 5e-06" in m for m in messages), messages
+    assert any("trainable weights are bfloat16" in m and "bf16-mixed" in m for m in messages), messages
+    assert cli.model.learning_rates == [5e-6, 5e-6] and cli.trainer.global_step >= 1
+    # what the warning says: in bfloat16 weights, AdamW's updates at 5e-6 round away
+    start = load_model(real_model, dtype="bfloat16").state_dict()
+    trained = cli.model.team.agents[0].state_dict()
+    same = sum(int((trained[name] == start[name]).sum()) for name in start)
+    assert same / sum(t.numel() for t in start.values()) > 0.9
+    assert all(t.dtype == torch.bfloat16 for t in trained.values())
