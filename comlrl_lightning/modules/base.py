@@ -20,6 +20,7 @@ from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
 from comlrl_lightning.modules.evaluation_metrics import DomainMetrics, renew_inference_states
 from comlrl_lightning.modules.optim import adamw
+from comlrl_lightning.modules.real_model_safety import low_precision_weights_warning, real_model_learning_rates
 from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
 from comlrl_lightning.options import positive, require
 from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
@@ -86,7 +87,9 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         self.team_options = team
         self.agent_sources = team.sources(self.collaboration.centralized)
         self.num_roles = self._roles(team)
-        self.learning_rates = self._learning_rates(agent_learning_rate)
+        self.learning_rates = real_model_learning_rates(
+            self._learning_rates(agent_learning_rate), self.agent_sources, team.lora is not None
+        )
         self.agent_devices = None
         if team.agent_devices is not None and team.agent_devices != "auto":
             self.agent_devices = resolve_devices(team.agent_devices, self.num_agents, "agent_devices", [])
@@ -193,6 +196,9 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
             self.trainer.num_sanity_val_steps = 0
 
     def on_fit_start(self) -> None:
+        warning = low_precision_weights_warning({p.dtype for p in self.team.parameters() if p.requires_grad})
+        if warning is not None:
+            rank_zero_warn(warning)
         if self.agent_devices is not None:
             require(
                 self.trainer.world_size == 1,

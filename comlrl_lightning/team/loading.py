@@ -16,16 +16,20 @@ from comlrl_lightning.defaults import EMBEDDED, embedded_model_path
 from comlrl_lightning.errors import ConfigurationError, MissingPathError
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.quiet import transformers_bars_off
+from comlrl_lightning.team.gguf import gguf_folder, is_gguf
+from comlrl_lightning.team.offline_models import is_offline_model, offline_model_file
 
 ModelSource = Union[str, nn.Module]
-"""A model given by hub id, local path or ``"embedded"``, or a model object (used as it is)."""
+"""A model given by hub id, local path (a folder or a ``.gguf`` file), ``"embedded"``, an offline
+model's name (``smollm2-135m-instruct``), or a model object (used as it is)."""
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 
 def resolve_source(source: str) -> str:
-    """Map the embedded default's id to its local folder; hub ids and local paths pass through.
+    """Map the embedded default's id to its local folder, a ``.gguf`` file and an offline model's name
+    (``smollm2-135m-instruct``) to their converted folder; hub ids and local folders pass through.
 
     A URL or an fsspec chain (``https://...``, ``hf://...``, ``simplecache::...``) is refused: a
     model is a hub id or a local folder. A source written as a path (absolute, ``./``, ``../``,
@@ -34,8 +38,12 @@ def resolve_source(source: str) -> str:
     """
     if source == EMBEDDED:
         return str(embedded_model_path())
+    if is_offline_model(source):
+        return str(gguf_folder(offline_model_file(source)))
     text = require_local(source, "model source", "a local folder or a hub id (org/name)")
     path = os.path.expanduser(text)
+    if is_gguf(text):
+        return str(gguf_folder(path))
     if text.startswith(("/", "./", "../", "~")) or text.count("/") > 1:
         if not os.path.exists(path):
             raise MissingPathError(f"model path {text} does not exist.")

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
 
@@ -88,6 +90,15 @@ class LoraAgent(SharedModelView, nn.Module):
         self.activate()
         merged = _merged_copy(self.shared, self.adapter)
         merged.save_pretrained(directory)
+
+    def save_adapter(self, directory: str | Path) -> None:
+        """This agent's adapter alone as a peft folder at ``directory`` (``adapter_config.json``, whose
+        ``base_model_name_or_path`` is the base's folder or hub id, and ``adapter_model.safetensors``):
+        ``peft.AutoPeftModelForCausalLM.from_pretrained(directory)`` loads the base with it."""
+        target = Path(directory)
+        with tempfile.TemporaryDirectory(prefix=".adapter-", dir=target.parent) as staging:
+            self.shared.save_pretrained(staging, selected_adapters=[self.adapter])
+            os.replace(Path(staging) / self.adapter, target)  # peft writes a named adapter into its own subfolder
 
 
 class BaseModelView(SharedModelView):

@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -44,7 +41,6 @@ from comlrl_lightning.data.task import TaskOptions
 from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.defaults import EMBEDDED
-from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
@@ -52,9 +48,7 @@ from comlrl_lightning.modules.resume_rule import apply_resume_rule
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
 from comlrl_lightning.runtime.compat import wandb_run_active
-from comlrl_lightning.runtime.files import ensure_writable_folder
 from comlrl_lightning.runtime.hparams import set_hyperparameter
-from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers import mapping
 from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments, refuse_saved_keys
 from comlrl_lightning.trainers.attributes import (
@@ -71,6 +65,7 @@ from comlrl_lightning.trainers.configs import (
 )
 from comlrl_lightning.trainers.environment_steps import environment_steps_for
 from comlrl_lightning.trainers.eval_callbacks import ReferenceCallbacks, evaluate_now
+from comlrl_lightning.trainers.saved_model import save_team_folders
 from comlrl_lightning.trainers.wandb_compat import finish_runs
 from comlrl_lightning.trainers.wandb_config import effective_sampling, logger_from_wandb_config, output_base
 
@@ -305,31 +300,15 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         set_hyperparameter(self.module, "generation_kwargs", kwargs)
 
     def save_model(self, output_dir: str) -> None:
-        """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer.
+        """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer;
+        a LoRA agent's folder holds its base with the adapter merged in, and the adapter alone in ``adapter/``.
 
         Each folder is written beside its final name and renamed into place, so an interrupted save
         never leaves a half-written agent (nor its staging folder). An ``output_dir`` that is a file,
         or an ``agent_{i}`` there that is a link or a file, is refused before anything is written.
         The reward model is not saved (as the reference).
         """
-        root = Path(require_local(output_dir, "save_model output_dir", "a local folder"))
-        team = self.module.team
-        targets = [root / f"agent_{index}" for index in range(len(team.agents))]
-        for path in (root, *targets):
-            if path.is_symlink() and path != root or path.exists() and not path.is_dir():
-                kind = "a symbolic link" if path.is_symlink() else "a file"
-                raise ConfigurationError(f"save_model: {path} is {kind}; it writes agent folders only into folders.")
-        ensure_writable_folder(root, "save_model's output folder")
-        for agent, tokenizer, target in zip(team.agents, team.tokenizers, targets):
-            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
-            try:
-                agent.save_pretrained(staging)
-                tokenizer.save_pretrained(staging)
-                if target.exists():
-                    shutil.rmtree(target)
-                os.replace(staging, target)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
+        save_team_folders(self.module.team, output_dir)
         if self.trainer is not None:  # as the reference: the W&B run ends with the saved model
             finish_runs(self.trainer.loggers, final_model_saved=str(output_dir))
 

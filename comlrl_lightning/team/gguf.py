@@ -1,0 +1,236 @@
+"""GGUF files as model sources: converted once into a cached Hugging Face folder.
+
+A ``.gguf`` file (llama.cpp's format: the weights, often quantized, with the tokenizer and chat
+template in its metadata) is read by transformers (``from_pretrained(..., gguf_file=...)``, which
+dequantizes it), and written as an ordinary folder: ``model.safetensors`` (float32, so any
+``dtype`` loads from it without a second rounding), ``config.json``, ``generation_config.json``
+and the tokenizer's files. Every consumer (the team, critics, reward models, comparators, vLLM,
+policy snapshots, ``save_model``, checkpoints) then sees a plain Hugging Face folder.
+
+The folder lives under the cache root (:func:`~comlrl_lightning.defaults.cache_root`), named by
+the file's sha256 (``gguf-<sha256>``), so a renamed or copied file reuses it and a changed file
+gets its own. It is written into a staging folder and renamed into place only when complete, with
+a marker (:data:`MARKER`: the digest and every file's size) written last; a lock per digest
+makes one process convert while the others wait, and a killed conversion leaves only a staging
+folder that nothing trusts (the next conversion removes it). A folder under the final name without
+a valid marker, or whose files do not match it, is refused by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterator, Optional, Tuple
+
+from lightning.pytorch.utilities import rank_zero_info
+
+from comlrl_lightning.defaults import cache_root
+from comlrl_lightning.errors import DataError, MissingPathError, RunStateError
+from comlrl_lightning.runtime.files import fsync_directory, open_in_place, write_atomically
+from comlrl_lightning.runtime.quiet import transformers_bars_off
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks; the staging rename still never tears
+    fcntl = None  # type: ignore[assignment]
+
+GGUF_SUFFIX = ".gguf"
+GGUF_MAGIC = b"GGUF"
+MARKER = "comlrl-conversion.json"
+"""Written last into a converted folder: the GGUF file's sha256 and the size of every file beside it."""
+
+_DIGESTS: Dict[Tuple[str, int, int, int, int], str] = {}
+"""sha256 of files already hashed in this process, keyed by (real path, device, inode, size, mtime)."""
+
+
+class GgufError(DataError):
+    """A GGUF file that cannot be read or converted, or a converted folder that cannot be trusted."""
+
+
+def is_gguf(source: str) -> bool:
+    """Whether ``source`` names a GGUF file (by its ``.gguf`` suffix)."""
+    return source.lower().endswith(GGUF_SUFFIX)
+
+
+def file_sha256(path: Path, chunk_size: int = 1 << 22) -> str:
+    """The sha256 of ``path``'s bytes, streamed in chunks (remembered per file version in this process)."""
+    info = path.stat()
+    key = (os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(chunk_size), b""):
+                digest.update(chunk)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
+
+
+def forget_digests() -> None:
+    """Forget the digests remembered in this process (the next load hashes its file again, as a new process does)."""
+    _DIGESTS.clear()
+
+
+def check_gguf_file(path: Path) -> None:
+    """``path`` is an existing regular file that starts with the GGUF magic bytes."""
+    if not path.exists():
+        raise MissingPathError(f"model path {path} does not exist.")
+    if not path.is_file():
+        raise GgufError(f"{path} is not a file; a .gguf model source is a GGUF file.")
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic != GGUF_MAGIC:
+        raise GgufError(
+            f"{path} is not a GGUF file (it does not start with the GGUF magic bytes); give a complete .gguf "
+            "file (download it again if it was cut short), a Hugging Face folder or a hub id."
+        )
+
+
+def gguf_folder(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The converted Hugging Face folder of the GGUF file ``path``, converting it on first use."""
+    file = Path(path).expanduser().absolute()
+    check_gguf_file(file)
+    digest = file_sha256(file)
+    root = cache_root(cache_dir)
+    target = root / f"gguf-{digest}"
+    if _trusted(target, digest, file):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root / f".gguf-{digest}.lock"):
+        if _trusted(target, digest, file):  # another process converted it while this one waited
+            return target
+        for leftover in root.glob(f".gguf-{digest}-*"):  # a killed conversion's staging folder
+            shutil.rmtree(leftover, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".gguf-{digest}-", dir=root))
+        try:
+            rank_zero_info(f"Converting {file} into {target} (once: later runs load the folder).")
+            convert_gguf(file, staging)
+            staging.chmod(0o755)  # mkdtemp's folder is private; the cache's other folders are not
+            _write_marker(staging, digest)
+            os.replace(staging, target)
+            fsync_directory(root)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def convert_gguf(file: Path, folder: Path) -> None:
+    """Write ``file``'s model (float32, dequantized) and tokenizer into ``folder`` as a Hugging Face folder.
+
+    ``from_pretrained(..., gguf_file=...)`` loads the model, but its ``save_pretrained`` refuses a
+    model marked as GGUF-quantized; the weights are written with safetensors directly (a tied
+    output head once, as ``save_pretrained`` would) and the config without its quantization entry.
+    """
+    try:
+        import gguf  # noqa: F401  (transformers reads GGUF through it)
+    except ImportError:
+        raise GgufError(f"reading {file} needs the gguf package: pip install gguf") from None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        with transformers_bars_off():
+            tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+            model = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype="float32")
+    except Exception as error:  # transformers and gguf raise many kinds for an unreadable file
+        raise GgufError(
+            f"{file}: transformers cannot read this GGUF model ({_one_line(error)}); use a complete GGUF file of "
+            "an architecture and quantization transformers supports, a Hugging Face folder or a hub id."
+        ) from None
+    _save_weights(model, folder)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    config.save_pretrained(folder)
+    model.generation_config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def _save_weights(model, folder: Path) -> None:
+    """``model``'s parameters and buffers saved with its state dict into ``folder/model.safetensors``:
+    tensors that share storage (a tied head) are written once, under the first name."""
+    from safetensors.torch import save_file
+
+    tensors, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        tensors[name] = tensor.detach().contiguous().clone()
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _one_line(error: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(error).split()) or "no message"
+    return f"{type(error).__name__}: {text[:limit]}"
+
+
+def _write_marker(folder: Path, digest: str) -> None:
+    sizes = {path.name: path.stat().st_size for path in sorted(folder.iterdir()) if path.is_file()}
+    write_atomically(folder / MARKER, json.dumps({"gguf_sha256": digest, "files": sizes}, indent=1).encode())
+
+
+def _trusted(folder: Path, digest: str, file: Path) -> bool:
+    """True for a complete conversion of ``digest``; False when there is none; an error for a folder
+    under the final name that is not a complete conversion (damaged, or written by something else)."""
+    if not os.path.lexists(folder):
+        return False
+    problem = _marker_problem(folder, digest)
+    if problem is None:
+        return True
+    raise GgufError(
+        f"{folder} (the converted folder of {file}) cannot be trusted: {problem}; delete it and run again "
+        "(the file is converted anew)."
+    )
+
+
+def _marker_problem(folder: Path, digest: str) -> Optional[str]:
+    try:
+        record = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        sizes = dict(record["files"])
+        recorded = record["gguf_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its completion marker {MARKER} is missing or unreadable"
+    if recorded != digest:
+        return f"its marker records another file (sha256 {str(recorded)[:12]}...)"
+    for name, size in sizes.items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            return f"{name} is missing or not the size the conversion wrote"
+    if "model.safetensors" not in sizes or "config.json" not in sizes:
+        return "it holds no model"
+    return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block (waiting for another holder; the kernel
+    releases it when its holder dies)."""
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    descriptor = open_in_place(path, "the GGUF conversion's lock file")
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except OSError as error:  # pragma: no cover - a file system without flock
+            raise RunStateError(f"cannot lock {path} for the GGUF conversion ({error}).") from None
+        yield
+    finally:
+        os.close(descriptor)
+
+
+__all__ = [
+    "GGUF_SUFFIX",
+    "MARKER",
+    "GgufError",
+    "check_gguf_file",
+    "convert_gguf",
+    "file_sha256",
+    "forget_digests",
+    "gguf_folder",
+]

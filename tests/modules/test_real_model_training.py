@@ -1,0 +1,125 @@
+"""Every training path, one short run each, on a real model: SmolLM2-135M-Instruct with its chat
+template, as a LoRA team of 2 on one base (and one full-parameter team), from the shipped configs.
+
+They prove the paths, not learning: two task items, 8 new tokens, one epoch."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from comlrl_lightning.cli import run_cli
+from tests.conftest import REAL_MODEL
+
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]
+
+LORA = "{class_path: peft.LoraConfig, init_args: {r: 4, lora_alpha: 16, target_modules: [q_proj, v_proj]}}"
+FORMATTERS = '["Write one short sentence about {prompt}.", "Reply to a sentence about {prompt} in as many letters."]'
+
+
+def items(tmp_path):
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps([{"prompt": "rivers"}, {"prompt": "snow"}]))
+    return str(path)
+
+
+def real_run(tmp_path, config: str, *more: str, source: str = REAL_MODEL, lora: bool = True, rate: bool = True):
+    """``configs/<config>`` on the real model, sized to a few steps; returns the CLI (module, trainer)."""
+    data = items(tmp_path)
+    args = ["fit", "--config", f"configs/{config}", "--model.init_args.team.agent_model", source]
+    args += ["--model.init_args.team.lora", LORA] if lora else []
+    args += ["--model.init_args.agent_learning_rate", "1e-4" if lora else "1e-5"] if rate else []
+    args += ["--model.init_args.sampling.max_new_tokens", "8"]
+    args += ["--data.init_args.task.train_dataset", data, "--data.init_args.task.eval_dataset", data]
+    args += ["--data.init_args.task.chat_template", "true", "--data.init_args.num_train_epochs", "1"]
+    args += ["--data.init_args.preference_num_candidates", "2", "--data.init_args.preference_pairs_per_sample", "2"]
+    args += ["--data.init_args.eval_num_samples", "2", "--data.init_args.eval_batch_size", "2"]
+    args += ["--data.init_args.train_batch_size", "2", "--trainer.default_root_dir", str(tmp_path / "run")]
+    args += ["--trainer.enable_progress_bar", "false", "--trainer.val_check_interval", "2"]
+    args += ["--trainer.log_every_n_steps", "1"]
+    return run_cli([*args, *more])
+
+
+def trained(cli) -> None:
+    assert cli.trainer.global_step >= 1
+    metrics = {name: float(value) for name, value in cli.trainer.callback_metrics.items()}
+    assert all(math.isfinite(value) for value in metrics.values()), metrics
+    assert any(name.startswith("train/") for name in metrics), metrics
+
+
+def decentralized(config: str) -> list:
+    return ["--data.init_args.task.formatters", FORMATTERS] if "centralized" not in config else []
+
+
+@pytest.mark.parametrize("config", ["madpo.yaml", "madpo_centralized.yaml"])
+def test_madpo_base(real_model, tmp_path, config):
+    trained(real_run(tmp_path, config, *decentralized(config)))
+
+
+@pytest.mark.parametrize(
+    "comparator",
+    ["CurrentComparator", "CurrentCopyComparator", "HistoryComparator"],
+    ids=["current", "copy", "history"],
+)
+def test_madpo_iterative(real_model, tmp_path, comparator):
+    cli = real_run(
+        tmp_path,
+        "madpo_iter.yaml",
+        *decentralized("madpo_iter.yaml"),
+        "--data.init_args.comparator",
+        f"{{class_path: comlrl_lightning.comparators.{comparator}, init_args: {{num_candidates: 2}}}}",
+        "--data.init_args.num_iterations",
+        "2",
+        "--data.init_args.replay.init_args.sample_size",
+        "4",
+    )
+    trained(cli)
+    assert cli.trainer.current_epoch == 2  # two rounds of one epoch
+
+
+@pytest.mark.parametrize("config", ["marlhf.yaml", "marlhf_maac.yaml", "marlhf_iac.yaml", "marlhf_centralized.yaml"])
+def test_marlhf(real_model, tmp_path, config):
+    cli = real_run(
+        tmp_path,
+        config,
+        *decentralized(config),
+        "--model.init_args.num_generations",
+        "2",
+        "--model.init_args.reward_model.num_train_epochs",
+        "1",
+        "--model.init_args.reward_model.train_batch_size",
+        "2",
+    )
+    trained(cli)
+
+
+def test_a_full_parameter_team_from_a_gguf_path(real_model, tmp_path):
+    from comlrl_lightning.team.offline_models import offline_model_file
+
+    cli = real_run(
+        tmp_path, "madpo.yaml", *decentralized("madpo.yaml"), source=str(offline_model_file(REAL_MODEL)), lora=False
+    )
+    trained(cli)
+    assert len(cli.model.team.agents) == 2 and cli.model.team.agents[0] is not cli.model.team.agents[1]
+
+
+def test_the_configs_toy_rate_and_bfloat16_weights_are_caught_on_a_real_model(real_model, tmp_path):
+    import torch
+
+    from comlrl_lightning.team.loading import load_model
+
+    more = [*decentralized("madpo.yaml"), "--model.init_args.team.dtype", "bfloat16"]
+    with pytest.warns(UserWarning) as warned:
+        cli = real_run(tmp_path, "madpo.yaml", *more, lora=False, rate=False)  # the config's 0.003
+    messages = [str(w.message) for w in warned]
+    assert any("agent_learning_rate 0.003" in m and "Training at 5e-06" in m for m in messages), messages
+    assert any("trainable weights are bfloat16" in m and "bf16-mixed" in m for m in messages), messages
+    assert cli.model.learning_rates == [5e-6, 5e-6] and cli.trainer.global_step >= 1
+    # what the warning says: in bfloat16 weights, AdamW's updates at 5e-6 round away
+    start = load_model(real_model, dtype="bfloat16").state_dict()
+    trained = cli.model.team.agents[0].state_dict()
+    same = sum(int((trained[name] == start[name]).sum()) for name in start)
+    assert same / sum(t.numel() for t in start.values()) > 0.9
+    assert all(t.dtype == torch.bfloat16 for t in trained.values())
