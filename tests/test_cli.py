@@ -424,6 +424,7 @@ def test_the_traceback_variable_shows_the_traceback_too(tmp_path, capsys, monkey
     assert err.rstrip().splitlines()[-1] == f"error: train_dataset: {tmp_path}/x.jsonl does not exist."
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_lora_is_a_peft_lora_config_and_round_trips_through_config_hparams_and_checkpoint(tmp_path, capsys):
     import warnings
 
@@ -483,6 +484,7 @@ ITER_TINY = [
 ]
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_a_logger_save_dir_given_on_the_command_line_is_used(tmp_path):
     root, logs = tmp_path / "root", tmp_path / "logs"
     main(["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(root), *TINY])

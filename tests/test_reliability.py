@@ -92,6 +92,7 @@ def test_a_remote_checkpoint_is_refused(tmp_path, capsys):
         server.server_close()
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_resuming_keeps_the_given_options_and_says_what_changed(tmp_path, caplog):
     common = ["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path), *TINY_CLI]
     main(common + ["--data.init_args.num_train_epochs", "1"])
@@ -335,6 +336,7 @@ def test_a_doctored_model_checkpoint_state_cannot_make_the_next_save_delete_outs
     assert list(folder.glob("epoch=1-*.ckpt"))  # the resumed run saved on (and removed nothing outside)
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_remote_checkpoint_sources_in_every_spelling_are_refused_before_any_request(tmp_path, capsys):
     import functools
     import threading

@@ -28,6 +28,7 @@ def run(tmp_path, ckpt_path=None, checkpoint=None, **trainer):
     return fit, module
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_a_resumed_run_continues_the_csv_log_and_it_equals_an_uninterrupted_runs(tmp_path):
     whole, _ = run(tmp_path / "whole")
     expected = (tmp_path / "whole" / "lightning_logs" / "version_0" / "metrics.csv").read_bytes()
@@ -42,6 +43,7 @@ def test_a_resumed_run_continues_the_csv_log_and_it_equals_an_uninterrupted_runs
     assert read_checkpoint_metadata(tmp_path / "part" / "ckpt" / "last.ckpt")["run_id"] == record["run_id"]
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_last_ckpt_is_overwritten_by_a_resume_and_never_by_a_fresh_run(tmp_path):
     run(tmp_path, max_epochs=1)
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.ckpt")) == ["epoch=0-step=8.ckpt", "last.ckpt"]

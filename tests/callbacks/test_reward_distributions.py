@@ -320,6 +320,7 @@ def test_the_metrics_reach_the_csv_logger_once_per_round(observed_run):
     ],
     ids=["after-a-round", "mid-round"],
 )
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_a_resumed_run_reports_only_the_rounds_it_collects(observed_run, tmp_path, checkpoint_options, stop):
     from lightning.pytorch.callbacks import ModelCheckpoint
 

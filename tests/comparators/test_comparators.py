@@ -214,6 +214,7 @@ def _switch(tmp_path, *flags):
     ],
     ids=["current", "current_copy", "model", "history"],
 )
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_switching_the_comparator_from_the_command_line(tmp_path, flags, class_name, own):
     comparator = _switch(tmp_path, *flags)
     assert comparator["class_path"] == f"comlrl_lightning.comparators.{class_name}"
@@ -223,6 +224,7 @@ def test_switching_the_comparator_from_the_command_line(tmp_path, flags, class_n
     assert ("k" in comparator["init_args"]) == (class_name == "HistoryComparator")
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_switching_to_the_api_comparator_needs_only_its_own_options(tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, "sk-switch-0123456789")
     with FakeProvider("openai") as provider:

@@ -45,6 +45,7 @@ def uninterrupted(tmp_path_factory):
     )
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_every_round_writes_its_file_and_trains_on_its_replay_sample(uninterrupted):
     files = uninterrupted["files"]
     assert sorted(files) == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
@@ -65,6 +66,7 @@ def test_every_round_writes_its_file_and_trains_on_its_replay_sample(uninterrupt
     [True, pytest.param(False, marks=pytest.mark.slow)],
     ids=["default-trainer", "no-inference-mode"],
 )
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_a_validation_on_another_trainer_before_fit_changes_nothing(uninterrupted, tmp_path, inference_mode):
     """A baseline first: ``Trainer().validate`` then a new plain ``Trainer().fit`` (which sets no
     dataloader reload of its own) collects every round, snapshots included, exactly as a run that
@@ -99,6 +101,7 @@ def test_a_validation_on_another_trainer_before_fit_changes_nothing(uninterrupte
     ],
     ids=["after-a-round", "mid-round"],
 )
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_resumed_run_equals_uninterrupted_run(uninterrupted, tmp_path, checkpoint_options, stop, pick):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -189,6 +192,7 @@ def test_old_files_in_the_replay_folder_are_never_imported(tmp_path):
     assert datamodule.replay.total_pairs == json.loads((replay / "iteration_0001.json").read_text())["num_pairs"]
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_history_comparator_with_k1_uses_the_previous_rounds_policy(tmp_path):
     module, datamodule, trainer = make_run(tmp_path, data=dict(num_iterations=3))
     seen = {}

@@ -73,6 +73,7 @@ def uninterrupted(tmp_path_factory):
         (dict(every_n_epochs=1, save_on_train_epoch_end=False), "epoch=0-step=4.ckpt"),  # mid-epoch, after validation
     ],
 )
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_interrupted_and_resumed_run_equals_uninterrupted_run(
     uninterrupted, tiny_run, tmp_path, checkpoint_options, pick
 ):

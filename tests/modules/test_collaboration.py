@@ -148,6 +148,7 @@ def test_centralized_madpo_trains_one_model_on_the_joint_completions(tiny_run):
 # Iterative: centralized comparator generation, round files, resume
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_iterative_centralized_round_files_keep_the_joint_text_and_resume_exactly(tmp_path):
     from lightning.pytorch.callbacks import ModelCheckpoint
 

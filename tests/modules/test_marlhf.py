@@ -185,6 +185,7 @@ def _state(module):
     ],
     ids=["base", "iterative-round-1", "iterative-round-2", "maac-mid-round", "iac-round-end"],
 )
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_resume_across_the_reward_model_and_rl_phases(tmp_path, iterative, stop_step, refits, algorithm):
     def run(root, ckpt=None, **trainer_options):
         module = MARLHFModule(

@@ -206,6 +206,7 @@ def test_adapters_train_in_lockstep_under_two_process_ddp(tmp_path, checkpointin
     assert ranks[0]["steps"] and all(all(step) for rank in ranks for step in rank["steps"])
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_a_lora_team_in_one_pass_resumes_exactly(tmp_path):
     """Collection samples both agents in one pass from per-request seeds: a run stopped inside a round
     and resumed writes the same round files and ends with the same weights as an uninterrupted one."""

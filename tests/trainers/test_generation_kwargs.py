@@ -23,6 +23,7 @@ def no_vowels() -> dict:
     return {"suppress_tokens": load_tokenizer("embedded").convert_tokens_to_ids(list(VOWELS))}
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_generate_options_reach_collection_the_comparator_and_evaluation(tmp_path):
     seen = []
 
@@ -86,6 +87,7 @@ def test_options_are_checked_before_the_run_saved_whole_and_a_resume_continues_w
     assert trainer.module.generation_settings == settings
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_a_resume_without_the_options_continues_as_the_run_with_them(tmp_path):
     options = dict(repetition_penalty=1.5, **no_vowels())
 

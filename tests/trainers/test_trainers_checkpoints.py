@@ -50,6 +50,7 @@ def uninterrupted(tmp_path_factory):
     return dict(files=round_files(root / "preference_replay"), trainer=trainer)
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_total_limit_none_keeps_every_commit_and_checkpoint_2_resumes_round_3(uninterrupted, tmp_path, caplog):
     trainer = madpo_iter(tmp_path, 3)
     trainer.train(checkpoint_dir=str(tmp_path / "ckpt"))  # checkpoint_total_limit=None: one folder per commit
@@ -70,6 +71,7 @@ def test_total_limit_none_keeps_every_commit_and_checkpoint_2_resumes_round_3(un
     assert read_checkpoint_metadata(tmp_path / "ckpt")["run_id"] == metadata["run_id"]  # one run throughout
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_total_limit_keeps_the_newest_l_and_interval_skips_commits_but_never_the_last(tmp_path):
     madpo_iter(tmp_path / "a", 3).train(checkpoint_dir=str(tmp_path / "a" / "ckpt"), checkpoint_total_limit=2)
     assert folders(tmp_path / "a" / "ckpt") == ["checkpoint-2", "checkpoint-3"]
@@ -224,6 +226,7 @@ def test_a_checkpoint_of_another_trainer_or_run_is_refused_before_training(tmp_p
         other.train(resume_from_checkpoint=str(tmp_path / "missing"))
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_the_base_trainers_commit_after_collection_and_after_every_epoch(tmp_path):
     torch.manual_seed(0)
     args = MADPOConfig(**SMALL, num_train_epochs=2)
@@ -241,6 +244,7 @@ def test_the_base_trainers_commit_after_collection_and_after_every_epoch(tmp_pat
 # The resume rule: a resumed run uses the options it was given
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_a_resume_with_changed_options_lists_them_in_one_line_and_they_take_effect(tmp_path, caplog):
     """A new learning rate is on the restored optimizer's groups, a new temperature is what the resumed
     round samples with (the saved generation kwargs kept, as none were given), a data option is used;

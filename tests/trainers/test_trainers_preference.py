@@ -84,6 +84,7 @@ def test_the_seeds_example_runs_unchanged_but_for_the_import(tmp_path, monkeypat
     assert trainer.trainer.current_epoch == 6
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_a_facade_run_equals_the_same_run_from_the_command_line(tmp_path):
     from comlrl_lightning.cli import run_cli
 
@@ -167,6 +168,7 @@ def test_an_iterative_evaluate_before_train_collects_every_round_as_without_it(t
     assert all(torch.equal(a, b) for a, b in zip(weights(runs["plain"]), weights(runs["baseline-first"])))
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_madpo_trains_saves_hugging_face_folders_and_resumes(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -222,6 +224,7 @@ def test_marlhf_base_and_iterative_run(tmp_path):
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["checkpoint-2"]  # the newest of 2 rounds
 
 
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_marlhf_with_a_critic_model_object(tmp_path):
     from transformers import AutoModelForCausalLM
 
