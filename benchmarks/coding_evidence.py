@@ -1,0 +1,243 @@
+"""Before and after on the held-out problems of a cooperative coding run, with bootstrap intervals.
+
+    python benchmarks/coding_evidence.py runs/coding_madpo_iter [more run folders: one per seed]
+        [--plot docs/assets/coding_evidence.png] [--markdown evidence.md]
+
+Reads what a run of ``configs/coding_madpo_iter.yaml`` (or ``coding_marlhf.yaml``) writes:
+
+* ``lightning_logs/version_*/evaluation_programs.jsonl``: every evaluated joint program (the configs
+  log all 32 held-out problems at each evaluation), from which each problem's pass (every test
+  passed), reward (0 to 4), parse and calls-``aux`` outcomes are read; parse and calls-``aux`` are
+  recomputed from the two completions with the task's own :func:`combine`, so older files work too;
+* ``preference_replay/iteration_NNNN.json``: each round's pairs, their raw rewards (both sides).
+
+For each evaluation it prints the four shares with a 95% percentile bootstrap interval over problems
+(10,000 resamples, seeded), and the after-minus-before difference with a paired bootstrap interval
+(the same problems resampled on both sides). With several runs (seeds) the problems of all runs are
+pooled per evaluation and the per-seed values are listed too. Per round: pairs, pairs per item,
+the share of the item's comparisons that were ties (dropped), and the raw rewards of the pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+METRICS = ("pass_at_1", "code_reward_mean", "parse_rate", "calls_aux_rate")
+RESAMPLES = 10_000
+
+
+def bootstrap_interval(
+    values: Sequence[float],
+    statistic: Callable[[Sequence[float]], float] = lambda v: sum(v) / len(v),
+    resamples: int = RESAMPLES,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` over ``values``.
+
+    Draws ``resamples`` samples of ``len(values)`` with replacement (a seeded ``random.Random``),
+    computes the statistic of each, and returns the ``(1 - level) / 2`` and ``(1 + level) / 2``
+    quantiles of those statistics (nearest rank).
+    """
+    if not values:
+        raise ValueError("bootstrap_interval needs at least one value")
+    rng = random.Random(seed)
+    n = len(values)
+    stats = sorted(statistic([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    low = stats[int((1 - level) / 2 * (resamples - 1))]
+    high = stats[int(round((1 + level) / 2 * (resamples - 1)))]
+    return low, high
+
+
+def paired_difference_interval(
+    before: Sequence[float], after: Sequence[float], resamples: int = RESAMPLES, level: float = 0.95, seed: int = 0
+) -> Tuple[float, float, float]:
+    """Mean of ``after - before`` over paired problems and its percentile bootstrap interval.
+
+    The differences ``d_j = after_j - before_j`` are resampled (the same problem on both sides), so
+    the interval reflects the change on the problems, not the spread between them.
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired samples differ in length: {len(before)} and {len(after)}")
+    differences = [a - b for a, b in zip(after, before)]
+    low, high = bootstrap_interval(differences, resamples=resamples, level=level, seed=seed)
+    return sum(differences) / len(differences), low, high
+
+
+def problem_outcomes(record: Mapping, item: Optional[Mapping]) -> Dict[str, float]:
+    """One evaluated program's four outcomes: passed every test, reward, parses, calls ``aux``."""
+    passed = float(record["status"] == "finished" and record["total"] > 0 and record["passed"] == record["total"])
+    outcome = {"pass_at_1": passed, "code_reward_mean": float(record["reward"])}
+    if item is not None:
+        from comlrl_lightning.tasks.coding.program import combine
+
+        joint = combine(record["aux_completion"], record["main_completion"], item)
+        outcome.update(parse_rate=float(joint.parses), calls_aux_rate=float(joint.calls_aux))
+    else:
+        outcome.update(parse_rate=float(record.get("parses", 0)), calls_aux_rate=float(record.get("calls_aux", 0)))
+    return outcome
+
+
+def evaluations(run: Path, items: Mapping[str, Mapping]) -> Dict[int, Dict[str, Dict[str, float]]]:
+    """``{step: {task_id: outcomes}}`` of every evaluation a run logged (the newest log version)."""
+    files = sorted(run.glob("lightning_logs/version_*/evaluation_programs.jsonl"))
+    if not files:
+        raise SystemExit(f"{run}: no lightning_logs/version_*/evaluation_programs.jsonl")
+    found: Dict[int, Dict[str, Dict[str, float]]] = {}
+    for line in files[-1].read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        found.setdefault(int(record["step"]), {})[record["task_id"]] = problem_outcomes(
+            record, items.get(record["task_id"])
+        )
+    return found
+
+
+def raw_reward(pair: Mapping, side: str) -> float:
+    """A pair's winner's or loser's raw reward (before the reward processor), else its training reward."""
+    target, comparator = pair.get("target_raw_reward"), pair.get("comparator_raw_reward")
+    if target is None or comparator is None:
+        return float(pair[side + "_reward"])
+    return max(target, comparator) if side == "winner" else min(target, comparator)
+
+
+def round_summary(run: Path, items_per_round: int, comparisons_per_item: int) -> List[Dict[str, float]]:
+    """Per round: pairs, items with a pair, the tie share and the mean raw reward of each side of the pairs.
+
+    Each item makes ``comparisons_per_item`` comparisons (candidate j of the team against candidate j
+    of the comparator); a tie makes no pair, so the tie share is
+    ``1 - pairs / (items_per_round * comparisons_per_item)`` when every non-tie is kept.
+    """
+    rows = []
+    for path in sorted((run / "preference_replay").glob("iteration_*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        pairs = data["pairs"]
+        items = {json.dumps(pair.get("prompts", pair.get("prompt")), sort_keys=True) for pair in pairs}
+        winners = [raw_reward(p, "winner") for p in pairs]
+        losers = [raw_reward(p, "loser") for p in pairs]
+        rows.append(
+            {
+                "round": data["iteration"],
+                "pairs": len(pairs),
+                "items_with_pairs": len(items),
+                "winner_raw_mean": sum(winners) / max(len(winners), 1),
+                "loser_raw_mean": sum(losers) / max(len(losers), 1),
+                "tie_share": 1 - len(pairs) / (items_per_round * comparisons_per_item),
+            }
+        )
+    return rows
+
+
+def summarize(runs: List[Dict[int, Dict[str, Dict[str, float]]]]) -> List[Dict]:
+    """Per evaluation step (pooled over runs): each metric's mean and bootstrap interval, and per run."""
+    steps = sorted(set.intersection(*(set(run) for run in runs)))
+    rows = []
+    for step in steps:
+        row: Dict = {"step": step, "problems": sum(len(run[step]) for run in runs)}
+        for metric in METRICS:
+            values = [outcome[metric] for run in runs for outcome in run[step].values()]
+            row[metric] = (sum(values) / len(values), *bootstrap_interval(values))
+            row[metric + "_per_run"] = [sum(o[metric] for o in run[step].values()) / len(run[step]) for run in runs]
+        rows.append(row)
+    return rows
+
+
+def change(runs: List[Dict[int, Dict[str, Dict[str, float]]]]) -> Dict[str, Tuple[float, float, float]]:
+    """After (the last evaluation) minus before (the first), paired by run and problem, per metric."""
+    steps = sorted(set.intersection(*(set(run) for run in runs)))
+    first, last = steps[0], steps[-1]
+    result = {}
+    for metric in METRICS:
+        before, after = [], []
+        for run in runs:
+            for task_id in sorted(set(run[first]) & set(run[last])):
+                before.append(run[first][task_id][metric])
+                after.append(run[last][task_id][metric])
+        result[metric] = paired_difference_interval(before, after)
+    return result
+
+
+def markdown(rows: List[Dict], difference: Dict, rounds: List[List[Dict]]) -> str:
+    """The tables the docs page quotes."""
+    lines = ["| step | problems | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 2) + "|"]
+    for row in rows:
+        cells = [f"{row[m][0]:.3f} [{row[m][1]:.3f}, {row[m][2]:.3f}]" for m in METRICS]
+        lines.append(f"| {row['step']} | {row['problems']} | " + " | ".join(cells) + " |")
+    cells = [f"{difference[m][0]:+.3f} [{difference[m][1]:+.3f}, {difference[m][2]:+.3f}]" for m in METRICS]
+    lines.append("| after - before (paired) | | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| run | round | pairs | items with pairs | ties | winner raw reward | loser raw reward |",
+        "|---" * 7 + "|",
+    ]
+    for number, run_rounds in enumerate(rounds):
+        for r in run_rounds:
+            lines.append(
+                f"| {number} | {r['round']} | {r['pairs']} | {r['items_with_pairs']} | {r['tie_share']:.0%} | "
+                f"{r['winner_raw_mean']:.3f} | {r['loser_raw_mean']:.3f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: List[Dict], path: Path) -> None:
+    """Four panels, one per metric: the value at each evaluation step with its bootstrap interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    titles = {
+        "pass_at_1": "pass@1",
+        "code_reward_mean": "reward (0-4)",
+        "parse_rate": "parses",
+        "calls_aux_rate": "calls aux",
+    }
+    figure, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+    steps = [row["step"] for row in rows]
+    for axis, metric in zip(axes, METRICS):
+        means = [row[metric][0] for row in rows]
+        errors = [
+            [m - row[metric][1] for m, row in zip(means, rows)],
+            [row[metric][2] - m for m, row in zip(means, rows)],
+        ]
+        axis.errorbar(steps, means, yerr=errors, marker="o", capsize=4, color="tab:blue")
+        axis.set_title(titles[metric])
+        axis.set_xlabel("optimizer step")
+        axis.grid(alpha=0.3)
+    figure.suptitle("Held-out HumanEval problems 0-31 (95% bootstrap interval over problems)", fontsize=10)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (trainer.default_root_dir), one per seed")
+    parser.add_argument("--plot", type=Path, default=None, help="write the four-panel figure here (PNG)")
+    parser.add_argument("--markdown", type=Path, default=None, help="write the tables here")
+    parser.add_argument("--comparisons-per-item", type=int, default=4, help="preference_num_candidates")
+    parser.add_argument("--items-per-round", type=int, default=16, help="training problems per round (limit)")
+    args = parser.parse_args(argv)
+    from comlrl_lightning.tasks.coding.humaneval import load_humaneval
+
+    items = {item["task_id"]: item for item in load_humaneval()}
+    runs = [evaluations(run, items) for run in args.runs]
+    rows, difference = summarize(runs), change(runs)
+    text = markdown(
+        rows, difference, [round_summary(run, args.items_per_round, args.comparisons_per_item) for run in args.runs]
+    )
+    print(text)
+    for row in rows:
+        print(f"step {row['step']}: " + ", ".join(f"{m} per run {row[m + '_per_run']}" for m in METRICS))
+    if args.markdown:
+        args.markdown.write_text(text, encoding="utf-8")
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()

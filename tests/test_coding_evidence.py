@@ -1,0 +1,80 @@
+"""benchmarks/coding_evidence.py: the bootstrap intervals against direct computations, and its tables
+read from a run folder written here (an evaluation log and a round file in the formats runs write)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def evidence():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("coding_evidence")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        sys.modules.pop("coding_evidence", None)
+
+
+def test_the_bootstrap_interval_of_a_share_matches_the_normal_approximation(evidence):
+    values = [1.0] * 8 + [0.0] * 24  # a share of 0.25 over 32 problems
+    low, high = evidence.bootstrap_interval(values)
+    half_width = 1.96 * math.sqrt(0.25 * 0.75 / 32)
+    assert low == pytest.approx(0.25 - half_width, abs=0.035) and high == pytest.approx(0.25 + half_width, abs=0.035)
+    assert evidence.bootstrap_interval([0.5] * 10) == (0.5, 0.5)
+    assert evidence.bootstrap_interval(values, seed=3) == evidence.bootstrap_interval(values, seed=3)
+
+
+def test_the_paired_interval_sees_the_change_not_the_spread_between_problems(evidence):
+    before = [float(j % 2) * 4 for j in range(32)]  # problems differ a lot
+    assert evidence.paired_difference_interval(before, before) == (0.0, 0.0, 0.0)
+    mean, low, high = evidence.paired_difference_interval(before, [b + 1 for b in before])
+    assert (mean, low, high) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="differ in length"):
+        evidence.paired_difference_interval([1.0], [1.0, 2.0])
+
+
+def record(step, task_id, passed, total, reward, aux="", main=""):
+    return {
+        "step": step,
+        "task_id": task_id,
+        "reward": reward,
+        "status": "finished",
+        "passed": passed,
+        "total": total,
+        "detail": "",
+        "program": "",
+        "aux_completion": aux,
+        "main_completion": main,
+    }
+
+
+def test_tables_from_a_run_folder(evidence, tmp_path, capsys):
+    log = tmp_path / "lightning_logs" / "version_0"
+    log.mkdir(parents=True)
+    main = "def has_close_elements(numbers, threshold):\n    return aux(numbers) < threshold\n"
+    aux = "def aux(numbers):\n    return min(numbers)\n"
+    rows = [record(0, "HumanEval/0", 0, 7, 1.0), record(0, "HumanEval/1", 0, 8, 0.0)]
+    rows += [record(4, "HumanEval/0", 7, 7, 3.0, aux, main), record(4, "HumanEval/1", 0, 8, 1.0)]
+    (log / "evaluation_programs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    replay = tmp_path / "preference_replay"
+    replay.mkdir()
+    pair = {"prompts": ["a", "b"], "winner_reward": -1.0, "loser_reward": -3.0}
+    pair.update(target_raw_reward=1.0, comparator_raw_reward=3.0)
+    (replay / "iteration_0001.json").write_text(json.dumps({"iteration": 1, "num_pairs": 1, "pairs": [pair]}))
+    out = tmp_path / "evidence.md"
+    evidence.main([str(tmp_path), "--markdown", str(out), "--items-per-round", "2", "--plot", str(tmp_path / "e.png")])
+    text = out.read_text()
+    assert "| 0 | 2 | 0.000 [0.000, 0.000] | 0.500 [0.000, 1.000] |" in text
+    assert "| 4 | 2 | 0.500 [0.000, 1.000] | 2.000 [1.000, 3.000] | 1.000 [1.000, 1.000] | 0.500 [0.000, 1.000] |" in text
+    assert "| after - before (paired) | | +0.500 [+0.000, +1.000] | +1.500 [+1.000, +2.000] |" in text
+    assert "| 0 | 1 | 1 | 1 | 88% | 3.000 | 1.000 |" in text  # 1 pair of 2 items x 4 comparisons
+    assert (tmp_path / "e.png").stat().st_size > 1000
