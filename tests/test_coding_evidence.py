@@ -74,7 +74,9 @@ def test_tables_from_a_run_folder(evidence, tmp_path, capsys):
     evidence.main([str(tmp_path), "--markdown", str(out), "--items-per-round", "2", "--plot", str(tmp_path / "e.png")])
     text = out.read_text()
     assert "| 0 | 2 | 0.000 [0.000, 0.000] | 0.500 [0.000, 1.000] |" in text
-    assert "| 4 | 2 | 0.500 [0.000, 1.000] | 2.000 [1.000, 3.000] | 1.000 [1.000, 1.000] | 0.500 [0.000, 1.000] |" in text
+    assert (
+        "| 4 | 2 | 0.500 [0.000, 1.000] | 2.000 [1.000, 3.000] | 1.000 [1.000, 1.000] | 0.500 [0.000, 1.000] |" in text
+    )
     assert "| after - before (paired) | | +0.500 [+0.000, +1.000] | +1.500 [+1.000, +2.000] |" in text
     assert "| 0 | 1 | 1 | 1 | 88% | 3.000 | 1.000 |" in text  # 1 pair of 2 items x 4 comparisons
     assert (tmp_path / "e.png").stat().st_size > 1000

@@ -50,7 +50,10 @@ def test_metrics_and_the_samples_file_beside_the_csv_log(tmp_path):
         records[0]["program"].startswith("from typing import List") and records[0]["main_completion"] == MAIN_USES_AUX
     )
     assert records[1]["status"] == "not run" and records[1]["reward"] == pytest.approx(1.0)
-    assert [(r["passed_all"], r["parses"], r["calls_aux"]) for r in records[:2]] == [(True, True, True), (False, False, False)]
+    assert [(r["passed_all"], r["parses"], r["calls_aux"]) for r in records[:2]] == [
+        (True, True, True),
+        (False, False, False),
+    ]
 
 
 def test_a_users_own_evaluation_metrics_keep_being_logged(tmp_path):
