@@ -15,6 +15,9 @@
   - the ``FutureWarning`` that newer torch raises inside Lightning's own ``_pytree`` helper
     (``isinstance(treespec, LeafSpec)`` is deprecated): Lightning's code, not the user's.
 
+* :func:`peft_wrapping_quiet`: transformers' ``FutureWarning`` that ``is_gradient_checkpointing`` is
+  deprecated, which peft's ``PeftModel`` raises by reading that property while it wraps a model
+  (peft's code, not the user's; every LoRA team printed it), around this package's own wrapping only.
 * :class:`ResumeLines`: Lightning's two lines around a resume ("Restoring states from the
   checkpoint path at ...", "Restored all states from the checkpoint at ..."), while a callback that
   prints one line of its own instead (:class:`~comlrl_lightning.callbacks.CheckpointRecord`) is
@@ -46,6 +49,7 @@ ONLY_MODEL_CHECKPOINT_STATES = (
     r"\[(\"\w*Checkpoint\{[^\]\"]*\}\"(, )?)+\]\.$"
 )
 PYTREE_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+GRADIENT_CHECKPOINTING_RENAME = r"`is_gradient_checkpointing` is deprecated"
 EVAL_MODE_AT_START = r"Found \d+ module\(s\) in eval mode at the start of training"
 
 
@@ -71,6 +75,20 @@ def transformers_bars_off() -> Iterator[None]:
             hf_logging.enable_progress_bar()
         if not hub_bars_were_on:
             hub_utils.disable_progress_bars()
+
+
+@contextlib.contextmanager
+def peft_wrapping_quiet() -> Iterator[None]:
+    """Filter transformers' ``is_gradient_checkpointing`` deprecation (raised inside its
+    ``modeling_utils``) for the block: peft reads the old name while it wraps a model."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message=GRADIENT_CHECKPOINTING_RENAME,
+            category=FutureWarning,
+            module=r"transformers\.modeling_utils",
+        )
+        yield
 
 
 class DropCommercialLoggerTip(logging.Filter):
@@ -117,5 +135,6 @@ __all__ = [
     "ResumeLines",
     "expect_eval_mode_parts",
     "install_noise_filters",
+    "peft_wrapping_quiet",
     "transformers_bars_off",
 ]

@@ -24,6 +24,7 @@ from peft import LoraConfig
 from torch import nn
 
 from comlrl_lightning.options import require
+from comlrl_lightning.runtime.quiet import peft_wrapping_quiet
 from comlrl_lightning.team.activation_checkpointing import recomputed_inside
 from comlrl_lightning.team.loading import ModelSource, load_model
 
@@ -164,7 +165,8 @@ def build_lora_agents(
 
     config = lora_for_agents(config)
     base = load_model(source, dtype, attn_implementation)
-    shared = get_peft_model(base, config, adapter_name=adapter_name(0))
+    with peft_wrapping_quiet():
+        shared = get_peft_model(base, config, adapter_name=adapter_name(0))
     for index in range(1, num_agents):
         shared.add_adapter(adapter_name(index), config)
     for parameter in shared.parameters():

@@ -103,3 +103,16 @@ def test_the_missing_callbacks_warning_is_filtered_only_when_it_names_checkpoint
         warn(checkpoint + ", \"RewardCurvePlot{'filename': 'x.png'}\"")  # a plot's points would be lost: shown
         warn("'EarlyStopping{}'")
     assert len(caught) == 2 and "RewardCurvePlot" in str(caught[0].message)
+
+
+def test_a_lora_team_is_built_without_transformers_gradient_checkpointing_deprecation():
+    from peft import LoraConfig
+
+    from comlrl_lightning.team.lora import build_lora_agents
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_lora_agents("embedded", 2, LoraConfig(r=2, target_modules=["c_attn"]))
+        warnings.warn("`is_gradient_checkpointing` is deprecated (a user's own call)", FutureWarning)
+    messages = [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)]
+    assert messages == ["`is_gradient_checkpointing` is deprecated (a user's own call)"]
