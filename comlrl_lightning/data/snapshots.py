@@ -33,7 +33,6 @@ from comlrl_lightning.runtime.checkpoint_assets import (
 from comlrl_lightning.runtime.paths import resolves_inside
 from comlrl_lightning.runtime.quiet import transformers_bars_off
 from comlrl_lightning.runtime.sharding import full_state_dict
-from comlrl_lightning.team.lora import is_lora_team
 from comlrl_lightning.team.team import Team
 
 _SNAPSHOT_NAME = re.compile(r"initial|iteration_\d{4,}")
@@ -75,7 +74,7 @@ class PolicySnapshots:
         whole state dicts first, a collective every rank takes part in.
         """
         target = self.path(round_start)
-        if team.synced and is_lora_team(team.agents):
+        if team.synced and team.is_lora:
             raise OptionError(
                 "policy snapshots (HistoryComparator, policy_checkpoint_dir) of a LoRA team are not "
                 "supported under ModelParallelStrategy; use another comparator, or DDP for this team."

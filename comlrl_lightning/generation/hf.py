@@ -36,6 +36,7 @@ from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.progress import report_generated
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import max_over_ranks
+from comlrl_lightning.team.scoring_plan import SamplingPlan
 from comlrl_lightning.team.team import Team, left_pad
 
 KV_CACHE_MEMORY_SHARE = 0.25
@@ -177,29 +178,17 @@ class HFGenerator(Generator):
         settings: GenerationSettings,
         stream: Optional[RandomStream] = None,
     ) -> List[List[List[Completion]]]:
-        """Every agent samples its own prompts (``prompts[agent]``): a LoRA team in one pass
-        (:meth:`~comlrl_lightning.team.Team.one_pass_adapters`), all agents' prompts in the same
-        ``generate()`` calls, each row through its own agent's adapter; other teams agent by agent.
-        The seeds are drawn from ``stream`` agent by agent in both cases, so both sample the same
-        tokens. Returns ``result[agent][prompt][sample]``."""
-        if team.one_pass_adapters() is None:
+        """Every agent samples its own prompts (``prompts[agent]``), as the team's sampling plan
+        (:meth:`~comlrl_lightning.team.Team.sampling_plan`) says: a one-pass LoRA team with all
+        agents' prompts in the same ``generate()`` calls, each row through its own agent's adapter;
+        other teams agent by agent. The seeds are drawn from ``stream`` agent by agent in both
+        cases, so both sample the same tokens. Returns ``result[agent][prompt][sample]``."""
+        if not team.plan.one_pass:
             return super().generate_team(team, prompts, num_samples, settings, stream)
-        encoded = [team.encode_prompts(agent, agent_prompts) for agent, agent_prompts in enumerate(prompts)]
-        seeds = [request_seeds(stream, len(agent_encoded)) for agent_encoded in encoded]
-        agents = [agent for agent, agent_encoded in enumerate(encoded) for _ in agent_encoded]
-        flat = self.sample(
-            team,
-            agents,
-            [ids for agent_encoded in encoded for ids in agent_encoded],
-            [seed for agent_seeds in seeds for seed in agent_seeds],
-            num_samples,
-            settings,
-        )
-        out, start = [], 0
-        for agent_encoded in encoded:
-            out.append(flat[start : start + len(agent_encoded)])
-            start += len(agent_encoded)
-        return out
+        plan = team.sampling_plan(prompts)
+        seeds = [seed for agent_prompts in plan.encoded for seed in request_seeds(stream, len(agent_prompts))]
+        flat = self.sample(team, plan.agents, plan.prompts, seeds, num_samples, settings, plan=plan)
+        return plan.per_agent(flat)
 
     def sample(
         self,
@@ -209,10 +198,13 @@ class HFGenerator(Generator):
         seeds: List[int],
         num_samples: int,
         settings: GenerationSettings,
+        plan: Optional[SamplingPlan] = None,
     ) -> List[List[Completion]]:
         """``num_samples`` completions of every encoded prompt, prompt ``i`` by agent ``agents[i]``
         from seed ``seeds[i]``. Prompts of several agents (a LoRA team's one pass) share calls, each
-        row through its own agent's adapter; the agents' prompts must then be consecutive."""
+        row through its own agent's adapter (``plan``'s routed model, else
+        :meth:`~comlrl_lightning.team.Team.one_pass_model`); the agents' prompts must then be consecutive."""
+        route = (plan.route if plan is not None else None) or team.one_pass_model
         one_pass = len(set(agents)) > 1
         owner = agents[0] if agents else 0
         model, tokenizer = team.agents[owner], team.tokenizers[owner]
@@ -243,7 +235,7 @@ class HFGenerator(Generator):
                 sampling |= hf_generate_options(settings.extra)  # eos_token_id may be overridden, as the reference
                 caller = model
                 if one_pass:
-                    caller = team.one_pass_model(torch.tensor(agents[rows] or [owner], device=device))
+                    caller = route(torch.tensor(agents[rows] or [owner], device=device))
                 seed = seeds[start] if beams and chunk else None
                 output = self._generate(caller, team.synced, input_ids, attention_mask, num_samples, sampling, seed)
                 if not chunk:  # this rank's share is done; it only kept the others company

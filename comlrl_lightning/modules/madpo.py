@@ -89,7 +89,7 @@ class MADPOModule(TeamModule):
         memory, team = self.team_options.memory, self.team
         if memory.hold_agent_graphs or memory.gradient_checkpointing or not torch.is_grad_enabled():
             return False
-        return team.num_agents > 1 and team.one_pass_adapters() is None and not team.synced
+        return team.num_agents > 1 and not team.plan.one_pass and not team.synced
 
     # ------------------------------------------------------------------------------------------
     # Training

@@ -27,7 +27,6 @@ from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
 from comlrl_lightning.runtime.quiet import expect_eval_mode_parts
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import shard_model
-from comlrl_lightning.team.lora import is_lora_team
 from comlrl_lightning.team.team import Team, pack_sequences
 
 RLAlgorithm = Literal["magrpo", "mareinforce", "maremax", "marloo", "maac", "iac"]
@@ -138,7 +137,7 @@ class MAGRPOModule(TeamModule):
         super().configure_parts()
         if self.critic is not None and not self.critic.has_networks:
             self.critic.build(self.team, self.agent_sources, self.seed)
-        if self.reference_kl is not None and self.reference is None and not is_lora_team(self.team.agents):
+        if self.reference_kl is not None and self.reference is None and not self.team.is_lora:
             # a frozen copy of the initial policy (configure_model runs before a checkpoint is restored)
             devices = resolve_devices(
                 self.reference_kl.devices,

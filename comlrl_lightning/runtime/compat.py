@@ -4,6 +4,7 @@ A few things the package needs are not public API: a Lightning module's trainer 
 attached, the fit loop's batch and epoch counters, a ``ModelCheckpoint``'s version suffixes,
 the CSV writer's hook that deletes an existing log, a sharded strategy's configured mesh sizes and whether it
 writes distributed checkpoints, whether a W&B logger started its run, transformers' attention switch and checkpoint function,
+peft's LoRA layer internals (its base layer, adapters, dropouts, scalings, variants; read by the one-pass routing),
 torch's tensor version counter. Each is read or written here and nowhere else
 (``tests/test_structure.py`` fails on a private access anywhere else in the package). Every
 function checks that what it touches exists and otherwise raises :class:`UnsupportedVersion`,
@@ -27,9 +28,10 @@ SUPPORTED: Dict[str, str] = {
     "lightning": ">=2.4,<2.7",
     "transformers": ">=4.46,<6",
     "torch": ">=2.4,<3",
+    "peft": ">=0.13",
 }
 """The versions whose private parts this module knows (tested with lightning 2.6.6, transformers
-5.24.0, torch 2.13.0); the lower bounds are the package's dependency pins."""
+5.24.0, torch 2.13.0, peft 0.21.2); the lower bounds are the package's dependency pins."""
 
 
 class UnsupportedVersion(RuntimeError):
@@ -224,6 +226,76 @@ def compiles_fullgraph(model: "nn.Module") -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
+# peft
+
+LORA_ADAPTER_PARTS: Tuple[str, ...] = ("lora_A", "lora_B")
+"""A peft LoRA layer's per-adapter module dicts the one-pass routing reads (``LoraLayer.adapter_layer_names``)."""
+LORA_ADAPTER_VALUES: Tuple[str, ...] = ("scaling", "lora_dropout")
+"""Its per-adapter values and dropouts (``LoraLayer.other_param_names``)."""
+
+
+def check_peft_lora() -> None:
+    """Check that the installed peft's LoRA layer still declares what :func:`lora_parts` reads and
+    that its tuner classes are where :func:`peft_tuner_classes` imports them; called when the
+    one-pass routing is imported, so a peft that moved one of them fails there, naming it."""
+    try:
+        from peft.tuners.lora.layer import LoraLayer
+    except ImportError:
+        raise unsupported("peft", "peft.tuners.lora.layer.LoraLayer") from None
+    peft_tuner_classes()
+    declared = {
+        "adapter_layer_names": LORA_ADAPTER_PARTS,
+        "other_param_names": LORA_ADAPTER_VALUES,
+    }
+    for listing, names in declared.items():
+        present = private(LoraLayer, listing, "peft")
+        for name in names:
+            if name not in present:
+                raise unsupported("peft", f"LoraLayer.{listing} entry {name!r}")
+
+
+def peft_tuner_classes() -> Tuple[type, type, type, type]:
+    """peft's ``(BaseTunerLayer, AuxiliaryTrainingWrapper, LoraLayer, lora Linear)`` classes."""
+    try:
+        from peft.tuners.lora.layer import Linear, LoraLayer
+        from peft.tuners.tuners_utils import BaseTunerLayer
+        from peft.utils.other import AuxiliaryTrainingWrapper
+    except ImportError as error:
+        raise unsupported("peft", f"the tuner class {error.name or error}") from None
+    return BaseTunerLayer, AuxiliaryTrainingWrapper, LoraLayer, Linear
+
+
+def lora_parts(layer: "nn.Module", adapter: str) -> Optional[Tuple[Any, Any, Any, Any]]:
+    """Adapter ``adapter``'s ``(lora_A, lora_B, lora_dropout, scaling)`` in the peft LoRA layer
+    ``layer``, or ``None`` when the layer has no such adapter."""
+    lora_a = private(layer, "lora_A", "peft")
+    if adapter not in lora_a:
+        return None
+    return (
+        lora_a[adapter],
+        private(layer, "lora_B", "peft")[adapter],
+        private(layer, "lora_dropout", "peft")[adapter],
+        private(layer, "scaling", "peft")[adapter],
+    )
+
+
+def lora_base_layer(layer: "nn.Module") -> "nn.Module":
+    """The layer a peft LoRA layer wraps (its ``base_layer``)."""
+    return private(layer, "base_layer", "peft")
+
+
+def lora_plain(layer: "nn.Module") -> bool:
+    """Whether a peft LoRA layer is plain LoRA: not merged into its base, no variant (DoRA...)."""
+    return not private(layer, "merged", "peft") and not private(layer, "lora_variant", "peft")
+
+
+def casts_lora_input(layer: "nn.Module") -> bool:
+    """Whether a peft LoRA layer casts its input to the adapter's dtype (its ``cast_input_dtype_enabled``,
+    switched off inside ``peft.helpers.disable_input_dtype_casting``; older peft: always)."""
+    return bool(getattr(layer, "cast_input_dtype_enabled", True))
+
+
+# ----------------------------------------------------------------------------------------------
 # torch
 
 
@@ -237,13 +309,19 @@ __all__ = [
     "UnsupportedVersion",
     "attached_trainer",
     "attention_implementation",
+    "casts_lora_input",
+    "check_peft_lora",
     "checkpoint_functions_wrapped",
     "checkpointed_layers",
     "compiles_fullgraph",
     "epoch_batches_processed",
     "initial_hyperparameters",
     "installed_version",
+    "lora_base_layer",
+    "lora_parts",
+    "lora_plain",
     "model_parallel_sizes",
+    "peft_tuner_classes",
     "private",
     "saves_distributed_checkpoint",
     "switches_attention",

@@ -2,9 +2,10 @@
 
 :class:`Team` holds the models and tokenizers and scores completions; where they come from is
 :mod:`.loading`, and what a team module is told about them (models, LoRA, memory) is
-:class:`TeamOptions` (:mod:`.options`). The internals that make scoring fast and memory-light live beside it: LoRA teams
+:class:`TeamOptions` (:mod:`.options`). How a team scores and samples is its plan, decided when it
+is built (:mod:`.scoring_plan`). The internals that make scoring fast and memory-light live beside it: LoRA teams
 on one shared base (:mod:`.lora`), scored and sampled in one pass for all agents
-(:mod:`.lora_routing`), packed scoring without padding (:mod:`.packed_scoring`), the
+(:mod:`.lora_routing`), packed scoring without padding (:mod:`.packed_scoring`, rows laid out by :mod:`.batch_layout`), the
 fused, chunked LM head (:mod:`.fused_head`) and activation checkpointing
 (:mod:`.activation_checkpointing`). Sampling is not here: a generator
 (:mod:`comlrl_lightning.generation`) samples with a team's agents.

@@ -176,7 +176,12 @@ def build_lora_agents(
 
 
 def is_lora_team(agents: Sequence[nn.Module]) -> bool:
-    return bool(agents) and all(isinstance(agent, LoraAgent) for agent in agents)
+    """Whether every agent is a :class:`LoraAgent` of one shared model: the one test of a LoRA
+    team (a built team answers it from its plan, :attr:`~comlrl_lightning.team.Team.is_lora`)."""
+    agents = list(agents)
+    if not agents or not all(isinstance(agent, LoraAgent) for agent in agents):
+        return False
+    return all(agent.shared is agents[0].shared for agent in agents)
 
 
 def agent_parameters(agent: nn.Module) -> List[torch.nn.Parameter]:

@@ -13,6 +13,9 @@ the batch, or a token of a packed sequence; every token of the call belongs to o
 units in order, equally many tokens each. Each LoRA layer checks that it sees every token of the
 call (a layer that sees a subset, such as a LoRA LM head after ``logits_to_keep`` or an expert of
 a mixture, cannot be routed and is refused by :func:`supports_mixed_adapters`).
+
+Every peft internal read here (a LoRA layer's base layer, adapters, dropouts, scalings, variant)
+goes through :mod:`comlrl_lightning.runtime.compat`, which checks at import that peft still has them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,14 @@ import torch
 from torch import nn
 
 from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.runtime.compat import (
+    casts_lora_input,
+    check_peft_lora,
+    lora_base_layer,
+    lora_parts,
+    lora_plain,
+    peft_tuner_classes,
+)
 from comlrl_lightning.team.activation_checkpointing import recomputed_inside
 from comlrl_lightning.team.fused_head import output_head
 from comlrl_lightning.team.lora import SharedModelView
@@ -33,18 +44,16 @@ from comlrl_lightning.team.lora import SharedModelView
 _TUNER_MODULES: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
 _ROUTED: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
 """LoRA layers whose forward a :func:`routed` block has replaced (an inner block restores the outer one's)."""
+check_peft_lora()
 
 
 def tuner_modules(shared: nn.Module) -> List[nn.Module]:
     """peft's adapter layers and trained module copies in ``shared``: found once per model and
     number of adapters (a scan of every module costs milliseconds on every call otherwise)."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-    from peft.utils.other import AuxiliaryTrainingWrapper
-
     adapters = len(getattr(shared, "peft_config", {}))
     cached = _TUNER_MODULES.get(shared)
     if cached is None or cached[0] != adapters:
-        kinds = (BaseTunerLayer, AuxiliaryTrainingWrapper)
+        kinds = peft_tuner_classes()[:2]
         cached = (adapters, [module for module in shared.modules() if isinstance(module, kinds)])
         _TUNER_MODULES[shared] = cached
     return cached[1]
@@ -52,23 +61,20 @@ def tuner_modules(shared: nn.Module) -> List[nn.Module]:
 
 def lora_layers(shared: nn.Module) -> List[nn.Module]:
     """The LoRA layers of ``shared`` (those a routing patches)."""
-    from peft.tuners.lora.layer import LoraLayer
-
-    return [module for module in tuner_modules(shared) if isinstance(module, LoraLayer)]
+    lora_layer = peft_tuner_classes()[2]
+    return [module for module in tuner_modules(shared) if isinstance(module, lora_layer)]
 
 
 def supports_mixed_adapters(shared: nn.Module) -> bool:
     """Whether every adapter layer of ``shared`` can be routed per row: plain LoRA on linear layers
     (no DoRA or other variant, nothing merged), no trained copies of whole modules, and no adapter
     on the LM head (it sees only the scored positions)."""
-    from peft.tuners.lora.layer import Linear
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
+    base_tuner_layer, _, _, lora_linear = peft_tuner_classes()
     modules = tuner_modules(shared)
     for module in modules:
-        if type(module) is not Linear or module.merged or module.lora_variant:  # noqa: E721 - exact class
+        if type(module) is not lora_linear or not lora_plain(module):  # noqa: E721 - exact class
             return False
-    return bool(modules) and not isinstance(output_head(shared), BaseTunerLayer)
+    return bool(modules) and not isinstance(output_head(shared), base_tuner_layer)
 
 
 class Routing:
@@ -107,19 +113,20 @@ class Routing:
 def routed_lora_forward(layer: nn.Module, routing: Routing, x: torch.Tensor, *args: Any, **kwargs: Any):
     """A peft LoRA linear layer's forward with each slice of rows through its own adapter:
     ``base(x) + B_a(A_a(dropout_a(x))) * scaling_a`` per slice, as peft computes it for one adapter."""
-    result = layer.base_layer(x, *args, **kwargs)
+    result = lora_base_layer(layer)(x, *args, **kwargs)
     flat = x.reshape(-1, x.shape[-1])
     slices = routing.slices(flat.shape[0])
     # split, not indexing: its backward is one concatenation, not a zero-filled input-sized gradient per slice
     parts = flat.split([stop - start for _, start, stop in slices])
     deltas: list = []
     for (adapter, _, _), part in zip(slices, parts):
-        if adapter is None or adapter not in layer.lora_A:
+        parts_of = lora_parts(layer, adapter) if adapter is not None else None
+        if parts_of is None:
             deltas.append(part.shape[0])  # rows without an adapter: zeros, filled in below
             continue
-        lora_a = layer.lora_A[adapter]
+        lora_a, lora_b, dropout, scaling = parts_of
         rows = cast_input(layer, part, lora_a.weight.dtype)
-        deltas.append(layer.lora_B[adapter](lora_a(layer.lora_dropout[adapter](rows))) * layer.scaling[adapter])
+        deltas.append(lora_b(lora_a(dropout(rows))) * scaling)
     computed = [d for d in deltas if isinstance(d, torch.Tensor)]
     if not computed:
         return result
@@ -131,7 +138,7 @@ def routed_lora_forward(layer: nn.Module, routing: Routing, x: torch.Tensor, *ar
 def cast_input(layer: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x`` in the adapter weights' ``dtype``, as peft casts a LoRA input (unless the layer's
     ``cast_input_dtype_enabled`` is off, e.g. inside ``peft.helpers.disable_input_dtype_casting``)."""
-    if not getattr(layer, "cast_input_dtype_enabled", True) or x.dtype == dtype:
+    if not casts_lora_input(layer) or x.dtype == dtype:
         return x
     return x.to(dtype=dtype)
 

@@ -11,9 +11,13 @@ and scatters the result back. The model's own code does the rest (embeddings, ro
 from ``position_ids``, norms, MLPs, LoRA layers), and the LM head only runs on the positions that
 predict a scored token (``logits_to_keep`` as indices).
 
-It is exact up to float rounding (tested against the padded forward). Models whose attention
-needs more than a mask (soft-capping, attention sinks, a sliding window shorter than the rows)
-are refused at their first call and scored the padded way from then on. Activation checkpointing
+It is exact up to float rounding (tested against the padded forward). Models that cannot be
+scored this way (:func:`packing_refusal`: not a transformers model whose attention can be
+switched per call, an encoder-decoder, a forward without keyword arguments to pass the layout
+through) are known before their first call; models whose attention needs more than a mask
+(soft-capping, attention sinks, a sliding window shorter than the rows) refuse at their first
+call (:class:`PackingUnsupported`, nothing else is caught). Either way the model is scored the
+padded way from then on, and the reason is logged once per model. Activation checkpointing
 works: the recomputation of a checkpointed layer in backward switches the packed attention on
 again (:func:`~comlrl_lightning.team.activation_checkpointing.recomputed_inside`).
 """
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import logging
 import weakref
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
@@ -32,13 +38,14 @@ from torch import nn
 
 from comlrl_lightning.losses import gathered_logprobs
 from comlrl_lightning.runtime.compat import attention_implementation, switches_attention
-from comlrl_lightning.team.activation_checkpointing import recomputed_inside
+from comlrl_lightning.team.activation_checkpointing import base_model, recomputed_inside
+from comlrl_lightning.team.batch_layout import completion_groups
 from comlrl_lightning.team.fused_head import captured_head, linear_logprobs
 
 ATTENTION_NAME = "comlrl_packed"
-COMPLETION_GROUPS = 3
-"""Completions are attended in at most this many SDPA calls, grouped by length (less padding per call)."""
 _UNSUPPORTED: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+"""Models (or shared models under views) scored the padded way: their reason was logged once."""
+log = logging.getLogger(__name__)
 
 
 class PackingUnsupported(RuntimeError):
@@ -218,38 +225,6 @@ def _attention_group(
     )
 
 
-def completion_groups(spans: List[int], groups: int = COMPLETION_GROUPS) -> List[List[int]]:
-    """Rows with completion tokens to feed, split by length into at most ``groups`` groups of
-    consecutive lengths that minimise the padded query positions.
-
-    Dynamic programming over the distinct lengths (at most the longest completion, usually far
-    fewer than the rows): ``cost[g][e]`` is the least padding of the rows of the ``e`` shortest
-    lengths in ``g`` groups, a group padding its rows to its longest length.
-    """
-    rows = sorted((r for r, n in enumerate(spans) if n > 0), key=lambda r: spans[r])
-    if not rows:
-        return []
-    widths = sorted({spans[r] for r in rows})
-    upto = [0] * (len(widths) + 1)  # upto[e]: rows whose length is among the e shortest widths
-    for e, width in enumerate(widths, start=1):
-        upto[e] = upto[e - 1] + sum(1 for r in rows if spans[r] == width)
-    count = len(widths)
-    cost = [[0.0] + [float("inf")] * count] + [[float("inf")] * (count + 1) for _ in range(groups)]
-    cut = [[0] * (count + 1) for _ in range(groups + 1)]
-    for g in range(1, groups + 1):
-        for end in range(1, count + 1):
-            for begin in range(end):
-                value = cost[g - 1][begin] + (upto[end] - upto[begin]) * widths[end - 1]
-                if value < cost[g][end]:
-                    cost[g][end], cut[g][end] = value, begin
-    best = min(range(1, groups + 1), key=lambda g: cost[g][count])
-    bounds, end = [], count
-    for g in range(best, 0, -1):
-        bounds.append((cut[g][end], end))
-        end = cut[g][end]
-    return [rows[upto[begin] : upto[end]] for begin, end in reversed(bounds) if end > begin]
-
-
 def packed_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -324,6 +299,39 @@ def _packing_key(model: nn.Module) -> nn.Module:
     return getattr(model, "shared", model)
 
 
+def takes_extra_keywords(model: nn.Module) -> bool:
+    """Whether the forward of the transformers model under ``model`` takes keyword arguments it
+    does not name (``**kwargs``), through which the packed layout reaches the attention."""
+    try:
+        parameters = inspect.signature(base_model(model).forward).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: assume not
+        return False
+    return any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters)
+
+
+def packing_refusal(model: nn.Module) -> Optional[str]:
+    """Why ``model`` cannot be scored packed, known before any call, or ``None`` when it may be."""
+    config = getattr(model, "config", None)
+    if not _REGISTERED:
+        return "the installed transformers does not pass attention keyword arguments through (transformers < 5)"
+    if not switches_attention(config):
+        return "it is not a transformers model whose attention implementation can be switched per call"
+    if getattr(config, "is_encoder_decoder", False):
+        return "it is an encoder-decoder model"
+    if not takes_extra_keywords(model):
+        return "its forward takes no keyword arguments beyond those it names"
+    return None
+
+
+def fall_back(model: nn.Module, reason: str) -> None:
+    """Score ``model`` the padded way from now on, saying why once."""
+    key = _packing_key(model)
+    if key in _UNSUPPORTED:
+        return
+    _UNSUPPORTED.add(key)
+    log.warning("%s is scored with padded forwards, not packed: %s.", type(key).__name__, reason)
+
+
 def packed_token_logprobs(
     model,
     input_ids: torch.Tensor,
@@ -339,10 +347,11 @@ def packed_token_logprobs(
     (:func:`~comlrl_lightning.team.fused_head.linear_logprobs`) instead of materialised logits.
     ``row_groups`` (``[M]``): rows of different groups never share a prompt (see :func:`build_layout`).
     """
-    config = getattr(model, "config", None)
-    if not _REGISTERED or _packing_key(model) in _UNSUPPORTED or not switches_attention(config):
+    if _packing_key(model) in _UNSUPPORTED:
         return None
-    if getattr(config, "is_encoder_decoder", False):
+    refusal = packing_refusal(model)
+    if refusal is not None:
+        fall_back(model, refusal)
         return None
     layout = build_layout(input_ids, attention_mask, score_mask, row_groups)
     if layout is None:
@@ -351,7 +360,7 @@ def packed_token_logprobs(
     positions, position_of = torch.unique(layout.keep, return_inverse=True)
     try:
         with (
-            _packed_attention(model, config),
+            _packed_attention(model, model.config),
             captured_head(head) if head is not None else contextlib.nullcontext() as captured,
         ):
             output = model(
@@ -361,8 +370,8 @@ def packed_token_logprobs(
                 logits_to_keep=positions,
                 packed_layout=layout,
             )
-    except (PackingUnsupported, TypeError):  # TypeError: a forward that takes no extra keyword arguments
-        _UNSUPPORTED.add(_packing_key(model))
+    except PackingUnsupported as refusal:
+        fall_back(model, str(refusal))
         return None
     if head is None:
         logprobs = gathered_logprobs(output.logits[0].index_select(0, position_of), layout.targets)

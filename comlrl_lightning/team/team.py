@@ -1,6 +1,8 @@
 """A team of N causal-LM agents: their models, their tokenizers and batched sequence scoring.
 
-Sampling lives in :mod:`comlrl_lightning.generation` (a generator samples with a team's agents);
+How the team scores (full models, LoRA agent by agent or in one pass; fused head or logits) is
+its :class:`~comlrl_lightning.team.scoring_plan.ScoringPlan`, decided when the team is built;
+:meth:`Team.score` is the one entry point that follows it. Sampling lives in :mod:`comlrl_lightning.generation` (a generator samples with a team's agents);
 where models and tokenizers come from lives in :mod:`comlrl_lightning.team.loading`.
 """
 
@@ -10,12 +12,12 @@ import contextlib
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.losses import gathered_logprobs
 from comlrl_lightning.runtime.sharding import shard_model
+from comlrl_lightning.team.batch_layout import left_pad, pack_sequences, stack_batches, unstack_rows
 from comlrl_lightning.team.fused_head import (
     captured_head,
     fusable_head,
@@ -29,9 +31,10 @@ from comlrl_lightning.team.loading import (
     load_tokenizer,
     prepare_tokenizer,
 )
-from comlrl_lightning.team.lora import BaseModelView, LoraAgent, is_lora_team
-from comlrl_lightning.team.lora_routing import MixedAdapters, supports_mixed_adapters
+from comlrl_lightning.team.lora import BaseModelView
+from comlrl_lightning.team.lora_routing import MixedAdapters
 from comlrl_lightning.team.packed_scoring import packed_token_logprobs
+from comlrl_lightning.team.scoring_plan import SamplingPlan, ScoringPlan, decide_scoring_plan
 
 
 class Team(nn.Module):
@@ -48,7 +51,10 @@ class Team(nn.Module):
             team it shards itself.
         one_pass: a LoRA team scores and samples every agent in one pass of its shared base
             (:meth:`one_pass_adapters`); ``False``: agent by agent. Kept as the attribute
-            :attr:`one_pass`.
+            :attr:`one_pass` (setting it makes the plan again).
+
+    What these decide is the team's :attr:`plan`, made here and again only when the one-pass
+    switch changes or the team is sharded (:meth:`shard`).
     """
 
     def __init__(
@@ -68,8 +74,26 @@ class Team(nn.Module):
         # how the team's models were loaded: the parts beside it (reward model, critics) load so too
         self.loading: Dict[str, Any] = {"dtype": dtype, "attn_implementation": attn_implementation}
         self.tokenizers = self.resolve_tokenizers(agents, tokenizers)
-        self._fused_head, self._synced = fused_head, synced
-        self.one_pass = one_pass
+        self._fused_head, self._synced, self._one_pass = fused_head, synced, one_pass
+        self.plan: ScoringPlan = self._decide_plan()
+
+    def _decide_plan(self) -> ScoringPlan:
+        return decide_scoring_plan(list(self.agents), self.tokenizers, self._one_pass, self._fused_head, self._synced)
+
+    @property
+    def one_pass(self) -> bool:
+        """Whether a LoRA team may run every agent in one pass (see :attr:`plan`)."""
+        return self._one_pass
+
+    @one_pass.setter
+    def one_pass(self, value: bool) -> None:
+        self._one_pass = value
+        self.plan = self._decide_plan()
+
+    @property
+    def is_lora(self) -> bool:
+        """Whether the agents are LoRA views of one shared base model."""
+        return self.plan.lora
 
     @staticmethod
     def resolve_tokenizers(agents: Sequence[ModelSource], tokenizers) -> list:
@@ -199,18 +223,18 @@ class Team(nn.Module):
     # ------------------------------------------------------------------------------------------
     # Every agent at once: one pass for a LoRA team
 
-    def agents_token_logprobs(self, batches: Sequence[dict], models: Optional[Sequence] = None) -> List[torch.Tensor]:
-        """Every agent's ``[M_i, C_i]`` token log-probabilities of its own :func:`pack_sequences`
-        batch (scored packed where the model allows it, as :meth:`token_logprobs` with the batch's
-        ``score_mask``).
+    def score(self, batches: Sequence[dict], models: Optional[Sequence] = None) -> List[torch.Tensor]:
+        """The one scoring entry point: every agent's ``[M_i, C_i]`` token log-probabilities of its
+        own :func:`pack_sequences` batch (scored packed where the model allows it, as
+        :meth:`token_logprobs` with the batch's ``score_mask``), as the team's :attr:`plan` says.
 
-        A LoRA team (:meth:`one_pass_adapters`) scores the rows of every agent in one forward of
-        its shared base, each row through its own agent's adapter; one backward then gives every
-        adapter the gradient of its own rows, as N forwards would. ``models`` (one per agent)
-        scores with other models, e.g. the frozen reference policy: in one pass too when they are
-        all the team's base with its adapters disabled. Otherwise agent by agent.
+        A one-pass LoRA team scores the rows of every agent in one forward of its shared base,
+        each row through its own agent's adapter; one backward then gives every adapter the
+        gradient of its own rows, as N forwards would. ``models`` (one per agent) scores with
+        other models, e.g. the frozen reference policy: in one pass too when they are all the
+        team's base with its adapters disabled. Otherwise agent by agent.
         """
-        adapters = self.one_pass_adapters()
+        adapters = self.plan.adapters
         shared = self.agents[0].shared if adapters is not None else None
         if models is not None and not all(isinstance(m, BaseModelView) and m.shared is shared for m in models):
             adapters = None
@@ -239,35 +263,34 @@ class Team(nn.Module):
         )
         return unstack_rows(logprobs, batches)
 
+    def agents_token_logprobs(self, batches: Sequence[dict], models: Optional[Sequence] = None) -> List[torch.Tensor]:
+        """Every agent's token log-probabilities of its own batch: :meth:`score`."""
+        return self.score(batches, models)
+
     def agents_sequence_logprobs(self, batches: Sequence[dict]) -> List[torch.Tensor]:
         """Every agent's summed scored log-probabilities of its own batch (:meth:`sequence_logprobs`),
-        in one pass for a LoRA team (:meth:`agents_token_logprobs`)."""
-        if self.one_pass_adapters() is None:
-            return [self.sequence_logprobs(i, **batch) for i, batch in enumerate(batches)]
-        logprobs = self.agents_token_logprobs(batches)
+        in one pass for a one-pass LoRA team (:meth:`score`)."""
+        logprobs = self.score(batches)
         return [(lp * batch["score_mask"].to(lp.device)).sum(dim=-1) for lp, batch in zip(logprobs, batches)]
 
     def one_pass_adapters(self) -> Optional[List[str]]:
-        """The agents' adapter names when the team runs all agents in one pass: :attr:`one_pass` is on,
-        the agents are LoRA views of one model whose adapter layers can be routed per row
-        (:func:`~comlrl_lightning.team.lora_routing.supports_mixed_adapters`) and their tokenizers
-        share the pad and EOS ids; ``None`` otherwise (every agent runs on its own)."""
-        agents = list(self.agents)
-        if not self.one_pass or len(agents) < 2 or not all(isinstance(agent, LoraAgent) for agent in agents):
-            return None
-        shared = agents[0].shared
-        if any(agent.shared is not shared for agent in agents):
-            return None
-        if len({(t.pad_token_id, t.eos_token_id) for t in self.tokenizers}) != 1:
-            return None
-        return [agent.adapter for agent in agents] if supports_mixed_adapters(shared) else None
+        """The agents' adapter names when the team runs all agents in one pass (its :attr:`plan`):
+        :attr:`one_pass` is on, the agents are LoRA views of one model whose adapter layers can be
+        routed per row (:func:`~comlrl_lightning.team.lora_routing.supports_mixed_adapters`) and
+        their tokenizers share the pad and EOS ids; ``None`` otherwise (every agent runs on its own)."""
+        return list(self.plan.adapters) if self.plan.adapters is not None else None
 
     def one_pass_model(self, groups: torch.Tensor) -> MixedAdapters:
         """The shared model with each unit (row or prompt) through the adapter of agent ``groups[unit]``."""
-        adapters = self.one_pass_adapters()
-        if adapters is None:
+        if self.plan.adapters is None:
             raise ValueError("one_pass_model needs a LoRA team that runs in one pass (see one_pass_adapters).")
-        return MixedAdapters(self.agents[0].shared, adapters, groups)
+        return MixedAdapters(self.agents[0].shared, self.plan.adapters, groups)
+
+    def sampling_plan(self, prompts: Sequence[Sequence[str]]) -> SamplingPlan:
+        """How a generator samples every agent's ``prompts[agent]``: the encoded prompts and, for a
+        one-pass LoRA team, the routed model (:meth:`one_pass_model`) that samples them all together."""
+        encoded = [self.encode_prompts(agent, agent_prompts) for agent, agent_prompts in enumerate(prompts)]
+        return SamplingPlan(encoded, self.one_pass_model if self.plan.one_pass else None)
 
     @property
     def fused_head(self) -> Optional[bool]:
@@ -277,17 +300,18 @@ class Team(nn.Module):
     def shard(self, mesh, precision: str = "32-true") -> None:
         """FSDP2 over ``mesh``: every agent per decoder layer and root. A LoRA team's one shared model is
         sharded at the transformers model under peft, whose forward every call (``generate()`` too) runs."""
-        models = [self.agents[0].get_base_model()] if is_lora_team(self.agents) else list(self.agents)
+        models = [self.agents[0].get_base_model()] if self.plan.lora else list(self.agents)
         for model in models:
             shard_model(model, mesh, precision)
         self._synced = True
+        self.plan = self._decide_plan()
 
     def fused_head_of(self, model: nn.Module) -> Optional[nn.Linear]:
         """The LM head to fuse for ``model`` under :attr:`fused_head`, or ``None`` (materialised logits)."""
-        if self.fused_head is False or self.synced:  # a sharded head's weight exists only inside its forward
+        if self.plan.fused_head is False:  # never, or a sharded team (its head's weight exists only in its forward)
             return None
         head = fusable_head(model)
-        if head is None and self.fused_head:
+        if head is None and self.plan.fused_head:
             raise ConfigurationError(
                 "fused_lm_head: true needs a plain linear LM head without logit soft-capping or scaling; "
                 f"{type(output_head(model)).__name__} is not one (set fused_lm_head: null or false)."
@@ -295,87 +319,4 @@ class Team(nn.Module):
         return head
 
 
-def _as_list(tokens) -> List[int]:
-    return tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
-
-
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists into ``(input_ids, attention_mask)``."""
-    sequences = [_as_list(s) for s in sequences]
-    width = max(len(s) for s in sequences)
-    input_ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in sequences], dtype=torch.long)
-    attention_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
-    return input_ids.view(len(sequences), width), attention_mask.view(len(sequences), width)
-
-
-def stack_batches(batches: Sequence[dict], pad_id: int) -> tuple[dict, torch.Tensor]:
-    """:func:`pack_sequences` batches of several agents as one batch, and the agent of each row.
-
-    Prompts are left-padded to the widest prompt, completions right-padded to the widest
-    completion (the layout stays: every completion at the same columns). Returns the stacked
-    ``input_ids``, ``attention_mask``, ``score_mask`` and ``[rows]`` agent indices, agent by agent.
-    """
-    completion_width = max(batch["score_mask"].shape[1] for batch in batches)
-    prompt_width = max(batch["input_ids"].shape[1] - batch["score_mask"].shape[1] for batch in batches)
-    parts: dict = {"input_ids": [], "attention_mask": [], "score_mask": []}
-    for batch in batches:
-        width = batch["score_mask"].shape[1]
-        prompt = batch["input_ids"].shape[1] - width
-        for key, fill in (("input_ids", pad_id), ("attention_mask", 0)):
-            tensor = batch[key]
-            parts[key].append(
-                torch.cat(
-                    [
-                        F.pad(tensor[:, :prompt], (prompt_width - prompt, 0), value=fill),
-                        F.pad(tensor[:, prompt:], (0, completion_width - width), value=fill),
-                    ],
-                    dim=1,
-                )
-            )
-        parts["score_mask"].append(F.pad(batch["score_mask"], (0, completion_width - width)))
-    device = batches[0]["input_ids"].device
-    groups = torch.cat(
-        [torch.full((b["input_ids"].shape[0],), i, dtype=torch.long, device=device) for i, b in enumerate(batches)]
-    )
-    return {key: torch.cat(tensors) for key, tensors in parts.items()}, groups
-
-
-def unstack_rows(values: torch.Tensor, batches: Sequence[dict]) -> List[torch.Tensor]:
-    """``[rows, C]`` values of :func:`stack_batches` back into each batch's ``[M_i, C_i]``."""
-    out, start = [], 0
-    for batch in batches:
-        rows, width = batch["score_mask"].shape
-        out.append(values[start : start + rows, :width])
-        start += rows
-    return out
-
-
-def pack_sequences(
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
-    scored_lengths: Sequence[int],
-    pad_id: int,
-) -> dict:
-    """Lay out prompt/completion pairs for :meth:`Team.sequence_logprobs`.
-
-    Returns ``input_ids`` and ``attention_mask`` of shape ``[M, P + C]`` (prompt left-padded to
-    ``P``, completion right-padded to ``C >= 1``) and ``score_mask`` ``[M, C]``.
-    """
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("Scoring a completion requires a non-empty tokenized prompt.")
-    prompt_ids, prompt_mask = left_pad(prompts, pad_id)
-    completions = [_as_list(c) for c in completions]
-    width = max(1, max(len(c) for c in completions))
-    rows = len(completions)
-    completion_ids = torch.tensor([c + [pad_id] * (width - len(c)) for c in completions], dtype=torch.long)
-    completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completions], dtype=torch.long)
-    scored = [min(max(int(n), 0), width) for n in scored_lengths]
-    score_mask = torch.tensor([[1.0] * n + [0.0] * (width - n) for n in scored], dtype=torch.float32)
-    completion_ids, completion_mask, score_mask = (
-        t.view(rows, width) for t in (completion_ids, completion_mask, score_mask)
-    )
-    return {
-        "input_ids": torch.cat([prompt_ids, completion_ids], dim=1),
-        "attention_mask": torch.cat([prompt_mask, completion_mask], dim=1),
-        "score_mask": score_mask,
-    }
+__all__ = ["Team", "left_pad", "pack_sequences", "stack_batches", "unstack_rows"]

@@ -134,6 +134,29 @@ def test_a_transformers_without_the_attribute_is_named_with_the_supported_range(
         compat.checkpointed_layers(model)
 
 
+def test_peft_lora_parts_read_on_the_installed_peft():
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear
+
+    compat.check_peft_lora()
+    model = get_peft_model(tiny_gpt2(), LoraConfig(r=2, target_modules=["c_attn"]), adapter_name="a")
+    layer = next(m for m in model.modules() if isinstance(m, Linear))
+    lora_a, lora_b, dropout, scaling = compat.lora_parts(layer, "a")
+    assert lora_a is layer.lora_A["a"] and lora_b is layer.lora_B["a"] and dropout is layer.lora_dropout["a"]
+    assert scaling == layer.scaling["a"] and compat.lora_parts(layer, "b") is None
+    assert compat.lora_base_layer(layer) is layer.base_layer and compat.lora_plain(layer)
+    assert compat.casts_lora_input(layer)
+    assert compat.peft_tuner_classes()[3] is Linear
+
+
+def test_a_peft_lora_layer_without_a_part_is_named_at_the_check(monkeypatch):
+    from peft.tuners.lora.layer import LoraLayer
+
+    monkeypatch.setattr(LoraLayer, "other_param_names", ("r", "lora_alpha", "lora_dropout"))
+    with pytest.raises(UnsupportedVersion, match=re.escape("LoraLayer.other_param_names entry 'scaling' of peft")):
+        compat.check_peft_lora()
+
+
 class Bare:
     """An object of none of the libraries: every private read fails the same way."""
 
@@ -154,6 +177,9 @@ class Bare:
             "_check_log_dir_exists",
         ),
         (compat.version_counter, "torch", "_version"),
+        (compat.lora_base_layer, "peft", "base_layer"),
+        (compat.lora_plain, "peft", "merged"),
+        (lambda bare: compat.lora_parts(bare, "agent_0"), "peft", "lora_A"),
     ],
 )
 def test_every_read_names_the_attribute_the_library_and_its_range(read, library, attribute):
