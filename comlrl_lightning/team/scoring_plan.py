@@ -24,6 +24,7 @@ from torch import nn
 
 from comlrl_lightning.team.lora import is_lora_team
 from comlrl_lightning.team.lora_routing import supports_mixed_adapters
+from comlrl_lightning.team.packed_scoring import fall_back, packing_refusal
 
 FULL_MODELS = "full models"
 LORA_PER_AGENT = "LoRA agent by agent"
@@ -42,11 +43,14 @@ class ScoringPlan:
         fused_head: the LM head policy: ``None`` fused where the head allows it, ``True`` always,
             ``False`` never (materialised logits; always so for a sharded team, whose head's
             weight exists only inside its forward).
+        padded: per agent, why its model is scored with padded forwards rather than packed, as
+            known before any call (``None``: packed, unless its attention refuses at the first call).
     """
 
     lora: bool
     adapters: Optional[Tuple[str, ...]]
     fused_head: Optional[bool]
+    padded: Tuple[Optional[str], ...] = ()
 
     @property
     def one_pass(self) -> bool:
@@ -79,10 +83,15 @@ def one_pass_adapters(agents: Sequence[nn.Module], tokenizers: Sequence, lora: b
 def decide_scoring_plan(
     agents: Sequence[nn.Module], tokenizers: Sequence, one_pass: bool, fused_head: Optional[bool], synced: bool
 ) -> ScoringPlan:
-    """The :class:`ScoringPlan` of a team of ``agents`` (one pass only when ``one_pass`` allows it)."""
+    """The :class:`ScoringPlan` of a team of ``agents`` (one pass only when ``one_pass`` allows it).
+    An agent that cannot be scored packed is set to padded scoring here, its reason logged once."""
     lora = is_lora_team(agents)
     adapters = one_pass_adapters(agents, tokenizers, lora) if one_pass else None
-    return ScoringPlan(lora=lora, adapters=adapters, fused_head=False if synced else fused_head)
+    padded = tuple(packing_refusal(agent) for agent in agents)
+    for agent, reason in zip(agents, padded):
+        if reason is not None:
+            fall_back(agent, reason)
+    return ScoringPlan(lora=lora, adapters=adapters, fused_head=False if synced else fused_head, padded=padded)
 
 
 @dataclass

@@ -139,11 +139,15 @@ def test_peft_lora_parts_read_on_the_installed_peft():
     from peft.tuners.lora.layer import Linear
 
     compat.check_peft_lora()
-    model = get_peft_model(tiny_gpt2(), LoraConfig(r=2, target_modules=["c_attn"]), adapter_name="a")
+    model = get_peft_model(tiny_gpt2(), LoraConfig(r=2, target_modules=["c_attn"]), adapter_name="agent_0")
     layer = next(m for m in model.modules() if isinstance(m, Linear))
-    lora_a, lora_b, dropout, scaling = compat.lora_parts(layer, "a")
-    assert lora_a is layer.lora_A["a"] and lora_b is layer.lora_B["a"] and dropout is layer.lora_dropout["a"]
-    assert scaling == layer.scaling["a"] and compat.lora_parts(layer, "b") is None
+    lora_a, lora_b, dropout, scaling = compat.lora_parts(layer, "agent_0")
+    assert (
+        lora_a is layer.lora_A["agent_0"]
+        and lora_b is layer.lora_B["agent_0"]
+        and dropout is layer.lora_dropout["agent_0"]
+    )
+    assert scaling == layer.scaling["agent_0"] and compat.lora_parts(layer, "b") is None
     assert compat.lora_base_layer(layer) is layer.base_layer and compat.lora_plain(layer)
     assert compat.casts_lora_input(layer)
     assert compat.peft_tuner_classes()[3] is Linear

@@ -37,6 +37,7 @@ def test_the_plan_is_made_when_the_team_is_built():
     assert lora.plan.adapters == ("agent_0", "agent_1") and lora.one_pass_adapters() == ["agent_0", "agent_1"]
     assert _lora_team(one_pass=False).plan.kind == LORA_PER_AGENT
     assert str(Team(["embedded"], fused_head=False).plan) == f"{FULL_MODELS}, materialised logits"
+    assert full.plan.padded == (None, None) and lora.plan.padded == (None, None)  # both scored packed
 
 
 def test_scoring_reads_the_plan_instead_of_asking_on_every_call(monkeypatch):
@@ -156,6 +157,19 @@ def test_a_forward_without_keyword_arguments_is_refused_before_its_call(caplog):
         assert packed_scoring.packed_token_logprobs(wrapped, **batch) is None
         assert packed_scoring.packed_token_logprobs(wrapped, **batch) is None
     assert len(_fallbacks(caplog)) == 1 and "_NoKeywords" in _fallbacks(caplog)[0]
+
+
+def test_an_agent_that_cannot_be_packed_is_planned_padded_at_build(caplog):
+    model, tokenizer = _mistral_with_short_window()
+    wrapped = _NoKeywords(model)
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        team = Team([wrapped], tokenizers=tokenizer)
+    assert team.plan.padded == ("its forward takes no keyword arguments beyond those it names",)
+    assert len(_fallbacks(caplog)) == 1 and wrapped in packed_scoring._UNSUPPORTED
+    batch = pack_sequences([[3, 4, 5]], [[7, 8]], [2], tokenizer.eos_token_id)
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        assert team.sequence_logprobs(0, **batch).shape == (1,)
+    assert len(_fallbacks(caplog)) == 1  # said once, at build
 
 
 def test_other_errors_of_a_packed_forward_are_not_swallowed():
