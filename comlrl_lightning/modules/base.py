@@ -42,11 +42,10 @@ NOT_HYPERPARAMETERS = ["optimizer", "lr_scheduler", "generator", "critic", "coll
 class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
     """A team of N causal-LM agents with sampling settings and task-reward evaluation.
 
-    Correct under a plain ``Trainer()``, which it never changes: the module evaluates the team
-    itself before the first update, so Lightning's sanity validation evaluates nothing here (its
-    steps return at once; the command line and the seed API switch it off, ``num_sanity_val_steps=0``).
-    The data module's checkpointed state reaches the Trainer as a model callback
-    (:meth:`configure_callbacks`), which Lightning adds itself.
+    Correct under a plain ``Trainer()``, which it never changes: it evaluates the team itself before
+    the first update, so its validation steps do nothing in Lightning's sanity check (which the
+    command line and the seed API switch off); the data module's callbacks come through
+    :meth:`configure_callbacks`.
 
     Args:
         team: the agents (:class:`~comlrl_lightning.team.TeamOptions`): ``agent_model`` or

@@ -59,9 +59,7 @@ def test_a_plain_trainer_shows_callbacks_one_evaluation_per_epoch_and_none_befor
     steps_per_epoch = trainer.global_step // 2
     # Lightning's default sanity check runs (the Trainer is the user's, unchanged) and evaluates nothing
     assert seen.sanity_checks == 1 and trainer.num_sanity_val_steps == 2
-    assert seen.evaluations == [(True, 0, None)] + [
-        (False, step, value) for _, step, value in seen.evaluations[1:]
-    ]
+    assert seen.evaluations == [(True, 0, None)] + [(False, step, value) for _, step, value in seen.evaluations[1:]]
     assert [step for _, step, _ in seen.evaluations[1:]] == [steps_per_epoch, 2 * steps_per_epoch]
     assert all(value is not None for _, _, value in seen.evaluations[1:]) and all(seen.collected_before)
     assert len(seen.collected_before) == 2
