@@ -33,10 +33,11 @@ from lightning.pytorch.loggers import WandbLogger
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
 from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
-from comlrl_lightning.datamodules.preference import total_epochs
+from comlrl_lightning.datamodules.preference import dataloader_reload, total_epochs
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.generation.vllm import engines_running
 from comlrl_lightning.modules.resume_rule import apply_resume_rule
+from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
 from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
 from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, resumable, run_record
 from comlrl_lightning.runtime.command_line import restore_nulls
@@ -54,19 +55,32 @@ def data_total_epochs(data_options) -> int:
     return total_epochs(data_options.num_train_epochs, getattr(data_options, "num_iterations", 1))
 
 
+def data_dataloader_reload(data_options) -> int:
+    """The data section's :func:`~comlrl_lightning.datamodules.preference.dataloader_reload`."""
+    return dataloader_reload(getattr(data_options, "num_iterations", None))
+
+
 class PreferenceCLI(LightningCLI):
     """LightningCLI with the links between the model, data and trainer sections."""
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.init_args", "trainer.max_epochs", compute_fn=data_total_epochs)
+        parser.link_arguments(
+            "data.init_args", "trainer.reload_dataloaders_every_n_epochs", compute_fn=data_dataloader_reload
+        )
         parser.link_arguments("model.init_args.team.num_agents", "data.init_args.num_agents")
         # A CSV logger that a resumed run continues, unless the config names one: Lightning's default
         # (logger: true) would print a notice about TensorBoard not being installed.
         parser.set_defaults({"trainer.logger": {"class_path": CSV_LOGGER}})
+        # The modules evaluate before the first update themselves: a sanity validation would evaluate nothing.
+        parser.set_defaults({"trainer.num_sanity_val_steps": 0})
 
     def parse_arguments(self, parser, args) -> None:
+        """The arguments, with ``null`` meaning ``None``; a resume's ``ckpt_path`` is resolved and read
+        here and set aside until the classes are built (:meth:`resolve_checkpoint_path`)."""
         super().parse_arguments(parser, args)
         restore_nulls(self.config, sys.argv[1:] if args is None else args)  # null means None, nested too
+        self.resolve_checkpoint_path()
 
     def before_instantiate_classes(self) -> None:
         """No key's value in the config; a logger without a ``save_dir`` writes under
@@ -74,9 +88,11 @@ class PreferenceCLI(LightningCLI):
         and the W&B run of its checkpoint."""
         # the whole config is saved (config.yaml, hparams, checkpoints, loggers): no key's value anywhere in it
         config = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
+        if self.resumed_path is not None:  # set aside in resolve_checkpoint_path
+            config["ckpt_path"] = str(self.resumed_path)
         check_config_has_no_key(config.as_dict())
         root = config["trainer"].get("default_root_dir")
-        record = getattr(self, "resumed_record", {})
+        record = self.resumed_record
         logs, identity = record.get("logs") or {}, record.get("wandb") or {}
         for logger in _logger_sections(config["trainer"].get("logger")):
             init = logger.get("init_args")
@@ -95,9 +111,12 @@ class PreferenceCLI(LightningCLI):
                 init["id"] = identity["id"]
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """The trainer, with a :class:`CheckpointRecord` and, in place of Lightning's default
-        ``ModelCheckpoint``, a :class:`ResumableCheckpoint` (a configured checkpoint callback is kept)."""
+        """The trainer, with a :class:`CheckpointRecord`, in place of Lightning's default
+        ``ModelCheckpoint`` a :class:`ResumableCheckpoint` (a configured checkpoint callback is kept),
+        and checkpoints written atomically with their files (unless the config names a checkpoint
+        IO of its own; :func:`~comlrl_lightning.runtime.checkpoint_io.install`)."""
         trainer = super().instantiate_trainer(**kwargs)
+        install_atomic_checkpoints(trainer.strategy)
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         given = config["trainer"].get("callbacks") or []
         given = given if isinstance(given, list) else [given]
@@ -120,24 +139,28 @@ class PreferenceCLI(LightningCLI):
     def before_fit(self) -> None:
         # before Lightning starts any process or loads any model: a mesh that does not fit the processes
         check_mesh_plan(self.trainer.strategy)
-        resumed = getattr(self, "resumed_checkpoint", None)
+        resumed = self.resumed_checkpoint
         if resumed is not None:  # the resume rule: these options; a fixed one changed is refused now
             apply_resume_rule(resumed, self.model, self.datamodule, self.resumed_path)
 
-    def _parse_ckpt_path(self) -> None:
+    resumed_record: Dict[str, Any] = {}
+    resumed_checkpoint: Optional[Dict[str, Any]] = None
+    resumed_path: Optional[Path] = None
+
+    def resolve_checkpoint_path(self) -> None:
         """Resuming keeps the options of this command line and config, and says what changed.
 
-        A folder is resolved to its checkpoint with the most progress. LightningCLI would overwrite
-        the options silently with the hyperparameters saved in the checkpoint
-        (``--model.init_args.dpo_beta 7`` would train on with 0.1). Here the given options are the
-        run's (:mod:`comlrl_lightning.modules.resume_rule`): once the classes are built, before
-        training, the options a resume cannot change are refused if they differ, and every other
-        difference is listed in one line and takes effect (sampling, learning rates, data options).
-        A remote checkpoint (a URL, an fsspec chain) is refused: Lightning would load it with
+        A folder is resolved to its checkpoint with the most progress. LightningCLI, given a
+        checkpoint file as ``ckpt_path``, would overwrite the options silently with the
+        hyperparameters saved in it (``--model.init_args.dpo_beta 7`` would train on with 0.1); so
+        the resolved path is set aside here and handed back to the subcommand in
+        :meth:`before_instantiate_classes`. The given options are the run's
+        (:mod:`comlrl_lightning.modules.resume_rule`): once the classes are built, before training,
+        the options a resume cannot change are refused if they differ, and every other difference
+        is listed in one line and takes effect (sampling, learning rates, data options). A remote
+        checkpoint (a URL, an fsspec chain) is refused: Lightning would load it with
         ``weights_only=False``, i.e. run code from the network.
         """
-        self.resumed_record: Dict[str, Any] = {}
-        self.resumed_checkpoint: Optional[Dict[str, Any]] = None
         if not self.config.get("subcommand"):
             return
         section = self.config[self.config.subcommand]
@@ -145,13 +168,13 @@ class PreferenceCLI(LightningCLI):
         if not ckpt_path or ckpt_path in ("last", "best", "hpc", "registry"):
             return
         require_local(ckpt_path, "ckpt_path", "a local checkpoint file")
-        path = resolve_checkpoint(ckpt_path)
-        section["ckpt_path"] = str(path)
-        if not path.is_file():  # a sharded checkpoint (a folder): Lightning reads it
+        self.resumed_path = resolve_checkpoint(ckpt_path)
+        section["ckpt_path"] = None  # back in before_instantiate_classes
+        if not self.resumed_path.is_file():  # a sharded checkpoint (a folder): Lightning reads it
             return
         # a corrupt field or a newer version's: one line naming the file and the field, now
-        self.resumed_checkpoint, self.resumed_path = resumable(read_checkpoint(path), path), path
-        self.resumed_record = run_record(self.resumed_checkpoint, path) or {}
+        self.resumed_checkpoint = resumable(read_checkpoint(self.resumed_path), self.resumed_path)
+        self.resumed_record = run_record(self.resumed_checkpoint, self.resumed_path) or {}
 
 
 class SaveConfigInPlace(SaveConfigCallback):

@@ -168,7 +168,12 @@ def tiny_trainer(tmp_path, **overrides):
         val_check_interval=4,
     )
     options.update(overrides)
-    return Trainer(**options)
+    trainer = Trainer(**options)
+    # as the command line and the seed API do: checkpoints written atomically, with their files
+    from comlrl_lightning.runtime.checkpoint_io import install
+
+    install(trainer.strategy)
+    return trainer
 
 
 @pytest.fixture

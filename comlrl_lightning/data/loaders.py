@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterator
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
@@ -63,3 +63,37 @@ class ResumablePairLoader(DataLoader):
 
     def load_state_dict(self, state: Dict[str, int]) -> None:
         self.shuffle_sampler.skip = state["batches_done"] * self.batch_size
+
+
+class EpochLoaders:
+    """The batches of the loader ``current()`` returns, asked anew at every pass (every epoch).
+
+    A Trainer that does not reload its dataloaders every epoch (Lightning's default) asks for the
+    training loader once; a data module whose batches change from epoch to epoch (a new round of
+    pairs) hands such a Trainer this object, which asks the data module again whenever an epoch
+    starts drawing batches. It has no length (a round's size is known once it is built): Lightning
+    ends each epoch when the batches run out. Its checkpointed state is the current loader's (a
+    mid-epoch resume), handed to the loader of the first pass after a restore. Like Lightning for
+    the loaders it holds, it sets each loader's sampler to the epoch (``epoch()``) before drawing.
+    """
+
+    def __init__(self, current: Callable[[], DataLoader], epoch: Callable[[], int]) -> None:
+        self.current, self.epoch = current, epoch
+        self.loader: Optional[DataLoader] = None
+        self.restored: Optional[Dict[str, Any]] = None
+
+    def __iter__(self) -> Iterator[Any]:
+        self.loader = self.current()
+        set_epoch = getattr(getattr(self.loader, "sampler", None), "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(self.epoch())
+        if self.restored is not None and hasattr(self.loader, "load_state_dict"):
+            self.loader.load_state_dict(self.restored)
+        self.restored = None
+        return iter(self.loader)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return self.loader.state_dict() if hasattr(self.loader, "state_dict") else {}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.restored = state or None

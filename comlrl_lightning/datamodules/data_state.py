@@ -19,9 +19,9 @@ class DataStateCallback(Callback):
     Lightning files a data module's ``state_dict()`` under its class name and silently skips it
     when the name differs, so a renamed or subclassed data module would quietly recollect pairs
     and restart its replay history. A callback's state is filed under its ``state_key`` instead:
-    the data module registers this one in ``setup`` (before Lightning restores a checkpoint) and
-    it carries :meth:`TaskDataModule.data_state_dict` in and out. Nothing else reads or rewrites it.
-    It also hands the checkpoint the files that state names (:meth:`TaskDataModule.checkpoint_assets`),
+    the data module offers this one (``trainer_callbacks``), the team module hands it to Lightning
+    (``configure_callbacks``, before Lightning restores a checkpoint), and it carries
+    :meth:`TaskDataModule.data_state_dict` in and out. Nothing else reads or rewrites it. It also hands the checkpoint the files that state names (:meth:`TaskDataModule.checkpoint_assets`),
     which the checkpoint IO keeps beside the checkpoint.
     """
 

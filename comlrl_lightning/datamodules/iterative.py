@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from jsonargparse.typing import PositiveInt
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -24,11 +24,13 @@ from comlrl_lightning.data.collection import (
     sample_candidates,
 )
 from comlrl_lightning.data.contract import TeamSide, data_module_checks, team_side
+from comlrl_lightning.data.loaders import EpochLoaders
 from comlrl_lightning.data.oracle import ScoringProgress
 from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
 from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
 from comlrl_lightning.data.snapshots import PolicySnapshots
 from comlrl_lightning.datamodules.preference import PreferenceDataModule, total_epochs
+from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.options import OptionError, at_least
 from comlrl_lightning.runtime.checkpoint_assets import CheckpointAssets
 from comlrl_lightning.runtime.distributed import (
@@ -43,6 +45,11 @@ from comlrl_lightning.runtime.paths import is_remote
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream, derived_seed
 from comlrl_lightning.runtime.sharding import is_sharded
+
+
+def reloads_every_epoch(trainer: Any) -> bool:
+    """Whether ``trainer`` asks for the training loader at every epoch."""
+    return trainer.reload_dataloaders_every_n_epochs == 1
 
 
 class IterativePreferenceDataModule(PreferenceDataModule):
@@ -130,15 +137,19 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     def setup(self, stage: str) -> None:
         """Everything this Trainer needs, on every ``setup`` of every Trainer (a validation or an
         evaluation before ``fit``, or a later ``fit`` on a new Trainer, must not leave a Trainer
-        without it): its callbacks' checks, a dataloader reload every epoch, the run's folders and
-        their locks, and the comparator bound to this Trainer's team. The task is built once."""
+        without it): its callbacks' checks, the run's folders and their locks, and the comparator
+        bound to this Trainer's team. The task is built once; the Trainer is left as given."""
         super().setup(stage)
         # Callbacks that observe the rounds check this run now, before the comparator binding below
         # loads the team: a callback that cannot work here fails before any model is loaded.
-        for callback in data_module_checks(self.trainer.callbacks):
+        observers = data_module_checks(self.trainer.callbacks)
+        if observers and not reloads_every_epoch(self.trainer):
+            raise ConfigurationError(
+                f"{type(observers[0]).__name__} reads each round when its epoch starts, which needs "
+                "Trainer(reload_dataloaders_every_n_epochs=1) (the command line and the seed API set it)."
+            )
+        for callback in observers:
             callback.check_data_module(self)
-        # train_dataloader() must run every epoch: it decides whether a new round starts.
-        self.trainer.reload_dataloaders_every_n_epochs = 1
         if self.built_round is None:  # nothing collected yet: the folders are this Trainer's
             self._make_folders(Path(self.trainer.default_root_dir))
         module = team_side(self.trainer)
@@ -181,7 +192,17 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             directory = Path(self.policy_checkpoint_dir) if self.policy_checkpoint_dir else root / "policy_snapshots"
             self.snapshots = PolicySnapshots(directory.absolute(), keep_all=self.policy_checkpoint_dir is not None)
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> Union[DataLoader, EpochLoaders]:
+        """The epoch's round (collected at the first epoch of a round) as a loader. A Trainer that
+        reloads its dataloaders every epoch (the command line's and the seed API's) asks for it at
+        every epoch; any other Trainer (a plain ``Trainer()``) gets :class:`EpochLoaders`, which asks
+        at every epoch itself."""
+        if reloads_every_epoch(self.trainer):
+            return self.epoch_loader()
+        return EpochLoaders(self.epoch_loader, epoch=lambda: self.trainer.current_epoch)
+
+    def epoch_loader(self) -> DataLoader:
+        """The current epoch's batches: its round, built first when the epoch starts one."""
         module = team_side(self.trainer)
         self.check_context(module)
         round_index = self.trainer.current_epoch // self.num_train_epochs

@@ -7,7 +7,7 @@ import inspect
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import Callback, LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
@@ -36,6 +36,14 @@ def total_epochs(num_train_epochs: int, num_iterations: int = 1) -> int:
     """The epochs of a run: ``num_train_epochs`` per round times ``num_iterations`` rounds (one round
     without iterations). The command line sets ``trainer.max_epochs`` from it, as does the seed's API."""
     return num_train_epochs * num_iterations
+
+
+def dataloader_reload(num_iterations: Optional[int]) -> int:
+    """``reload_dataloaders_every_n_epochs`` the command line and the seed API give a run: 1 for a data
+    module with rounds (``num_iterations``; Lightning then asks it for the training loader at every
+    epoch, where it decides whether a round starts), else Lightning's default 0. Any other value
+    trains the same rounds: the iterative data module then follows the epochs itself."""
+    return 1 if num_iterations is not None else 0
 
 
 class TaskDataModule(PlainHyperparameters, LightningDataModule):
@@ -102,9 +110,14 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
     # ------------------------------------------------------------------------------------------
     # Lightning hooks
 
+    def trainer_callbacks(self) -> List[Callback]:
+        """The callbacks this data module needs on its Trainer: :class:`DataStateCallback` (its state in
+        and out of checkpoints). :meth:`TeamModule.configure_callbacks` hands them to Lightning, which
+        adds them to the Trainer's before restoring a checkpoint; the data module never changes the
+        Trainer itself."""
+        return [self.state_callback]
+
     def setup(self, stage: str) -> None:
-        if self.trainer is not None and not any(c is self.state_callback for c in self.trainer.callbacks):
-            self.trainer.callbacks.append(self.state_callback)
         if self.task is not None:
             return
         num_agents = self.num_agents

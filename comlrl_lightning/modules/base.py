@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
-from lightning.pytorch import LightningModule
+from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
@@ -23,7 +23,6 @@ from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.modules.real_model_safety import low_precision_weights_warning, real_model_learning_rates
 from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
 from comlrl_lightning.options import positive, require
-from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
@@ -43,9 +42,10 @@ NOT_HYPERPARAMETERS = ["optimizer", "lr_scheduler", "generator", "critic", "coll
 class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
     """A team of N causal-LM agents with sampling settings and task-reward evaluation.
 
-    Correct under a plain ``Trainer()``: the module evaluates the team itself before the first
-    update, so Lightning's sanity validation (an extra evaluation, before any pair is collected,
-    that every callback would see) is switched off for ``fit``.
+    Correct under a plain ``Trainer()``, which it never changes: it evaluates the team itself before
+    the first update, so its validation steps do nothing in Lightning's sanity check (which the
+    command line and the seed API switch off); the data module's callbacks come through
+    :meth:`configure_callbacks`.
 
     Args:
         team: the agents (:class:`~comlrl_lightning.team.TeamOptions`): ``agent_model`` or
@@ -184,16 +184,15 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
 
     def setup(self, stage: str) -> None:
         check_strategy(self.trainer.strategy)
-        # checkpoints are written atomically (a full disk or a crash never leaves a torn one) and
-        # never loaded from a URL (unless the user chose a checkpoint IO of their own)
-        install_atomic_checkpoints(self.trainer.strategy)
         check_log_files(self.trainer)  # links planted where loggers rewrite files in place are refused
         renew_inference_states(self)  # an earlier validation in inference mode must not break this run
-        if stage == "fit":
-            # The module evaluates before the first update itself (on_train_start). Sanity
-            # validation would sample and score the evaluation items once more, before collection,
-            # and every callback's validation hooks would see that evaluation.
-            self.trainer.num_sanity_val_steps = 0
+
+    def configure_callbacks(self) -> List[Callback]:
+        """The data module's own callbacks (the one that checkpoints its state), which Lightning adds
+        to the Trainer's before it restores a checkpoint; none without a data module that has them."""
+        trainer = attached_trainer(self)
+        offered = getattr(trainer.datamodule, "trainer_callbacks", None) if trainer is not None else None
+        return list(offered()) if callable(offered) else []
 
     def on_fit_start(self) -> None:
         warning = low_precision_weights_warning({p.dtype for p in self.team.parameters() if p.requires_grad})
@@ -292,6 +291,8 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         return RandomStream.derive(self.seed, "eval", self.global_step, self.global_rank, *keys)
 
     def validation_step(self, batch: List[Optional[Dict[str, Any]]], batch_idx: int) -> None:
+        if self.trainer.sanity_checking:  # the module evaluates before the first update itself (on_train_start)
+            return
         task = data_side(self.trainer).task
         unparsed_before = task.unparsed_completions
         batch = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares

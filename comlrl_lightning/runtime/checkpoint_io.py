@@ -6,8 +6,10 @@ system's temporary folder; committing it *moves* the file across file systems, w
 that a full disk interrupts halfway, leaving a torn ``last.ckpt``. :class:`AtomicCheckpointIO`
 writes the bytes to a temporary file in the checkpoint's own folder, flushes and fsyncs it, and
 only then renames it onto the final name (and fsyncs the folder): the final name always holds a
-complete checkpoint, the previous one or the new one. The team modules install it by themselves
-when the strategy uses Lightning's default checkpoint IO.
+complete checkpoint, the previous one or the new one. The entry points (the command line and the
+seed API) :func:`install` it on the Trainer they build when its strategy uses Lightning's default
+checkpoint IO; a Trainer of your own takes it as a plugin, ``Trainer(plugins=[AtomicCheckpointIO()])``
+(the modules never change the Trainer they are given).
 
 It also keeps a checkpoint self-contained: the files its state refers to (round files, policy
 snapshots, listed under :data:`~comlrl_lightning.runtime.checkpoint_assets.ASSETS_KEY`) are placed
@@ -119,7 +121,9 @@ def _not_a_checkpoint(path: Any, option: str, why: str) -> str:
 
 
 def install(strategy) -> None:
-    """Make ``strategy`` write checkpoints atomically, unless it was given a checkpoint IO of its own."""
+    """Make ``strategy`` write checkpoints atomically, unless it was given a checkpoint IO of its own
+    (called by the entry points on the Trainer they build; a sharded strategy that saves a distributed
+    checkpoint writes its folder atomically instead)."""
     from comlrl_lightning.runtime.sharding import is_sharded
 
     if is_sharded(strategy) and saves_distributed_checkpoint(strategy):

@@ -28,7 +28,7 @@ from comlrl_lightning.data.replay import (
     NearestKReplay,
     ReplayRule,
 )
-from comlrl_lightning.datamodules.preference import total_epochs
+from comlrl_lightning.datamodules.preference import dataloader_reload, total_epochs
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
 from comlrl_lightning.models.joint_reward import RewardModelFit
@@ -249,12 +249,15 @@ def trainer_options(config: MADPOConfig) -> Dict[str, Any]:
     """Keyword options of ``lightning.Trainer``: epochs, evaluation period and logging period.
 
     ``eval_interval`` counts optimizer updates across epochs (``check_val_every_n_epoch=None``), as
-    the reference's; the modules need no other trainer setting.
+    the reference's; no sanity validation, and a dataloader reload every epoch for rounds, as the
+    command line.
     """
     options: Dict[str, Any] = dict(
         max_epochs=total_epochs(config.num_train_epochs, getattr(config, "num_iterations", 1)),
         log_every_n_steps=1,  # the W&B logger throttles by environment steps, as the reference
         check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,  # the module evaluates before the first update itself
+        reload_dataloaders_every_n_epochs=dataloader_reload(getattr(config, "num_iterations", None)),
     )
     if config.eval_interval == 0:
         options.update(limit_val_batches=0, val_check_interval=None)

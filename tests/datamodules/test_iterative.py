@@ -82,7 +82,7 @@ def test_a_validation_on_another_trainer_before_fit_changes_nothing(uninterrupte
     assert "eval/turn_1/reward_mean" in results[0]
     assert trainer.reload_dataloaders_every_n_epochs == 0  # the user's Trainer, as given
     trainer.fit(module, datamodule)
-    assert trainer.reload_dataloaders_every_n_epochs == 1
+    assert trainer.reload_dataloaders_every_n_epochs == 0  # still: the data module follows the epochs itself
     assert _round_files(tmp_path) == uninterrupted["files"]
     snapshots = sorted(p.name for p in (tmp_path / "policy_snapshots").iterdir())
     assert snapshots == sorted(p.name for p in (uninterrupted["root"] / "policy_snapshots").iterdir())

@@ -56,7 +56,12 @@ def make_trainer(root, **overrides):
         reload_dataloaders_every_n_epochs=1,
     )
     options.update(overrides)
-    return Trainer(**options)
+    trainer = Trainer(**options)
+    # as the command line and the seed API do: checkpoints written atomically, with their files
+    from comlrl_lightning.runtime.checkpoint_io import install
+
+    install(trainer.strategy)
+    return trainer
 
 
 def make_run(root, data=None, model=None, **trainer_overrides):

@@ -44,6 +44,7 @@ from comlrl_lightning import (
 )
 from comlrl_lightning.data.task import embedded_formatters, load_items  # noqa: E402
 from comlrl_lightning.defaults import vowel_length_reward  # noqa: E402
+from comlrl_lightning.runtime.checkpoint_io import install  # noqa: E402
 from comlrl_lightning.runtime.sharding import full_state_dict  # noqa: E402
 
 TASK = dict(
@@ -149,6 +150,7 @@ def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None 
             ModelCheckpoint(dirpath=root / "ckpt", save_last=True, save_on_train_epoch_end=True),
         ],
     )
+    install(trainer.strategy)  # as the command line: checkpoint folders written atomically
     trainer.fit(module, data, ckpt_path=resume)
 
 

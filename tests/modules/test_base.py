@@ -1,4 +1,4 @@
-"""TeamModule under a plain ``Trainer()``: Lightning's defaults, no settings the modules rely on."""
+"""TeamModule under a plain ``Trainer()``: Lightning's defaults, no settings the modules rely on or change."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ class WhatACallbackSees(Callback):
         self.sanity_checks += 1
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        # whether any pair was collected before this evaluation
-        self.collected_before.append(getattr(trainer.datamodule, "pairs", None) is not None)
+        # whether any pair was collected before this evaluation (a sanity check evaluates nothing)
+        if not trainer.sanity_checking:
+            self.collected_before.append(getattr(trainer.datamodule, "pairs", None) is not None)
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         metric = trainer.callback_metrics.get("eval/turn_1/reward_mean")
@@ -56,14 +57,13 @@ def test_a_plain_trainer_shows_callbacks_one_evaluation_per_epoch_and_none_befor
     trainer = _plain_trainer(tmp_path, seen, epochs=2)
     trainer.fit(module, data)
     steps_per_epoch = trainer.global_step // 2
-    assert seen.sanity_checks == 0  # Lightning's default would evaluate twice before any pair is collected
-    assert [(sanity, step) for sanity, step, _ in seen.evaluations] == [
-        (False, steps_per_epoch),
-        (False, 2 * steps_per_epoch),
-    ]
-    assert all(value is not None for _, _, value in seen.evaluations) and all(seen.collected_before)
+    # Lightning's default sanity check runs (the Trainer is the user's, unchanged) and evaluates nothing
+    assert seen.sanity_checks == 1 and trainer.num_sanity_val_steps == 2
+    assert seen.evaluations == [(True, 0, None)] + [(False, step, value) for _, step, value in seen.evaluations[1:]]
+    assert [step for _, step, _ in seen.evaluations[1:]] == [steps_per_epoch, 2 * steps_per_epoch]
+    assert all(value is not None for _, _, value in seen.evaluations[1:]) and all(seen.collected_before)
+    assert len(seen.collected_before) == 2
     assert module.initial_eval_reward is not None  # the module's own evaluation before the first update
-    assert trainer.num_sanity_val_steps == 0
 
 
 def test_a_plain_trainer_runs_every_round_of_an_iterative_data_module(tmp_path):
@@ -73,7 +73,12 @@ def test_a_plain_trainer_runs_every_round_of_an_iterative_data_module(tmp_path):
     trainer.fit(_module(), data)
     files = sorted(p.name for p in (tmp_path / "preference_replay").glob("iteration_*.json"))
     assert files == ["iteration_0001.json", "iteration_0002.json"]  # a round per epoch, without reload settings
-    assert seen.sanity_checks == 0 and [sanity for sanity, _, _ in seen.evaluations] == [False, False]
+    assert trainer.reload_dataloaders_every_n_epochs == 0  # the user's Trainer, unchanged
+    assert seen.sanity_checks == 1 and [(sanity, value is None) for sanity, _, value in seen.evaluations] == [
+        (True, True),  # Lightning's sanity check evaluates nothing
+        (False, False),
+        (False, False),
+    ]
 
 
 def test_validate_alone_evaluates_with_the_plain_defaults_too(tmp_path):
@@ -143,7 +148,9 @@ def test_the_readme_snippet_under_a_plain_trainer_evaluates_once_before_training
         callbacks=[seen],
     )
     trainer.fit(module, data)
-    assert seen.sanity_checks == 0 and seen.validation_ends == data.total_epochs  # one per epoch, none before
+    # one evaluation per epoch; Lightning's sanity check before them evaluates nothing
+    assert seen.sanity_checks == 1 and seen.validation_ends == data.total_epochs + 1
+    assert [value for sanity, _, value in seen.evaluations if sanity] == [None]
     assert all(seen.collected_before)  # no evaluation before the first collection
     evaluations = [(step, m["eval/turn_1/reward_mean"]) for step, m in rows.rows if "eval/turn_1/reward_mean" in m]
     before = [
