@@ -16,6 +16,7 @@ from comlrl_lightning.runtime.files import (
     own_copy,
     read_bounded,
     refuse_non_regular,
+    swap_folder,
     write_atomically,
 )
 from comlrl_lightning.runtime.folder_lock import FolderLock
@@ -170,8 +171,6 @@ def test_a_writer_function_streams_into_the_file_and_a_failure_keeps_the_old_byt
 
 
 def test_swap_folder_replaces_a_folder_as_a_whole_and_hands_the_old_one_to_remove(tmp_path):
-    from comlrl_lightning.runtime.files import swap_folder
-
     target, staging = tmp_path / "out", tmp_path / ".out.tmp"
     staging.mkdir()
     (staging / "new.txt").write_text("new")
