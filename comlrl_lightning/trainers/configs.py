@@ -2,7 +2,9 @@
 
 ``MADPOConfig``, ``MARLHFConfig``, ``MADPOIterConfig`` and ``MARLHFIterConfig`` take exactly the
 reference's (CoMLRL's) fields with its defaults and check them in ``__post_init__`` in its order,
-with its messages (each names the field). Names the reference accepts for one value (for example
+with its messages (each names the field); a rule a module, data module or part also enforces is
+that part's own check function (``check_pair_selection``, ``check_num_generations``,
+``check_lambda``), called here with the reference's field name. Names the reference accepts for one value (for example
 ``preference_replay_mode="lambda"`` for ``"lambda_decay"``) are normalised to the one name the
 rest of this library uses, so code written for the reference runs unchanged. How every field
 becomes an option of the Lightning modules is :mod:`comlrl_lightning.trainers.mapping`.
