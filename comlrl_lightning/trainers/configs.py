@@ -4,10 +4,10 @@
 reference's (CoMLRL's) fields with its defaults and check them in ``__post_init__`` in its order,
 with its messages (each names the field); a rule a module, data module or part also enforces is
 that part's own check function (``check_pair_selection``, ``check_num_generations``,
-``check_lambda``), called here with the reference's field name. Names the reference accepts for one value (for example
-``preference_replay_mode="lambda"`` for ``"lambda_decay"``) are normalised to the one name the
-rest of this library uses, so code written for the reference runs unchanged. How every field
-becomes an option of the Lightning modules is :mod:`comlrl_lightning.trainers.mapping`.
+``check_lambda``), called here with the reference's field name. Names the reference accepts for
+one value (for example ``preference_replay_mode="lambda"`` for ``"lambda_decay"``) are normalised
+to the one name the rest of this library uses, so code written for the reference runs unchanged.
+How every field becomes an option of the Lightning modules is :mod:`comlrl_lightning.trainers.mapping`.
 """
 
 from __future__ import annotations
@@ -154,8 +154,10 @@ class MADPOConfig:
         _at_least(self, "preference_pairs_per_sample", 1, nullable=True)
         _positive(self, "dpo_beta")  # MADPOModule's rule
         _at_least(self, "environment_steps_per_pair", 1)
-        selection = check_pair_selection(self.pair_selection, self.preference_pairs_per_sample, self._pair_selections())
-        self.pair_selection = selection  # the data module's rules
+        # the data module's rules
+        self.pair_selection = check_pair_selection(
+            self.pair_selection, self.preference_pairs_per_sample, self._pair_selections()
+        )
         require(
             str(self.joint_mode).strip().lower() in ("align", "aligned"),
             "MADPO preference generation currently supports aligned joint_mode only.",
