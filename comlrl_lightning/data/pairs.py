@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, get_args
 
-from comlrl_lightning.options import OptionError
+from comlrl_lightning.options import OptionError, choice, require
 
 PairSelection = Literal["reward_gap", "all", "random"]
 """How pairs within one side's candidates are chosen (``pair_selection`` of every data module)."""
@@ -80,6 +80,19 @@ class PreferencePair:
             target_raw_reward=_optional_float(record.get("target_raw_reward")),
             comparator_raw_reward=_optional_float(record.get("comparator_raw_reward")),
         )
+
+
+def check_pair_selection(
+    pair_selection: Optional[str], pairs_per_sample: Optional[int], allowed: Sequence[str] = PAIR_SELECTIONS
+) -> str:
+    """``pair_selection`` normalised (``None``: ``reward_gap``) and one of ``allowed``; ``all`` keeps every
+    pair, so ``preference_pairs_per_sample`` must then be ``None``."""
+    selection = choice("pair_selection", pair_selection or "reward_gap", allowed)
+    require(
+        not (selection == "all" and pairs_per_sample is not None),
+        "preference_pairs_per_sample must be null when pair_selection='all'.",
+    )
+    return selection
 
 
 def _optional_float(value: Any) -> Optional[float]:

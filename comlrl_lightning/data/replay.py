@@ -171,6 +171,12 @@ class AllHistoryReplay(ReplayRule):
     """
 
 
+def check_lambda(name: str, lam: Optional[float]) -> None:
+    """A decay ``lam`` in [0, 1] (``None`` and NaN are not): an error naming ``name`` otherwise."""
+    # Written as a positive range test so that NaN fails too.
+    require(lam is not None and 0.0 <= float(lam) <= 1.0, f"{name} must be in [0, 1].")
+
+
 class LambdaDecayReplay(ReplayRule):
     """A draw from every round, weighted ``(1-lam) lam^age`` (newest age 0), normalised (``lambda_decay``).
 
@@ -180,8 +186,7 @@ class LambdaDecayReplay(ReplayRule):
     """
 
     def __init__(self, lam: ClosedUnitInterval, sample_size: Optional[PositiveInt] = None) -> None:
-        # Written as a positive range test so that NaN fails too.
-        require(lam is not None and 0.0 <= float(lam) <= 1.0, "lam must be in [0, 1].")
+        check_lambda("lam", lam)
         super().__init__(sample_size)
         self.lam = float(lam)
 

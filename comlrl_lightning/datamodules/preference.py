@@ -20,11 +20,11 @@ from comlrl_lightning.data.collection import (
 from comlrl_lightning.data.contract import TeamSide, team_side
 from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoader
 from comlrl_lightning.data.oracle import CallableSpec, ScoringProgress
-from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PairSelection, PreferencePair
+from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PairSelection, PreferencePair, check_pair_selection
 from comlrl_lightning.data.task import Task, TaskOptions, check_items, check_prompts_fit
 from comlrl_lightning.datamodules.data_state import DataStateCallback
 from comlrl_lightning.errors import DataError
-from comlrl_lightning.options import at_least, choice, require
+from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
 from comlrl_lightning.runtime.hparams import PlainHyperparameters, summarized
@@ -272,10 +272,8 @@ class PreferenceDataModule(TaskDataModule):
         at_least("preference_num_candidates", preference_num_candidates, 2)
         if preference_pairs_per_sample is not None:
             at_least("preference_pairs_per_sample", preference_pairs_per_sample, 1, allow_none=True)
-        self.pair_selection = choice("pair_selection", pair_selection or "reward_gap", self.allowed_pair_selections())
-        require(
-            not (self.pair_selection == "all" and preference_pairs_per_sample is not None),
-            "preference_pairs_per_sample must be null when pair_selection='all'.",
+        self.pair_selection = check_pair_selection(
+            pair_selection, preference_pairs_per_sample, self.allowed_pair_selections()
         )
         self.preference_num_candidates = preference_num_candidates
         self.preference_pairs_per_sample = preference_pairs_per_sample

@@ -38,6 +38,14 @@ CRITICS = {"maac": SharedCritic, "iac": IndividualCritics}
 """Each actor-critic algorithm and its default critic."""
 
 
+def check_num_generations(algorithm: str, num_generations: int) -> None:
+    """Samples per agent per item: >= 2 for a group baseline (a group of one has no baseline), >= 1 with a critic."""
+    if algorithm in CRITICS:
+        at_least("num_generations", num_generations, 1)
+    else:
+        require(num_generations >= 2, "num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
+
+
 @dataclass(frozen=True)
 class ReferenceKL:
     """A penalty on each agent's k3 KL to the frozen initial policy (the team module's ``reference_kl``).
@@ -96,10 +104,7 @@ class MAGRPOModule(TeamModule):
     ) -> None:
         algorithm = choice("rl_algorithm", rl_algorithm or "magrpo", RL_ALGORITHMS)
         self._check_critic(algorithm, critic)
-        if algorithm in CRITICS:
-            at_least("num_generations", num_generations, 1)
-        else:
-            require(num_generations >= 2, "num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
+        check_num_generations(algorithm, num_generations)
         super().__init__(**kwargs)
         if reference_kl is not None and isinstance(reference_kl.devices, list):
             resolve_devices(reference_kl.devices, self.num_agents, "reference_kl.devices", [])

@@ -37,7 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 from comlrl_lightning.errors import DataError, RunStateError
-from comlrl_lightning.runtime.files import fsync_directory
+from comlrl_lightning.runtime.files import remove_path, swap_folder
 from comlrl_lightning.runtime.paths import resolves_inside
 
 ASSETS_KEY = "comlrl_lightning.assets"
@@ -186,29 +186,15 @@ def write_assets(entries: Iterable[Dict[str, object]], folder: Path) -> None:
             if target.stat().st_size != entry["size"]:
                 raise AssetError(f"{source} changed since it was written: its size differs from the recorded one.")
         os.chmod(staging, 0o755)
-        previous = None
-        if os.path.lexists(folder):
-            previous = folder.with_name(f".{folder.name}.{uuid.uuid4().hex}.old")
-            os.rename(folder, previous)
-        os.rename(staging, folder)
+        swap_folder(staging, folder)
     except BaseException:
-        _remove(staging)
+        remove_path(staging)
         raise
-    if previous is not None:
-        _remove(previous)
-    fsync_directory(folder.parent)
 
 
 def remove_assets(checkpoint: Union[str, os.PathLike]) -> None:
     """Remove the asset folder of ``checkpoint`` (with the checkpoint it belongs to)."""
-    _remove(asset_folder(checkpoint))
-
-
-def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
-        shutil.rmtree(path)
+    remove_path(asset_folder(checkpoint))
 
 
 class CheckpointAssets:

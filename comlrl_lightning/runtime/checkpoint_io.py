@@ -19,11 +19,9 @@ in the checkpoint's asset folder before the checkpoint is written, and removed w
 
 from __future__ import annotations
 
-import os
 import pickle
 import shutil
 import tempfile
-import uuid
 import weakref
 import zipfile
 from pathlib import Path
@@ -40,7 +38,7 @@ from comlrl_lightning.runtime.checkpoint_assets import (
     write_assets,
 )
 from comlrl_lightning.runtime.compat import saves_distributed_checkpoint
-from comlrl_lightning.runtime.files import fsync_directory, write_atomically
+from comlrl_lightning.runtime.files import swap_folder, write_atomically
 from comlrl_lightning.runtime.paths import is_remote, require_local
 
 ATOMIC_FOLDERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -161,26 +159,12 @@ def _write_folders_atomically(strategy) -> None:
             raise
         strategy.barrier()
         if strategy.global_rank == 0:
-            previous = None
-            if os.path.lexists(target):
-                previous = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
-                os.rename(target, previous)
-            os.rename(staging, target)
+            swap_folder(staging, target)
             root.rmdir()
-            if previous is not None:
-                _remove(previous)
-            fsync_directory(target.parent)
         strategy.barrier()
 
     strategy.save_checkpoint = save_checkpoint
     ATOMIC_FOLDERS.add(strategy)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        path.unlink()
 
 
 __all__ = [

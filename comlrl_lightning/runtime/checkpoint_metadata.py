@@ -37,7 +37,8 @@ CHECKPOINT_FILE = "checkpoint.ckpt"
 """The checkpoint inside a ``checkpoint-{N}`` folder of the seed API."""
 
 DATA_STATE_KEY = "comlrl_lightning.data"
-_FOLDER = re.compile(r"checkpoint-(\d+)")
+CHECKPOINT_FOLDER = re.compile(r"checkpoint-(\d+)")
+"""The name of a ``checkpoint-{N}`` folder (the seed API's commits); group 1 is ``N``."""
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
@@ -181,7 +182,7 @@ def checkpoint_files(folder: PathLike) -> List[Path]:
     root = Path(folder)
     real_root = Path(os.path.realpath(root))
     found = list(root.glob("*.ckpt"))
-    found += [path / CHECKPOINT_FILE for path in root.iterdir() if _FOLDER.fullmatch(path.name)]
+    found += [path / CHECKPOINT_FILE for path in root.iterdir() if CHECKPOINT_FOLDER.fullmatch(path.name)]
     return sorted(
         path
         for path in found

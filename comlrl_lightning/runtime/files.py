@@ -9,7 +9,9 @@ refused, never followed: the run writes only the files it names.
 A *hard* link is a second name of the same file: writing one name in place writes the other.
 :func:`own_copy` gives a file that is about to be rewritten in place (``hparams.yaml``,
 ``metrics.csv``, ``config.yaml``) an inode of its own first (a copy renamed over the name), so the
-other name keeps its bytes. :func:`read_bounded` reads a file whose size someone else controls (an
+other name keeps its bytes. :func:`swap_folder` puts a folder built in a fresh staging folder in
+place with two renames (the name holds the old folder or the new one, never a half-built one).
+:func:`read_bounded` reads a file whose size someone else controls (an
 owner file, a round file, a lock record) without reading more than a bound: a larger file is a
 :class:`FileTooLargeError` naming the file and the bound, before any of it is read.
 """
@@ -22,6 +24,7 @@ import os
 import shutil
 import stat
 import tempfile
+import uuid
 from pathlib import Path
 from typing import BinaryIO, Callable, Union
 
@@ -210,6 +213,29 @@ def _not_writable(folder: Path, error: OSError, what: str = "") -> str:
     reason = "read-only file system" if error.errno == errno.EROFS else "permission denied"
     named = f" ({what})" if what else ""
     return f"{folder}{named} is not writable ({reason}); the run writes its files there. Give it a writable folder."
+
+
+def remove_path(path: Path) -> None:
+    """Remove ``path``: a folder with what it holds, a file or a link (never what a link points to)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
+def swap_folder(staging: Path, target: Path, remove: Callable[[Path], None] = remove_path) -> None:
+    """Put the folder ``staging`` (built beside ``target``) at ``target`` with two renames: a previous
+    ``target`` is renamed aside under a unique name (``.<name>.<hex>.old``) first and handed to
+    ``remove`` after, so the name always holds the old folder or the new one, never a half-built
+    one. The parent folder is fsynced (the renames are durable)."""
+    previous = None
+    if os.path.lexists(target):
+        previous = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
+        os.rename(target, previous)
+    os.rename(staging, target)
+    if previous is not None:
+        remove(previous)
+    fsync_directory(target.parent)
 
 
 def fsync_directory(directory: Path) -> None:

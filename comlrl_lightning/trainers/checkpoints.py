@@ -13,13 +13,12 @@ collected and after every epoch, the iterative trainers after every round. Commi
 as ``checkpoint-N`` when ``N`` is a multiple of ``checkpoint_interval`` or it is the last one.
 ``checkpoint_total_limit=L`` keeps this run's newest ``L`` (``None`` keeps all) and never removes a
 checkpoint with more progress than the one just written; folders the run did not write (another
-run's, a copy, a user's folder: :mod:`~comlrl_lightning.trainers.owned_folders`) are never
+run's, a copy, a user's folder: :mod:`~comlrl_lightning.runtime.checkpoint_folders`) are never
 touched, and a run never writes over another run's ``checkpoint-N``.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -32,8 +31,18 @@ from comlrl_lightning.errors import ConfigurationError, DataError, RunStateError
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.generation.extra_options import hf_generate_options
 from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.runtime.checkpoint_folders import (
+    CheckpointFolderError,
+    check_destination,
+    check_replaceable,
+    checkpoint_folders,
+    owned_by,
+    remove_written,
+    save_checkpoint_folder,
+)
 from comlrl_lightning.runtime.checkpoint_metadata import (
     CHECKPOINT_FILE,
+    CHECKPOINT_FOLDER,
     CheckpointNotFoundError,
     NoRunRecordError,
     checkpoint_progress,
@@ -45,19 +54,6 @@ from comlrl_lightning.runtime.compat import epochs_processed
 from comlrl_lightning.runtime.files import FileTooLargeError, fsync_directory
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers.mapping import SAMPLING_FIELDS
-from comlrl_lightning.trainers.owned_folders import (
-    OWNER_FILE,
-    CheckpointFolderError,
-    check_destination,
-    check_replaceable,
-    checkpoint_folders,
-    owned_by,
-    owner_of,
-    remove_written,
-    save_checkpoint_folder,
-)
-
-_FOLDER = re.compile(r"checkpoint-(\d+)")
 
 
 def resume_source(path: Optional[str], trainer_class: str) -> Tuple[Optional[Path], Optional[Dict[str, Any]]]:
@@ -105,7 +101,7 @@ def default_directory(resume: Optional[Path], output_dir: Path) -> Path:
     if resume is None:
         return output_dir / "checkpoints"
     folder = resume.parent
-    return folder.parent if _FOLDER.fullmatch(folder.name) and resume.name == CHECKPOINT_FILE else folder
+    return folder.parent if CHECKPOINT_FOLDER.fullmatch(folder.name) and resume.name == CHECKPOINT_FILE else folder
 
 
 class CommitCheckpoints(Checkpoint):
@@ -287,19 +283,10 @@ def _position(trainer: Trainer) -> Tuple[int, int]:
 
 
 __all__ = [
-    "CheckpointFolderError",
     "CheckpointMethods",
     "CheckpointPlan",
     "CommitCheckpoints",
     "default_directory",
     "resume_source",
     "saved_generation_kwargs",
-    "OWNER_FILE",
-    "check_destination",
-    "check_replaceable",
-    "checkpoint_folders",
-    "owned_by",
-    "owner_of",
-    "remove_written",
-    "save_checkpoint_folder",
 ]

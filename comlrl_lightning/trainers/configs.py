@@ -2,10 +2,12 @@
 
 ``MADPOConfig``, ``MARLHFConfig``, ``MADPOIterConfig`` and ``MARLHFIterConfig`` take exactly the
 reference's (CoMLRL's) fields with its defaults and check them in ``__post_init__`` in its order,
-with its messages (each names the field). Names the reference accepts for one value (for example
-``preference_replay_mode="lambda"`` for ``"lambda_decay"``) are normalised to the one name the
-rest of this library uses, so code written for the reference runs unchanged. How every field
-becomes an option of the Lightning modules is :mod:`comlrl_lightning.trainers.mapping`.
+with its messages (each names the field); a rule a module, data module or part also enforces is
+that part's own check function (``check_pair_selection``, ``check_num_generations``,
+``check_lambda``), called here with the reference's field name. Names the reference accepts for
+one value (for example ``preference_replay_mode="lambda"`` for ``"lambda_decay"``) are normalised
+to the one name the rest of this library uses, so code written for the reference runs unchanged.
+How every field becomes an option of the Lightning modules is :mod:`comlrl_lightning.trainers.mapping`.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, PAIR_SELECTIONS
+from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, PAIR_SELECTIONS, check_pair_selection
+from comlrl_lightning.data.replay import check_lambda
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.losses import ADVANTAGE_BASELINES
 from comlrl_lightning.models.critics import CRITIC_TYPES
-from comlrl_lightning.modules.magrpo import GROUP_BASELINES, RL_ALGORITHMS
+from comlrl_lightning.modules.magrpo import GROUP_BASELINES, RL_ALGORITHMS, check_num_generations
 from comlrl_lightning.options import OptionError, at_least, positive, require
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.trainers.field_types import check_field_types
@@ -149,16 +152,12 @@ class MADPOConfig:
         require(self.num_turns == 1, "MADPO currently supports num_turns=1 only.")
         _at_least(self, "preference_num_candidates", 2)
         _at_least(self, "preference_pairs_per_sample", 1, nullable=True)
-        require(self.dpo_beta > 0, "dpo_beta must be > 0.")
+        _positive(self, "dpo_beta")  # MADPOModule's rule
         _at_least(self, "environment_steps_per_pair", 1)
-        mode = str(self.pair_selection or "reward_gap").strip().lower()
-        allowed = self._pair_selections()
-        require(mode in allowed, f"pair_selection must be one of: {', '.join(allowed)}.")
-        require(
-            not (mode == "all" and self.preference_pairs_per_sample is not None),
-            "preference_pairs_per_sample must be null when pair_selection='all'.",
+        # the data module's rules
+        self.pair_selection = check_pair_selection(
+            self.pair_selection, self.preference_pairs_per_sample, self._pair_selections()
         )
-        self.pair_selection = mode
         require(
             str(self.joint_mode).strip().lower() in ("align", "aligned"),
             "MADPO preference generation currently supports aligned joint_mode only.",
@@ -199,9 +198,7 @@ class MARLHFConfig(MADPOConfig):
         algorithm = normalise("rl_algorithm", self.rl_algorithm, "magrpo")
         super().__post_init__()
         self.rl_algorithm = algorithm
-        if algorithm in GROUP_BASELINES:
-            require(self.num_generations >= 2, "num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
-        _at_least(self, "num_generations", 1)
+        check_num_generations(algorithm, self.num_generations)  # MARLHFModule's rule
         _positive(self, "reward_learning_rate")
         _at_least(self, "reward_num_train_epochs", 1)
         _at_least(self, "reward_train_batch_size", 1)
@@ -304,8 +301,8 @@ def _check_replay(config: _IterativeFields) -> None:
             config.preference_replay_lambda is not None,
             "preference_replay_lambda is required when preference_replay_mode='lambda_decay'.",
         )
+        check_lambda("preference_replay_lambda", config.preference_replay_lambda)  # LambdaDecayReplay's rule
         config.preference_replay_lambda = float(config.preference_replay_lambda)
-        require(0.0 <= config.preference_replay_lambda <= 1.0, "preference_replay_lambda must be in [0, 1].")
     else:
         require(config.preference_replay_lambda is None, only_lambda)
     _at_least(config, "preference_replay_sample_size", 1, nullable=True)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from comlrl_lightning.errors import ConfigurationError
-from comlrl_lightning.runtime.files import ensure_writable_folder
+from comlrl_lightning.runtime.files import ensure_writable_folder, swap_folder
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.team.lora import LoraAgent
 
@@ -34,8 +33,6 @@ def save_team_folders(team: Any, output_dir: str) -> None:
             tokenizer.save_pretrained(staging)
             if isinstance(agent, LoraAgent):  # and its adapter alone, for peft's AutoPeftModelForCausalLM
                 agent.save_adapter(staging / "adapter")
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(staging, target)
+            swap_folder(staging, target)  # a previous agent folder is replaced as a whole
         finally:
             shutil.rmtree(staging, ignore_errors=True)

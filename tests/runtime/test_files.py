@@ -16,6 +16,7 @@ from comlrl_lightning.runtime.files import (
     own_copy,
     read_bounded,
     refuse_non_regular,
+    swap_folder,
     write_atomically,
 )
 from comlrl_lightning.runtime.folder_lock import FolderLock
@@ -167,3 +168,22 @@ def test_a_writer_function_streams_into_the_file_and_a_failure_keeps_the_old_byt
     with pytest.raises(OSError, match="No space left"):
         write_atomically(target, fails_halfway)
     assert target.read_bytes() == b"new bytes" and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_swap_folder_replaces_a_folder_as_a_whole_and_hands_the_old_one_to_remove(tmp_path):
+    target, staging = tmp_path / "out", tmp_path / ".out.tmp"
+    staging.mkdir()
+    (staging / "new.txt").write_text("new")
+    removed = []
+    swap_folder(staging, target, removed.append)  # nothing there yet: nothing to remove
+    assert removed == [] and (target / "new.txt").read_text() == "new" and not staging.exists()
+    staging.mkdir()
+    (staging / "newer.txt").write_text("newer")
+    swap_folder(staging, target, removed.append)
+    assert sorted(p.name for p in target.iterdir()) == ["newer.txt"]
+    (old,) = removed  # the previous folder, renamed aside under a unique name beside the target
+    assert old.parent == tmp_path and old.name.startswith(".out.") and old.name.endswith(".old")
+    assert (old / "new.txt").read_text() == "new"
+    staging.mkdir()
+    swap_folder(staging, target)  # the default removes the previous folder with what it holds
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.") and p != old] == []

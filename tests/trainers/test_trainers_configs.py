@@ -157,6 +157,7 @@ def test_fields_and_defaults_are_the_references(config_class, expected):
         (MADPOConfig, dict(preference_num_candidates=1), "preference_num_candidates must be >= 2."),
         (MADPOConfig, dict(preference_pairs_per_sample=0), "preference_pairs_per_sample must be >= 1 or null."),
         (MADPOConfig, dict(dpo_beta=0), "dpo_beta must be > 0."),
+        (MADPOConfig, dict(dpo_beta=float("nan")), "dpo_beta must be > 0."),  # MADPOModule's rule, at config time
         (MADPOConfig, dict(environment_steps_per_pair=0), "environment_steps_per_pair must be >= 1."),
         (
             MADPOConfig,

@@ -1,4 +1,4 @@
-"""The seed API's ``checkpoint-N`` folders on disk: who wrote them, writing one, removing one.
+"""``checkpoint-N`` folders on disk (the seed API's commits): who wrote them, writing one, removing one.
 
 A folder is the run's only when its content says so (:func:`owned_by`): the owner file names the
 run and the identity of the folder's ``checkpoint.ckpt``, whose own run record names the run and
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import stat
 import tempfile
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +24,14 @@ from lightning.pytorch import Trainer
 from comlrl_lightning.errors import DataError, RunStateError
 from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.checkpoint_assets import asset_folder
-from comlrl_lightning.runtime.checkpoint_metadata import CHECKPOINT_FILE, METADATA_KEY, load_checkpoint_dict
+from comlrl_lightning.runtime.checkpoint_metadata import (
+    CHECKPOINT_FILE,
+    CHECKPOINT_FOLDER,
+    METADATA_KEY,
+    load_checkpoint_dict,
+)
 from comlrl_lightning.runtime.compat import epoch_batches_processed, epochs_processed
-from comlrl_lightning.runtime.files import fsync_directory, read_bounded, write_atomically
+from comlrl_lightning.runtime.files import read_bounded, swap_folder, write_atomically
 
 OWNER_FILE = "checkpoint_owner.json"
 OWNER_LIMIT = 64 << 10
@@ -36,8 +39,6 @@ OWNER_LIMIT = 64 << 10
 
 WRITTEN = (CHECKPOINT_FILE, asset_folder(CHECKPOINT_FILE).name, OWNER_FILE)
 """What the run writes into a ``checkpoint-N`` folder, and all it ever removes from one."""
-
-_FOLDER = re.compile(r"checkpoint-(\d+)")
 
 
 class CheckpointFolderError(RunStateError, FileExistsError):
@@ -118,7 +119,7 @@ def checkpoint_folders(directory: Path) -> List[Tuple[int, Path]]:
     """The ``checkpoint-N`` folders of ``directory`` as ``(N, path)``, by ``N`` (symbolic links skipped)."""
     if not directory.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _FOLDER.fullmatch(p.name))]
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := CHECKPOINT_FOLDER.fullmatch(p.name))]
     return sorted((n, p) for n, p in found if p.is_dir() and not p.is_symlink())
 
 
@@ -176,8 +177,8 @@ def save_checkpoint_folder(trainer: Trainer, target: Path, run_id: str, sequence
 
     Every process calls it (saving is a collective). The folder is built in a staging folder
     created fresh under a unique name (``.checkpoint-N.XXXXXXXX.tmp``, as ``mkdtemp``: never an
-    existing folder or a link) and renamed into place; a previous folder there is renamed aside
-    and what the run wrote in it removed after.
+    existing folder or a link) and put in place by :func:`~comlrl_lightning.runtime.files.swap_folder`
+    (what the run wrote in a previous folder there is removed after).
     """
     staging = None
     if trainer.is_global_zero:
@@ -196,14 +197,7 @@ def save_checkpoint_folder(trainer: Trainer, target: Path, run_id: str, sequence
         owner = {"run_id": run_id, "sequence": sequence, "file": [info.st_dev, info.st_ino]}
         owner["progress"] = list(_progress(trainer))
         write_atomically(staging_path / OWNER_FILE, json.dumps(owner).encode())
-        previous = None
-        if os.path.lexists(target):
-            previous = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
-            os.rename(target, previous)
-        os.rename(staging_path, target)
-        if previous is not None:
-            remove_written(previous)
-        fsync_directory(target.parent)
+        swap_folder(staging_path, target, remove_written)
     trainer.strategy.barrier("comlrl_lightning.checkpoint_folder")
     return target
 
