@@ -24,12 +24,12 @@ if TYPE_CHECKING:
     from torch import nn
 
 SUPPORTED: Dict[str, str] = {
-    "lightning": ">=2.4,<2.7",
-    "transformers": ">=4.46,<6",
+    "lightning": ">=2.6.6,<2.7",
+    "transformers": ">=5.25,<6",
     "torch": ">=2.4,<3",
 }
 """The versions whose private parts this module knows (tested with lightning 2.6.6, transformers
-5.24.0, torch 2.13.0); the lower bounds are the package's dependency pins."""
+5.25.0, torch 2.13.0, the versions CI installs); the lower bounds are the package's dependency pins."""
 
 
 class UnsupportedVersion(RuntimeError):
@@ -59,12 +59,6 @@ def private(obj: Any, name: str, library: str) -> Any:
         return getattr(obj, name)
     except AttributeError:
         raise unsupported(library, f"{type(obj).__name__}.{name}") from None
-
-
-def _transformers_major() -> int:
-    import transformers
-
-    return int(transformers.__version__.split(".")[0])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,12 +163,10 @@ def checkpointed_layers(model: "nn.Module") -> List["nn.Module"]:
     """The layers of ``model`` that recompute their forward in backward through a checkpoint function.
 
     transformers gives every module with a ``gradient_checkpointing`` flag the function; its
-    ``GradientCheckpointingLayer`` (transformers 5) must have it once the flag is on.
+    ``GradientCheckpointingLayer`` must have it once the flag is on.
     """
-    try:
-        from transformers.modeling_layers import GradientCheckpointingLayer
-    except ImportError:  # transformers 4: no common class of checkpointed layers
-        GradientCheckpointingLayer = ()
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
     layers = []
     for module in model.modules():
         if not getattr(module, "gradient_checkpointing", False):
@@ -203,22 +195,12 @@ def checkpoint_functions_wrapped(layers: List["nn.Module"], wrap: Callable[[Call
                 layer._gradient_checkpointing_func = original
 
 
-def takes_cache_objects(model: "nn.Module") -> bool:
-    """Whether ``model`` takes a ``Cache`` object: transformers 4 flags the models that do
-    (``_supports_cache_class``); transformers 5 dropped the flag, every model does."""
-    from transformers import PreTrainedModel
-
-    if not isinstance(model, PreTrainedModel) or _transformers_major() >= 5:
-        return True
-    return bool(private(model, "_supports_cache_class", "transformers"))
-
-
 def compiles_fullgraph(model: "nn.Module") -> bool:
     """Whether transformers marks ``model`` as compilable whole (so a ``StaticCache`` fits it);
-    ``False`` for models that are not transformers models and before transformers 5."""
+    ``False`` for models that are not transformers models."""
     from transformers import PreTrainedModel
 
-    if not isinstance(model, PreTrainedModel) or _transformers_major() < 5:
+    if not isinstance(model, PreTrainedModel):
         return False
     return bool(private(model, "_can_compile_fullgraph", "transformers"))
 
@@ -247,7 +229,6 @@ __all__ = [
     "private",
     "saves_distributed_checkpoint",
     "switches_attention",
-    "takes_cache_objects",
     "unsupported",
     "version_counter",
 ]

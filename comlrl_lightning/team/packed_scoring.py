@@ -29,6 +29,7 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import AttentionInterface
 
 from comlrl_lightning.losses import gathered_logprobs
 from comlrl_lightning.runtime.compat import attention_implementation, switches_attention
@@ -295,19 +296,7 @@ def _gather(tokens: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return tokens.index_select(0, index)
 
 
-def _register() -> bool:
-    import transformers
-
-    # transformers 5 passes attention keyword arguments through every model and takes logit indices
-    if int(transformers.__version__.split(".")[0]) < 5:
-        return False
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(ATTENTION_NAME, packed_attention)
-    return True
-
-
-_REGISTERED = _register()
+AttentionInterface.register(ATTENTION_NAME, packed_attention)
 
 
 @contextlib.contextmanager
@@ -340,7 +329,7 @@ def packed_token_logprobs(
     ``row_groups`` (``[M]``): rows of different groups never share a prompt (see :func:`build_layout`).
     """
     config = getattr(model, "config", None)
-    if not _REGISTERED or _packing_key(model) in _UNSUPPORTED or not switches_attention(config):
+    if _packing_key(model) in _UNSUPPORTED or not switches_attention(config):
         return None
     if getattr(config, "is_encoder_decoder", False):
         return None
