@@ -23,6 +23,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.callbacks.csv_logger import same_log_folder
+from comlrl_lightning.data.contract import ContinuableLog, RoundSchedule, offers
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.runtime.checkpoint_lineage import Lineage, lineage_of, on_line
 from comlrl_lightning.runtime.checkpoint_metadata import (
@@ -111,7 +112,7 @@ class CheckpointRecord(Callback):
         logs = record.get("logs")
         if logs:
             for logger in trainer.loggers:
-                if callable(getattr(logger, "keep_rows_before", None)) and _same_log(logger, logs):
+                if offers(logger, ContinuableLog) and _same_log(logger, logs):
                     logger.keep_rows_before(int(logs["rows"]), progress.step)
         rank_zero_info(resume_line(trainer, progress))
 
@@ -127,11 +128,10 @@ def fork_list(checkpoint: Dict[str, Any], progress: CheckpointProgress) -> List[
 
 def resume_line(trainer: Trainer, progress: CheckpointProgress) -> str:
     """One line: the checkpoint, and the round (with rounds), epoch and step where the run continues."""
-    datamodule = getattr(trainer, "datamodule", None)
-    per_round, rounds = getattr(datamodule, "num_train_epochs", None), getattr(datamodule, "num_iterations", None)
+    datamodule = trainer.datamodule
     where = f"epoch {progress.epochs + 1}, step {progress.step}"
-    if per_round and rounds:
-        where = f"round {progress.epochs // per_round + 1}/{rounds} ({where})"
+    if offers(datamodule, RoundSchedule) and datamodule.num_train_epochs and datamodule.num_iterations:
+        where = f"round {progress.epochs // datamodule.num_train_epochs + 1}/{datamodule.num_iterations} ({where})"
     return f"resuming at {where} from {trainer.ckpt_path}"
 
 
@@ -150,7 +150,7 @@ def csv_log_record(trainer: Trainer, run_id: Optional[str] = None) -> Optional[D
     """Folder, row count and run of the first CSV log that can continue (flushed first, and its
     folder's ``run.json`` naming ``run_id``), else ``None``."""
     for logger in trainer.loggers:
-        if callable(getattr(logger, "keep_rows_before", None)):
+        if offers(logger, ContinuableLog):
             logger.save()
             record = {
                 "save_dir": str(Path(logger.save_dir).absolute()),
@@ -158,7 +158,7 @@ def csv_log_record(trainer: Trainer, run_id: Optional[str] = None) -> Optional[D
                 "version": logger.version,
                 "rows": int(logger.rows_logged),
             }
-            if run_id is not None and callable(getattr(logger, "claim", None)):
+            if run_id is not None:
                 logger.claim(run_id)
                 record["run_id"] = run_id
             return record
