@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+from collections.abc import Sequence as SequenceType
 from numbers import Real
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError, DataError
+from comlrl_lightning.options import OptionError, require
 
 CallableSpec = Union[str, Callable, None]
 ScoreRequest = Tuple[Sequence[Sequence[str]], Sequence[str], Any]
@@ -66,6 +68,35 @@ def resolve_callable(spec: CallableSpec, option: str) -> Optional[Callable]:
 
 def function_name(func: Callable) -> str:
     return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+def resolve_reward_range(reward_func: Any, required_by: Optional[str] = None) -> Optional[Tuple[float, float]]:
+    """``(minimum, maximum)`` declared by ``reward_func.reward_range`` (the reference's check).
+
+    A declared range must be two numbers, both finite, with ``minimum < maximum``; anything else
+    is an :class:`OptionError` (a ``ValueError``). Without a declared range: ``None``, or, when
+    ``required_by`` names the part that needs one, an :class:`OptionError` saying how to declare it.
+    """
+    declared = getattr(reward_func, "reward_range", None)
+    if declared is None:
+        require(
+            required_by is None,
+            f"{required_by} requires reward_func.reward_range to declare the raw reward scale as "
+            "(minimum, maximum): set fn.reward_range = (lo, hi) on the reward function.",
+        )
+        return None
+    two_items = not isinstance(declared, (str, bytes)) and isinstance(declared, SequenceType) and len(declared) == 2
+    require(two_items, f"reward_func.reward_range must be a two-item sequence: (minimum, maximum) (got {declared!r}).")
+    try:
+        minimum, maximum = (float(value) for value in declared)
+    except (TypeError, ValueError):
+        raise OptionError(f"reward_func.reward_range values must be numbers (got {declared!r}).") from None
+    require(
+        math.isfinite(minimum) and math.isfinite(maximum),
+        f"reward_func.reward_range values must be finite (got {declared!r}).",
+    )
+    require(minimum < maximum, f"reward_func.reward_range minimum must be less than maximum (got {declared!r}).")
+    return minimum, maximum
 
 
 def _bind(func: Callable, completions: List[List[str]], prompts: List[str], batch_items: list) -> Tuple[tuple, dict]:
