@@ -230,17 +230,17 @@ class RewardDistributions(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self.check_data_module(trainer.datamodule)
+        self.check_data_module(trainer.datamodule)  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
         self.output = (
             Path(self.directory) if self.directory else Path(trainer.default_root_dir) / "reward_distributions"
         )
         self._reported = None
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        source = round_source(trainer.datamodule, "RewardDistributions")
+        source = round_source(trainer.datamodule, "RewardDistributions")  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
         round_index, collection = source.round_collection()
         # a round spans num_train_epochs epochs: only the epoch that built it has a new collection
-        if collection is None or collection is self._reported:
+        if collection is None or round_index is None or collection is self._reported:
             return
         self._reported = collection
         _, pairs = source.round_pairs()
@@ -256,6 +256,7 @@ class RewardDistributions(Callback):
             metrics.update(distribution_metrics(SELECTED_NAMESPACE, iteration, selected, pair_count=len(pairs)))
         if metrics:
             team_side(trainer).log_metrics_now(metrics)
+        assert self.reward_range is not None and self.output is not None, "set up in setup()"
         record = distribution_record(iteration, self.reward_range, candidate, selected)
         if trainer.is_global_zero and has_samples(record):
             log_panels(trainer.loggers, record, pairs_selected=bool(pairs), step=trainer.global_step)

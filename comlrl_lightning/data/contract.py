@@ -26,6 +26,9 @@ from typing import (
     Protocol,
     Sequence,
     Tuple,
+    Type,
+    TypeGuard,
+    TypeVar,
     runtime_checkable,
 )
 
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
     from comlrl_lightning.team.options import TeamOptions
     from comlrl_lightning.team.team import Team
 
+
+T = TypeVar("T")
 
 TrainsOn = Literal["pairs", "items"]
 """What a team module trains on: preference pairs, or task items (it samples its own rollouts)."""
@@ -185,7 +190,7 @@ class ContinuableLog(Protocol):
     offers it (``ResumableCSVLogger`` does): where the log is, how many rows it holds once saved,
     how to drop what an interrupted run logged after its checkpoint, and how to name its run."""
 
-    save_dir: Optional[str]
+    save_dir: str
     name: Optional[str]
     version: Any
     rows_logged: int
@@ -211,8 +216,12 @@ def members(protocol: type) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def offers(obj: Any, protocol: type) -> bool:
-    """Whether ``obj`` has every member of ``protocol`` (looked up statically: no property runs)."""
+def offers(obj: Any, protocol: Type[T]) -> TypeGuard[T]:
+    """Whether ``obj`` has every member of ``protocol`` (looked up statically: no property runs).
+
+    A type checker takes ``obj`` as a ``protocol`` where this holds; mypy asks for a concrete class
+    where ``Type[T]`` is expected, so a call passing a Protocol says ``type: ignore[type-abstract]``.
+    """
     return obj is not None and all(_has(obj, name) for name in members(protocol))
 
 
@@ -252,7 +261,7 @@ def team_side(trainer: "Trainer") -> TeamSide:
 
 def data_side(trainer: "Trainer") -> DataSide:
     """The data module of ``trainer``, checked against :class:`DataSide`."""
-    return _check(trainer.datamodule, DataSide, "LightningDataModule")
+    return _check(trainer.datamodule, DataSide, "LightningDataModule")  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
 
 
 def optional_data_side(trainer: "Trainer") -> Optional[DataSide]:
@@ -261,7 +270,7 @@ def optional_data_side(trainer: "Trainer") -> Optional[DataSide]:
     A data module of your own that only serves training batches (no task, no evaluation items)
     trains without evaluation; one that keeps part of the contract is an error naming the rest.
     """
-    datamodule = trainer.datamodule
+    datamodule = trainer.datamodule  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
     if datamodule is None or not any(_has(datamodule, name) for name in members(DataSide)):
         return None
     return _check(datamodule, DataSide, "LightningDataModule")

@@ -112,6 +112,7 @@ def _bind(func: Callable, completions: List[List[str]], prompts: List[str], batc
     # batch_items, and prompts anywhere but first, are keywords: f(a, b, prompts=None) gets completions in a, b
     positional = [n for i, n in enumerate(positional) if n != "batch_items" and (n != "prompts" or i == 0)]
     prompts_positional = False
+    args: Tuple[Any, ...]
     if has_var_args:
         args = tuple(completions)
     elif num_agents > 1 and len(positional) == num_agents + 1:
@@ -223,9 +224,10 @@ class Oracle:
     """
 
     def __init__(self, reward_func: CallableSpec, reward_processor: CallableSpec = None) -> None:
-        self.reward_func = resolve_callable(reward_func, "reward_func")
-        if self.reward_func is None:
+        resolved = resolve_callable(reward_func, "reward_func")
+        if resolved is None:
             raise ConfigurationError("reward_func must be a callable.")
+        self.reward_func: Callable = resolved
         self.reward_processor = resolve_callable(reward_processor, "reward_processor")
 
     def score(

@@ -144,7 +144,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         module = team_side(self.trainer)
         # before the folders are locked and the binding below loads the team: FSDP2 cannot gather a LoRA
         # team's snapshots (a module that is not built from TeamOptions is taken as full models)
-        lora = module.team_options.lora if offers(module, ConfiguredTeam) else None
+        lora = module.team_options.lora if offers(module, ConfiguredTeam) else None  # type: ignore[type-abstract]
         if self.snapshots is not None and is_sharded(self.trainer.strategy) and lora is not None:
             raise OptionError(
                 "comparator / policy_checkpoint_dir: policy snapshots (HistoryComparator, policy_checkpoint_dir) "

@@ -184,7 +184,8 @@ def checkpoint_functions_wrapped(layers: List["nn.Module"], wrap: Callable[[Call
     """Within this block, each layer's checkpoint function ``f`` is ``wrap(f)``; restored afterwards."""
     own = [layer.__dict__.get("_gradient_checkpointing_func") for layer in layers]  # None: the class's own
     for layer in layers:
-        layer._gradient_checkpointing_func = wrap(private(layer, "_gradient_checkpointing_func", "transformers"))
+        wrapped = wrap(private(layer, "_gradient_checkpointing_func", "transformers"))
+        layer._gradient_checkpointing_func = wrapped  # type: ignore[assignment]  # torch types Module attributes as Tensor | Module
     try:
         yield
     finally:

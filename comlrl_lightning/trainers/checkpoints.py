@@ -138,7 +138,7 @@ class CommitCheckpoints(Checkpoint):
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         datamodule = trainer.datamodule
-        collected = offers(datamodule, CollectedOnce) and datamodule.last_collection is not None
+        collected = offers(datamodule, CollectedOnce) and datamodule.last_collection is not None  # type: ignore[type-abstract]
         if self.after_collection and trainer.current_epoch == 0 and trainer.global_step == 0 and collected:
             self.commit(trainer, force=True)
 
