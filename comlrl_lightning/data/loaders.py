@@ -7,6 +7,8 @@ from typing import Callable, Dict, Iterator
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from comlrl_lightning.runtime.rng import epoch_order_seed
+
 
 class EpochShuffleSampler(DistributedSampler):
     """This rank's share of a permutation of ``range(size)`` that depends only on ``(seed, epoch)``.
@@ -27,7 +29,7 @@ class EpochShuffleSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[int]:
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            generator = torch.Generator().manual_seed(epoch_order_seed(self.seed, self.epoch))
             order = torch.randperm(self.size, generator=generator).tolist()
         else:
             order = list(range(self.size))
