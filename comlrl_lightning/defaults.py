@@ -91,7 +91,7 @@ converted GGUF files live there."""
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     """The folder the library caches models in: ``cache_dir``, else ``$COMLRL_LIGHTNING_CACHE``, else
     ``~/.cache/comlrl_lightning``."""
-    return Path(cache_dir or os.environ.get(CACHE_VARIABLE, Path.home() / ".cache" / "comlrl_lightning"))
+    return Path(cache_dir or os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "comlrl_lightning")
 
 
 def embedded_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Set
+from typing import Dict, List, NamedTuple, Optional, Set
 
 import pytest
 
@@ -48,8 +48,9 @@ def part_of(module: str) -> str:
     return "__init__" if len(parts) == 1 else parts[1]
 
 
-def imports_of(path: Path) -> Set[str]:
-    """Package modules ``path`` imports at module level or inside functions (``TYPE_CHECKING`` blocks excluded)."""
+def imports_of(path: Path, type_only: bool = False) -> Set[str]:
+    """Package modules ``path`` imports at module level or inside functions; those of ``TYPE_CHECKING``
+    blocks too when ``type_only``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     type_checking = {
         id(node)
@@ -59,7 +60,7 @@ def imports_of(path: Path) -> Set[str]:
     }
     found = set()
     for node in ast.walk(tree):
-        if id(node) in type_checking:
+        if id(node) in type_checking and not type_only:
             continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("comlrl_lightning"):
             assert node.level == 0, f"{path}: relative import (use absolute comlrl_lightning imports)"
@@ -73,6 +74,9 @@ def imports_of(path: Path) -> Set[str]:
 
 MODULES: Dict[str, Path] = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 GRAPH = {name: imports_of(path) for name, path in MODULES.items()}
+TYPED_GRAPH = {name: imports_of(path, type_only=True) for name, path in MODULES.items()}
+"""With the imports of ``TYPE_CHECKING`` blocks: a circle of type-only imports is still a circle of
+modules that cannot be read (or type-checked) one without the other."""
 
 
 def test_every_part_of_the_package_has_a_layer():
@@ -99,10 +103,12 @@ def test_nothing_in_the_package_imports_a_task():
     assert not importers, f"a task is chosen by import path, never imported by the package: {importers}"
 
 
-def test_no_import_cycle():
+def import_cycle(graph: Dict[str, Set[str]]) -> Optional[List[str]]:
+    """The first import cycle of ``graph`` (its modules in order, the first repeated last), ``None`` without one."""
+
     # package __init__ modules re-export their own submodules; an edge into one's own package __init__ is not a cycle
     def edges(name):
-        return [t for t in GRAPH[name] if t in MODULES and not name.startswith(t + ".")]
+        return [t for t in graph[name] if t in graph and not name.startswith(t + ".")]
 
     state: Dict[str, int] = {}
     stack = []
@@ -112,15 +118,38 @@ def test_no_import_cycle():
         stack.append(name)
         for target in edges(name):
             if state.get(target) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(target) :] + [target]))
+                return stack[stack.index(target) :] + [target]
             if target not in state:
-                visit(target)
+                found = visit(target)
+                if found:
+                    return found
         stack.pop()
         state[name] = 2
+        return None
 
-    for name in MODULES:
+    for name in graph:
         if name not in state:
-            visit(name)
+            found = visit(name)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_counting_type_only_imports():
+    cycle = import_cycle(TYPED_GRAPH)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_a_type_only_circle_is_found(tmp_path):
+    # the circle of a data-state callback typed by the data module that registers it
+    graph = {"a.data_state": set(), "a.preference": {"a.data_state"}}
+    assert import_cycle(graph) is None
+    graph["a.data_state"] = {"a.preference"}  # under TYPE_CHECKING: counted all the same
+    assert import_cycle(graph) == ["a.data_state", "a.preference", "a.data_state"]
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from comlrl_lightning.errors import X\n"
+    path = tmp_path / "probe.py"
+    path.write_text(source, encoding="utf-8")
+    assert imports_of(path) == set() and imports_of(path, type_only=True) == {"comlrl_lightning.errors"}
 
 
 def test_every_subpackage_says_what_lives_there_and_what_it_may_import():

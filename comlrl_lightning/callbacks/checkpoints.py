@@ -23,6 +23,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.callbacks.csv_logger import same_log_folder
+from comlrl_lightning.data.contract import ContinuableLog, RoundSchedule, offers
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.runtime.checkpoint_lineage import Lineage, lineage_of, on_line
 from comlrl_lightning.runtime.checkpoint_metadata import (
@@ -102,16 +103,17 @@ class CheckpointRecord(Callback):
         return Lineage(self.run_id, self.branch, forks)
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: Dict[str, Any]) -> None:
-        record = run_record(checkpoint, trainer.ckpt_path) or {}
+        path = trainer.ckpt_path or "the checkpoint"
+        record = run_record(checkpoint, path) or {}
         self.run_id = record.get("run_id") or self.run_id
         self.sequence = int(record.get("sequence") or 0)
         self.wandb = record.get("wandb")
-        progress = checkpoint_progress(checkpoint, trainer.ckpt_path)
+        progress = checkpoint_progress(checkpoint, path)
         self.forks = fork_list(checkpoint, progress)
         logs = record.get("logs")
         if logs:
             for logger in trainer.loggers:
-                if callable(getattr(logger, "keep_rows_before", None)) and _same_log(logger, logs):
+                if offers(logger, ContinuableLog) and _same_log(logger, logs):  # type: ignore[type-abstract]
                     logger.keep_rows_before(int(logs["rows"]), progress.step)
         rank_zero_info(resume_line(trainer, progress))
 
@@ -127,11 +129,10 @@ def fork_list(checkpoint: Dict[str, Any], progress: CheckpointProgress) -> List[
 
 def resume_line(trainer: Trainer, progress: CheckpointProgress) -> str:
     """One line: the checkpoint, and the round (with rounds), epoch and step where the run continues."""
-    datamodule = getattr(trainer, "datamodule", None)
-    per_round, rounds = getattr(datamodule, "num_train_epochs", None), getattr(datamodule, "num_iterations", None)
+    datamodule = trainer.datamodule  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
     where = f"epoch {progress.epochs + 1}, step {progress.step}"
-    if per_round and rounds:
-        where = f"round {progress.epochs // per_round + 1}/{rounds} ({where})"
+    if offers(datamodule, RoundSchedule) and datamodule.num_train_epochs and datamodule.num_iterations:  # type: ignore[type-abstract]
+        where = f"round {progress.epochs // datamodule.num_train_epochs + 1}/{datamodule.num_iterations} ({where})"
     return f"resuming at {where} from {trainer.ckpt_path}"
 
 
@@ -150,7 +151,7 @@ def csv_log_record(trainer: Trainer, run_id: Optional[str] = None) -> Optional[D
     """Folder, row count and run of the first CSV log that can continue (flushed first, and its
     folder's ``run.json`` naming ``run_id``), else ``None``."""
     for logger in trainer.loggers:
-        if callable(getattr(logger, "keep_rows_before", None)):
+        if offers(logger, ContinuableLog):  # type: ignore[type-abstract]
             logger.save()
             record = {
                 "save_dir": str(Path(logger.save_dir).absolute()),
@@ -158,7 +159,7 @@ def csv_log_record(trainer: Trainer, run_id: Optional[str] = None) -> Optional[D
                 "version": logger.version,
                 "rows": int(logger.rows_logged),
             }
-            if run_id is not None and callable(getattr(logger, "claim", None)):
+            if run_id is not None:
                 logger.claim(run_id)
                 record["run_id"] = run_id
             return record
@@ -177,7 +178,7 @@ def written_on_this_line(trainer: Trainer, path: Any) -> Optional[bool]:
     (its run record's run and line: :func:`~comlrl_lightning.runtime.checkpoint_lineage.on_line`);
     ``False`` for a file of another run or line, one without a run record or not a checkpoint;
     ``None`` when ``trainer`` has no :class:`CheckpointRecord` (nothing to tell by)."""
-    record = next((c for c in trainer.callbacks if isinstance(c, CheckpointRecord)), None)
+    record = next((c for c in trainer.callbacks if isinstance(c, CheckpointRecord)), None)  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
     if record is None:
         return None
     file = Path(path)
@@ -224,7 +225,7 @@ class ResumableCheckpoint(ModelCheckpoint):
             if not (resumed and NOT_EMPTY in str(caught.message)):
                 warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
         self._setup_warnings = []
-        self._record = any(isinstance(callback, CheckpointRecord) for callback in trainer.callbacks)
+        self._record = any(isinstance(callback, CheckpointRecord) for callback in trainer.callbacks)  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
         # with a run record, files are told apart by it (file_exists); without one, a resume overwrites
         enable_version_counter(self, getattr(self, "_versions", True) and (self._record or not resumed))
 

@@ -13,7 +13,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Union, cast
 
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
@@ -123,7 +123,7 @@ class ResumableCSVLogger(CSVLogger):
         if self._experiment is None:
             os.makedirs(self.root_dir, exist_ok=True)
             self._experiment = ContinuingWriter(log_dir=self.log_dir)
-        return self._experiment
+        return cast(ContinuingWriter, self._experiment)  # only this property creates it
 
     @property
     def rows_logged(self) -> int:

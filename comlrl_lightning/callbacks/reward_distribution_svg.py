@@ -8,7 +8,7 @@ looks as a CoMLRL run's; :func:`distribution_panels` gives a round's ``line_plot
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -18,7 +18,7 @@ PALETTE = {"target": "#e87030", "comparator": "#6e6e6e"}
 DEFAULT_COLOR = "#2878d6"
 FONT = 'font-family="Arial, sans-serif"'
 
-Series = Sequence[Tuple[str, Sequence[float]]]
+Series = Sequence[Tuple[str, Union[Sequence[float], np.ndarray]]]
 
 
 def xml_escape(value: str) -> str:

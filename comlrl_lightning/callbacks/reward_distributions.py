@@ -20,16 +20,15 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from comlrl_lightning.data.collection import CollectionResult
 from comlrl_lightning.data.contract import round_source, team_side
-from comlrl_lightning.data.oracle import resolve_callable
+from comlrl_lightning.data.oracle import resolve_callable, resolve_reward_range
 from comlrl_lightning.data.pairs import PreferencePair
-from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.files import write_atomically
 
 NUM_BINS = 16
@@ -38,6 +37,8 @@ NUM_BINS = 16
 CANDIDATE_NAMESPACE = "iter/reward_distribution"
 SELECTED_NAMESPACE = "iter/selected_reward_distribution"
 PLOT_TAG = "iter/reward_distribution/plot"
+REQUIRED_BY = "RewardDistributions (log_reward_distribution=True)"
+"""Who needs the reward function's declared range, as its error says."""
 
 
 class RewardSides(NamedTuple):
@@ -49,32 +50,6 @@ class RewardSides(NamedTuple):
 
 # ----------------------------------------------------------------------------------------------
 # The math and the record
-
-
-def resolve_reward_range(reward_func: Optional[Callable[..., Any]]) -> Tuple[float, float]:
-    """``(minimum, maximum)`` from ``reward_func.reward_range``, checked as the reference checks it.
-
-    It must be declared (set ``fn.reward_range = (lo, hi)`` on the reward function), be two
-    numbers, both finite, with ``minimum < maximum``; anything else raises :class:`OptionError`.
-    """
-    declared = getattr(reward_func, "reward_range", None)
-    require(
-        declared is not None,
-        "RewardDistributions (log_reward_distribution=True) requires reward_func.reward_range to declare the "
-        "raw reward scale as (minimum, maximum): set fn.reward_range = (lo, hi) on the reward function.",
-    )
-    two_items = not isinstance(declared, (str, bytes)) and isinstance(declared, Sequence) and len(declared) == 2
-    require(two_items, f"reward_func.reward_range must be a two-item sequence: (minimum, maximum) (got {declared!r}).")
-    try:
-        minimum, maximum = (float(value) for value in declared)
-    except (TypeError, ValueError):
-        raise OptionError(f"reward_func.reward_range values must be numbers (got {declared!r}).") from None
-    require(
-        math.isfinite(minimum) and math.isfinite(maximum),
-        f"reward_func.reward_range values must be finite (got {declared!r}).",
-    )
-    require(minimum < maximum, f"reward_func.reward_range minimum must be less than maximum (got {declared!r}).")
-    return minimum, maximum
 
 
 def bin_edges(reward_range: Tuple[float, float], num_bins: int = NUM_BINS) -> np.ndarray:
@@ -249,22 +224,23 @@ class RewardDistributions(Callback):
         calls it again for any other data module.
         """
         source = round_source(datamodule, "RewardDistributions")
-        self.reward_range = resolve_reward_range(resolve_callable(source.reward_func, "reward_func"))
+        reward_func = resolve_callable(source.reward_func, "reward_func")
+        self.reward_range = resolve_reward_range(reward_func, required_by=REQUIRED_BY)
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self.check_data_module(trainer.datamodule)
+        self.check_data_module(trainer.datamodule)  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
         self.output = (
             Path(self.directory) if self.directory else Path(trainer.default_root_dir) / "reward_distributions"
         )
         self._reported = None
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        source = round_source(trainer.datamodule, "RewardDistributions")
+        source = round_source(trainer.datamodule, "RewardDistributions")  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
         round_index, collection = source.round_collection()
         # a round spans num_train_epochs epochs: only the epoch that built it has a new collection
-        if collection is None or collection is self._reported:
+        if collection is None or round_index is None or collection is self._reported:
             return
         self._reported = collection
         _, pairs = source.round_pairs()
@@ -280,6 +256,7 @@ class RewardDistributions(Callback):
             metrics.update(distribution_metrics(SELECTED_NAMESPACE, iteration, selected, pair_count=len(pairs)))
         if metrics:
             team_side(trainer).log_metrics_now(metrics)
+        assert self.reward_range is not None and self.output is not None, "set up in setup()"
         record = distribution_record(iteration, self.reward_range, candidate, selected)
         if trainer.is_global_zero and has_samples(record):
             log_panels(trainer.loggers, record, pairs_selected=bool(pairs), step=trainer.global_step)
@@ -352,7 +329,6 @@ __all__ = [
     "distribution_record",
     "encode_record",
     "histogram_counts",
-    "resolve_reward_range",
     "selected_rewards",
     "series_record",
     "write_record",

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from comlrl_lightning.data.oracle import Oracle, score_requests
-from comlrl_lightning.data.pairs import PreferencePair, select_pairs
+from comlrl_lightning.data.pairs import PairSelection, PreferencePair, select_pairs
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.generation.base import (
     Completion,
@@ -102,7 +102,7 @@ def build_pairs_within(
     candidates: Candidates,
     oracle: Oracle,
     items: Sequence[Dict[str, Any]],
-    pair_selection: str,
+    pair_selection: PairSelection,
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:

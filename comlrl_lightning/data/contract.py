@@ -6,7 +6,9 @@ Lightning gives every part the trainer, and through it the others (``trainer.lig
 here, with types, and crossed only through the checking functions: :func:`team_side` and
 :func:`data_side` between data and team; :func:`round_source`, :func:`data_module_checks` and
 :func:`evaluated_module` for observers. Each fails with a message naming what is missing when a
-user's own module, data module or callback does not keep the contract.
+user's own module, data module or callback does not keep the contract. What a part reads only when
+another offers it (a round schedule, a log that continues, the team's options) is a Protocol too,
+asked with :func:`offers`. The members checked are the Protocols' own (:func:`members`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,14 @@ from typing import (
     Dict,
     List,
     Literal,
+    Mapping,
     Optional,
     Protocol,
     Sequence,
+    Tuple,
+    Type,
+    TypeGuard,
+    TypeVar,
     runtime_checkable,
 )
 
@@ -35,8 +42,11 @@ if TYPE_CHECKING:
     from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.data.task import Task
     from comlrl_lightning.generation.base import GenerationSettings, Generator
+    from comlrl_lightning.team.options import TeamOptions
     from comlrl_lightning.team.team import Team
 
+
+T = TypeVar("T")
 
 TrainsOn = Literal["pairs", "items"]
 """What a team module trains on: preference pairs, or task items (it samples its own rollouts)."""
@@ -51,13 +61,15 @@ class TeamSide(Protocol):
     team answers one joint prompt per item). ``trains_on`` says whether
     the module's training batches are preference pairs (collated by :meth:`collate_pairs`) or task items; collection samples with ``generator`` under
     ``generation_settings`` inside :meth:`generation_context` and scores with
-    :meth:`collection_oracle`; :meth:`log_metrics_now` reports collection metrics.
+    :meth:`collection_oracle`; :meth:`log_metrics_now` reports collection metrics. ``hparams`` are
+    the options the run saves (a comparator checks that no secret of its own is among them).
     """
 
     trains_on: TrainsOn
     generator: "Generator"
     generation_settings: "GenerationSettings"
     num_roles: int
+    hparams: Mapping[str, Any]
 
     @property
     def team(self) -> "Team": ...
@@ -129,29 +141,88 @@ class EvaluatedModule(Protocol):
     final_eval_reward: Optional[float]
 
 
+@runtime_checkable
+class DataState(Protocol):
+    """What the data-state callback carries in and out of checkpoints (``TaskDataModule`` keeps it):
+    the state itself, the files it names (kept beside the checkpoint), the folders to release when
+    the run ends, and the ``trainer`` whose checkpoint path an error names."""
+
+    trainer: Optional["Trainer"]
+
+    def data_state_dict(self) -> Dict[str, Any]: ...
+
+    def load_data_state_dict(self, state: Dict[str, Any]) -> None: ...
+
+    def checkpoint_assets(self) -> List[Any]: ...
+
+    def release_folders(self) -> None: ...
+
+
+@runtime_checkable
+class RoundSchedule(Protocol):
+    """What the resume line reads of a data module that trains in rounds, when it offers it:
+    ``num_iterations`` rounds of ``num_train_epochs`` epochs (``IterativePreferenceDataModule``)."""
+
+    num_train_epochs: int
+    num_iterations: int
+
+
+@runtime_checkable
+class CollectedOnce(Protocol):
+    """What the seed API's checkpoint callback reads of a data module that collects once, when it
+    offers it: the collection (``None`` until it ran; ``PreferenceDataModule`` keeps it)."""
+
+    last_collection: Optional["CollectionResult"]
+
+
+@runtime_checkable
+class ConfiguredTeam(Protocol):
+    """What the iterative data module reads of a module built from :class:`TeamOptions`, when it
+    offers it (``TeamModule`` does): whether the team is LoRA adapters (``team_options.lora``).
+    A module without it is taken as a team of full models."""
+
+    team_options: "TeamOptions"
+
+
+@runtime_checkable
+class ContinuableLog(Protocol):
+    """What the checkpoint callback reads of a logger whose log a resumed run continues, when it
+    offers it (``ResumableCSVLogger`` does): where the log is, how many rows it holds once saved,
+    how to drop what an interrupted run logged after its checkpoint, and how to name its run."""
+
+    save_dir: str
+    name: Optional[str]
+    version: Any
+    rows_logged: int
+
+    def save(self) -> None: ...
+
+    def keep_rows_before(self, rows: int, step: int) -> None: ...
+
+    def claim(self, run_id: str) -> None: ...
+
+
 class ContractError(ConfigurationTypeError):
     """A module or data module that does not keep the contract the other side relies on."""
 
 
-_MEMBERS = {
-    "TeamSide": (
-        "trains_on",
-        "generator",
-        "generation_settings",
-        "num_roles",
-        "team",
-        "num_agents",
-        "team_task",
-        "generation_context",
-        "collection_oracle",
-        "collate_pairs",
-        "log_metrics_now",
-    ),
-    "DataSide": ("eval_batch_size", "task", "evaluation_items", "round_pairs"),
-    "RoundSource": ("reward_func", "round_pairs", "round_collection"),
-    "DataModuleCheck": ("check_data_module",),
-    "EvaluatedModule": ("initial_eval_reward", "final_eval_reward"),
-}
+def members(protocol: type) -> Tuple[str, ...]:
+    """The names ``protocol`` declares, those of the Protocols it extends first: of each, its annotated
+    attributes, then its properties and methods, in the order written."""
+    names: List[str] = []
+    for owner in reversed(protocol.__mro__):
+        if Protocol in owner.__bases__:
+            names += [name for name in [*inspect.get_annotations(owner), *vars(owner)] if not name.startswith("_")]
+    return tuple(dict.fromkeys(names))
+
+
+def offers(obj: Any, protocol: Type[T]) -> TypeGuard[T]:
+    """Whether ``obj`` has every member of ``protocol`` (looked up statically: no property runs).
+
+    A type checker takes ``obj`` as a ``protocol`` where this holds; mypy asks for a concrete class
+    where ``Type[T]`` is expected, so a call passing a Protocol says ``type: ignore[type-abstract]``.
+    """
+    return obj is not None and all(_has(obj, name) for name in members(protocol))
 
 
 def _has(obj: Any, name: str) -> bool:
@@ -174,7 +245,7 @@ def _takes_one_argument(function: Any) -> bool:
 def _check(obj: Any, protocol: type, what: str, reader: str = "") -> Any:
     if obj is None:
         raise ContractError(f"No {what} is attached to the trainer.")
-    missing = [name for name in _MEMBERS[protocol.__name__] if not _has(obj, name)]
+    missing = [name for name in members(protocol) if not _has(obj, name)]
     if missing:
         raise ContractError(
             f"{type(obj).__name__} does not keep the {protocol.__name__} contract of comlrl_lightning.data.contract "
@@ -190,7 +261,7 @@ def team_side(trainer: "Trainer") -> TeamSide:
 
 def data_side(trainer: "Trainer") -> DataSide:
     """The data module of ``trainer``, checked against :class:`DataSide`."""
-    return _check(trainer.datamodule, DataSide, "LightningDataModule")
+    return _check(trainer.datamodule, DataSide, "LightningDataModule")  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
 
 
 def optional_data_side(trainer: "Trainer") -> Optional[DataSide]:
@@ -199,8 +270,8 @@ def optional_data_side(trainer: "Trainer") -> Optional[DataSide]:
     A data module of your own that only serves training batches (no task, no evaluation items)
     trains without evaluation; one that keeps part of the contract is an error naming the rest.
     """
-    datamodule = trainer.datamodule
-    if datamodule is None or not any(_has(datamodule, name) for name in _MEMBERS["DataSide"]):
+    datamodule = trainer.datamodule  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
+    if datamodule is None or not any(_has(datamodule, name) for name in members(DataSide)):
         return None
     return _check(datamodule, DataSide, "LightningDataModule")
 
@@ -229,15 +300,22 @@ def evaluated_module(module: Any, reader: str) -> EvaluatedModule:
 
 
 __all__ = [
+    "CollectedOnce",
+    "ConfiguredTeam",
+    "ContinuableLog",
     "ContractError",
     "DataModuleCheck",
     "DataSide",
+    "DataState",
     "EvaluatedModule",
+    "RoundSchedule",
     "RoundSource",
     "TeamSide",
     "data_module_checks",
     "data_side",
     "evaluated_module",
+    "members",
+    "offers",
     "optional_data_side",
     "round_source",
     "team_side",

@@ -7,6 +7,8 @@ from typing import Any, Callable, Dict, Iterator, Optional
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from comlrl_lightning.runtime.rng import epoch_order_seed
+
 
 class EpochShuffleSampler(DistributedSampler):
     """This rank's share of a permutation of ``range(size)`` that depends only on ``(seed, epoch)``.
@@ -21,12 +23,13 @@ class EpochShuffleSampler(DistributedSampler):
     """
 
     def __init__(self, size: int, seed: int, num_replicas: int = 1, rank: int = 0, shuffle: bool = True) -> None:
-        super().__init__(range(size), num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
+        # any sized sequence works (the sampler takes only its length); torch's hint names only Dataset
+        super().__init__(range(size), num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)  # type: ignore[arg-type]
         self.size, self.skip = size, 0
 
     def __iter__(self) -> Iterator[int]:
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            generator = torch.Generator().manual_seed(epoch_order_seed(self.seed, self.epoch))
             order = torch.randperm(self.size, generator=generator).tolist()
         else:
             order = list(range(self.size))
@@ -55,14 +58,14 @@ class ResumablePairLoader(DataLoader):
         batches_done: Callable[[], int],
     ) -> None:
         self.shuffle_sampler = sampler
-        super().__init__(data, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn)
+        super().__init__(data, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn)  # type: ignore[arg-type]  # a list is a map-style dataset; torch's hint names only Dataset
         self._batches_done = batches_done
 
     def state_dict(self) -> Dict[str, int]:
         return {"epoch": self.shuffle_sampler.epoch, "batches_done": int(self._batches_done())}
 
     def load_state_dict(self, state: Dict[str, int]) -> None:
-        self.shuffle_sampler.skip = state["batches_done"] * self.batch_size
+        self.shuffle_sampler.skip = state["batches_done"] * int(self.batch_size or 0)  # always given here
 
 
 class EpochLoaders:

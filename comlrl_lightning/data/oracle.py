@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+from collections.abc import Sequence as SequenceType
 from numbers import Real
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError, DataError
+from comlrl_lightning.options import OptionError, require
 
 CallableSpec = Union[str, Callable, None]
 ScoreRequest = Tuple[Sequence[Sequence[str]], Sequence[str], Any]
@@ -68,6 +70,35 @@ def function_name(func: Callable) -> str:
     return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
 
 
+def resolve_reward_range(reward_func: Any, required_by: Optional[str] = None) -> Optional[Tuple[float, float]]:
+    """``(minimum, maximum)`` declared by ``reward_func.reward_range`` (the reference's check).
+
+    A declared range must be two numbers, both finite, with ``minimum < maximum``; anything else
+    is an :class:`OptionError` (a ``ValueError``). Without a declared range: ``None``, or, when
+    ``required_by`` names the part that needs one, an :class:`OptionError` saying how to declare it.
+    """
+    declared = getattr(reward_func, "reward_range", None)
+    if declared is None:
+        require(
+            required_by is None,
+            f"{required_by} requires reward_func.reward_range to declare the raw reward scale as "
+            "(minimum, maximum): set fn.reward_range = (lo, hi) on the reward function.",
+        )
+        return None
+    two_items = not isinstance(declared, (str, bytes)) and isinstance(declared, SequenceType) and len(declared) == 2
+    require(two_items, f"reward_func.reward_range must be a two-item sequence: (minimum, maximum) (got {declared!r}).")
+    try:
+        minimum, maximum = (float(value) for value in declared)
+    except (TypeError, ValueError):
+        raise OptionError(f"reward_func.reward_range values must be numbers (got {declared!r}).") from None
+    require(
+        math.isfinite(minimum) and math.isfinite(maximum),
+        f"reward_func.reward_range values must be finite (got {declared!r}).",
+    )
+    require(minimum < maximum, f"reward_func.reward_range minimum must be less than maximum (got {declared!r}).")
+    return minimum, maximum
+
+
 def _bind(func: Callable, completions: List[List[str]], prompts: List[str], batch_items: list) -> Tuple[tuple, dict]:
     num_agents = len(completions)
     try:
@@ -81,6 +112,7 @@ def _bind(func: Callable, completions: List[List[str]], prompts: List[str], batc
     # batch_items, and prompts anywhere but first, are keywords: f(a, b, prompts=None) gets completions in a, b
     positional = [n for i, n in enumerate(positional) if n != "batch_items" and (n != "prompts" or i == 0)]
     prompts_positional = False
+    args: Tuple[Any, ...]
     if has_var_args:
         args = tuple(completions)
     elif num_agents > 1 and len(positional) == num_agents + 1:
@@ -192,9 +224,10 @@ class Oracle:
     """
 
     def __init__(self, reward_func: CallableSpec, reward_processor: CallableSpec = None) -> None:
-        self.reward_func = resolve_callable(reward_func, "reward_func")
-        if self.reward_func is None:
+        resolved = resolve_callable(reward_func, "reward_func")
+        if resolved is None:
             raise ConfigurationError("reward_func must be a callable.")
+        self.reward_func: Callable = resolved
         self.reward_processor = resolve_callable(reward_processor, "reward_processor")
 
     def score(

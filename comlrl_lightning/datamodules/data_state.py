@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict
+from typing import Any, Dict
 
 from lightning.pytorch import Callback
 
+from comlrl_lightning.data.contract import DataState
 from comlrl_lightning.errors import ComlrlError, DataError
 from comlrl_lightning.runtime.checkpoint_assets import ASSETS_KEY
-
-if TYPE_CHECKING:
-    from comlrl_lightning.datamodules.preference import TaskDataModule
 
 
 class DataStateCallback(Callback):
@@ -21,13 +19,14 @@ class DataStateCallback(Callback):
     and restart its replay history. A callback's state is filed under its ``state_key`` instead:
     the data module offers this one (``trainer_callbacks``), the team module hands it to Lightning
     (``configure_callbacks``, before Lightning restores a checkpoint), and it carries
-    :meth:`TaskDataModule.data_state_dict` in and out. Nothing else reads or rewrites it. It also hands the checkpoint the files that state names (:meth:`TaskDataModule.checkpoint_assets`),
+    :meth:`TaskDataModule.data_state_dict` in and out (the
+    :class:`~comlrl_lightning.data.contract.DataState` contract). Nothing else reads or rewrites it. It also hands the checkpoint the files that state names (:meth:`TaskDataModule.checkpoint_assets`),
     which the checkpoint IO keeps beside the checkpoint.
     """
 
     state_key = "comlrl_lightning.data"
 
-    def __init__(self, datamodule: "TaskDataModule") -> None:
+    def __init__(self, datamodule: DataState) -> None:
         self.datamodule = datamodule
 
     def state_dict(self) -> Dict[str, Any]:
@@ -37,8 +36,8 @@ class DataStateCallback(Callback):
         """Restore the data module's state; a state with a field missing or of the wrong kind (a
         corrupt checkpoint, or one of a newer version) is a :class:`~comlrl_lightning.errors.DataError`
         naming the file and the field, never a bare ``KeyError`` or ``TypeError``."""
-        trainer = getattr(self.datamodule, "trainer", None)
-        path = getattr(trainer, "ckpt_path", None) or "the checkpoint"
+        trainer = self.datamodule.trainer
+        path = (trainer.ckpt_path if trainer is not None else None) or "the checkpoint"
         if not isinstance(state_dict, dict) or state_dict.get("version") != 1:
             version = state_dict.get("version") if isinstance(state_dict, dict) else None
             raise DataError(f"{path}: data state ({self.state_key}) of an unknown format (version {version!r}).")

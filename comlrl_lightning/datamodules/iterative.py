@@ -23,7 +23,7 @@ from comlrl_lightning.data.collection import (
     pair_from_record,
     sample_candidates,
 )
-from comlrl_lightning.data.contract import TeamSide, data_module_checks, team_side
+from comlrl_lightning.data.contract import ConfiguredTeam, TeamSide, data_module_checks, offers, team_side
 from comlrl_lightning.data.loaders import EpochLoaders
 from comlrl_lightning.data.oracle import ScoringProgress
 from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
@@ -154,8 +154,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             self._make_folders(Path(self.trainer.default_root_dir))
         module = team_side(self.trainer)
         # before the folders are locked and the binding below loads the team: FSDP2 cannot gather a LoRA
-        # team's snapshots (team_options is TeamModule's; a module without it is taken as full models)
-        lora = getattr(getattr(module, "team_options", None), "lora", None)
+        # team's snapshots (a module that is not built from TeamOptions is taken as full models)
+        lora = module.team_options.lora if offers(module, ConfiguredTeam) else None  # type: ignore[type-abstract]
         if self.snapshots is not None and is_sharded(self.trainer.strategy) and lora is not None:
             raise OptionError(
                 "comparator / policy_checkpoint_dir: policy snapshots (HistoryComparator, policy_checkpoint_dir) "
@@ -171,7 +171,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 "does every comparator of its joint prompt; give CentralizedComparator's source directly."
             )
         # what the run saves (hparams.yaml, checkpoints, W&B): no secret of the comparator's in it
-        self.comparator.check_saved_options({"model": dict(getattr(module, "hparams", {})), "data": dict(self.hparams)})
+        self.comparator.check_saved_options({"model": dict(module.hparams), "data": dict(self.hparams)})
         self.comparator.bind(
             ComparatorContext(
                 actors=lambda: module.team,

@@ -11,16 +11,15 @@ import inspect
 import torch
 from torch import nn
 
-from comlrl_lightning.runtime.compat import compiles_fullgraph, takes_cache_objects
+from comlrl_lightning.runtime.compat import compiles_fullgraph
 from comlrl_lightning.team.activation_checkpointing import base_model, is_checkpointing
 
 
 def can_share_prompts(model: nn.Module) -> bool:
     """Whether ``model`` can reuse a prompt's KV cache (HF causal LMs can, unless activation
     checkpointing turns the cache off: it does while training with grad enabled)."""
-    base = base_model(model)
-    checkpointing = is_checkpointing(model) and base.training and torch.is_grad_enabled()
-    return takes_cache_objects(base) and not checkpointing
+    checkpointing = is_checkpointing(model) and base_model(model).training and torch.is_grad_enabled()
+    return not checkpointing
 
 
 @functools.lru_cache(maxsize=None)

@@ -27,6 +27,7 @@ from comlrl_lightning.losses import value_loss
 from comlrl_lightning.models.joint_reward import hidden_size_of, last_token_states
 from comlrl_lightning.options import at_least, positive, require
 from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
+from comlrl_lightning.runtime.rng import derived_seed
 from comlrl_lightning.team.loading import ModelSource, load_model, load_tokenizer
 from comlrl_lightning.team.team import Team
 
@@ -207,7 +208,9 @@ class SharedCritic(Critic):
     def build(self, team: Team, sources: Sequence[ModelSource], seed: int = 0) -> None:
         source = self.model_name or sources[0]
         tokenizer = None if isinstance(source, str) else team.tokenizers[0]
-        self.model = ValueModel(source, tokenizer, self.head_hidden_dim, seed, team.loading)
+        self.model = ValueModel(
+            source, tokenizer, self.head_hidden_dim, derived_seed(seed, "critic_head"), team.loading
+        )
 
     def place(self, team: Team) -> None:
         self.model.to(self.devices or team.device_of(0))
@@ -301,17 +304,14 @@ class IndividualCritics(Critic):
                 f"critics length ({len(self.model_name)}) must match num_agents ({team.num_agents}).",
             )
         for i in range(team.num_agents):
+            head_seed = derived_seed(seed, "critic_head", i)  # distinct from every other stream of the run
             if self.use_separate_critic:
                 given = self.model_name[i] if isinstance(self.model_name, (list, tuple)) else self.model_name
                 source = given or sources[i]
                 tokenizer = None if isinstance(source, str) else team.tokenizers[i]
-                self.models.append(
-                    ValueModel(source, tokenizer, self.critic_head_hidden_dim, seed * 1_000_003 + i, team.loading)
-                )
+                self.models.append(ValueModel(source, tokenizer, self.critic_head_hidden_dim, head_seed, team.loading))
             else:
-                head = ValueHead(
-                    hidden_size_of(team.agents[i].config), self.value_head_hidden_dim, seed * 1_000_003 + i
-                )
+                head = ValueHead(hidden_size_of(team.agents[i].config), self.value_head_hidden_dim, head_seed)
                 self.heads.append(head.to(dtype=next(team.agents[i].parameters()).dtype))
 
     def place(self, team: Team) -> None:

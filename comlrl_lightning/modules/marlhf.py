@@ -14,6 +14,7 @@ from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS
 from comlrl_lightning.modules.magrpo import MAGRPOModule
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.options import choice
+from comlrl_lightning.runtime.rng import derived_seed
 
 ScoringReward = Literal["task", "reward_model"]
 """What scores an iterative MARLHF run's comparisons: the task reward, or the previous round's reward model."""
@@ -91,7 +92,7 @@ class MARLHFModule(MAGRPOModule):
         """
         model = self.reward_model
         model.load_state_dict(self._fresh_reward_state)
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + round_index)
+        generator = torch.Generator().manual_seed(derived_seed(self.seed, "reward_model_head", round_index))
         with torch.no_grad():
             model.head.weight.copy_(
                 torch.empty_like(model.head.weight).uniform_(-1, 1, generator=generator) / model.head.in_features**0.5

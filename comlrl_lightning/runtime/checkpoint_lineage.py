@@ -53,7 +53,8 @@ def lineage_of(checkpoint: Dict[str, Any]) -> Optional[Lineage]:
     if not isinstance(record, dict) or not _is_id(record.get("run_id")):
         return None
     branch = record.get("branch") if _is_id(record.get("branch")) else None
-    listed = record.get("forks") if branch is not None and isinstance(record.get("forks"), list) else []
+    forks_record = record.get("forks")
+    listed = forks_record if branch is not None and isinstance(forks_record, list) else []
     forks: List[Tuple[str, Progress]] = []
     for fork in listed:
         if not (isinstance(fork, (list, tuple)) and len(fork) == 4 and _is_id(fork[0])):

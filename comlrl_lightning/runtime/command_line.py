@@ -42,7 +42,9 @@ def null_options(args: Sequence[str]) -> List[str]:
 def _resolved(config: Any, key: str) -> Optional[Tuple[List[str], Optional[str], List[str]]]:
     """``key`` as a path in ``config`` (``init_args`` inserted under each ``class_path`` part), the
     class path of the innermost part on it, and the key's parts below that part; ``None`` if absent."""
-    node, path, owner, below = config, [], None, []
+    node, owner = config, None
+    path: List[str] = []
+    below: List[str] = []
     for part in key.split("."):
         part_of_a_class = hasattr(node, "get") and "init_args" in node and "class_path" in node
         if part_of_a_class:

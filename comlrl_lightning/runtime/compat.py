@@ -25,13 +25,13 @@ if TYPE_CHECKING:
     from torch import nn
 
 SUPPORTED: Dict[str, str] = {
-    "lightning": ">=2.4,<2.7",
-    "transformers": ">=4.46,<6",
+    "lightning": ">=2.6.6,<2.7",
+    "transformers": ">=5.25,<6",
     "torch": ">=2.4,<3",
-    "peft": ">=0.13",
+    "peft": ">=0.21.2",
 }
 """The versions whose private parts this module knows (tested with lightning 2.6.6, transformers
-5.24.0, torch 2.13.0, peft 0.21.2); the lower bounds are the package's dependency pins."""
+5.25.0, torch 2.13.0, peft 0.21.2, the versions CI installs); the lower bounds are the package's dependency pins."""
 
 
 class UnsupportedVersion(RuntimeError):
@@ -61,12 +61,6 @@ def private(obj: Any, name: str, library: str) -> Any:
         return getattr(obj, name)
     except AttributeError:
         raise unsupported(library, f"{type(obj).__name__}.{name}") from None
-
-
-def _transformers_major() -> int:
-    import transformers
-
-    return int(transformers.__version__.split(".")[0])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,12 +165,10 @@ def checkpointed_layers(model: "nn.Module") -> List["nn.Module"]:
     """The layers of ``model`` that recompute their forward in backward through a checkpoint function.
 
     transformers gives every module with a ``gradient_checkpointing`` flag the function; its
-    ``GradientCheckpointingLayer`` (transformers 5) must have it once the flag is on.
+    ``GradientCheckpointingLayer`` must have it once the flag is on.
     """
-    try:
-        from transformers.modeling_layers import GradientCheckpointingLayer
-    except ImportError:  # transformers 4: no common class of checkpointed layers
-        GradientCheckpointingLayer = ()
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
     layers = []
     for module in model.modules():
         if not getattr(module, "gradient_checkpointing", False):
@@ -194,7 +186,8 @@ def checkpoint_functions_wrapped(layers: List["nn.Module"], wrap: Callable[[Call
     """Within this block, each layer's checkpoint function ``f`` is ``wrap(f)``; restored afterwards."""
     own = [layer.__dict__.get("_gradient_checkpointing_func") for layer in layers]  # None: the class's own
     for layer in layers:
-        layer._gradient_checkpointing_func = wrap(private(layer, "_gradient_checkpointing_func", "transformers"))
+        wrapped = wrap(private(layer, "_gradient_checkpointing_func", "transformers"))
+        layer._gradient_checkpointing_func = wrapped  # type: ignore[assignment]  # torch types Module attributes as Tensor | Module
     try:
         yield
     finally:
@@ -205,22 +198,12 @@ def checkpoint_functions_wrapped(layers: List["nn.Module"], wrap: Callable[[Call
                 layer._gradient_checkpointing_func = original
 
 
-def takes_cache_objects(model: "nn.Module") -> bool:
-    """Whether ``model`` takes a ``Cache`` object: transformers 4 flags the models that do
-    (``_supports_cache_class``); transformers 5 dropped the flag, every model does."""
-    from transformers import PreTrainedModel
-
-    if not isinstance(model, PreTrainedModel) or _transformers_major() >= 5:
-        return True
-    return bool(private(model, "_supports_cache_class", "transformers"))
-
-
 def compiles_fullgraph(model: "nn.Module") -> bool:
     """Whether transformers marks ``model`` as compilable whole (so a ``StaticCache`` fits it);
-    ``False`` for models that are not transformers models and before transformers 5."""
+    ``False`` for models that are not transformers models."""
     from transformers import PreTrainedModel
 
-    if not isinstance(model, PreTrainedModel) or _transformers_major() < 5:
+    if not isinstance(model, PreTrainedModel):
         return False
     return bool(private(model, "_can_compile_fullgraph", "transformers"))
 
@@ -325,7 +308,6 @@ __all__ = [
     "private",
     "saves_distributed_checkpoint",
     "switches_attention",
-    "takes_cache_objects",
     "unsupported",
     "version_counter",
 ]

@@ -28,9 +28,8 @@ OBJECT = object()
 def is_nested_options(value: Any) -> bool:
     """A dataclass all of whose bases are dataclasses: a config gives it as a mapping (jsonargparse's
     nested options); any other class is chosen by ``class_path``."""
-    return dataclasses.is_dataclass(value) and all(
-        dataclasses.is_dataclass(base) for base in type(value).__mro__ if base is not object
-    )
+    bases = [base for base in type(value).__mro__ if base is not object]
+    return dataclasses.is_dataclass(value) and all(dataclasses.is_dataclass(base) for base in bases)
 
 
 def plain(value: Any) -> Any:
@@ -102,7 +101,8 @@ class PlainHyperparameters(HyperparametersMixin):
 
     def save_hyperparameters(self, *args: Any, ignore: Any = None, frame: Any = None, logger: bool = True) -> None:
         # the caller's frame, as Lightning's own would take it: it reads the caller's __init__ arguments
-        frame = frame if frame is not None else inspect.currentframe().f_back
+        current = inspect.currentframe()
+        frame = frame if frame is not None or current is None else current.f_back
         super().save_hyperparameters(*args, ignore=ignore, frame=frame, logger=logger)
         for key, value in list(self.hparams.items()):
             rendered = plain(value)

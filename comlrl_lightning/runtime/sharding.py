@@ -117,7 +117,7 @@ def shard_model(model: nn.Module, mesh: Any, precision: str = "32-true") -> None
     fully_shard(model, **options)
 
 
-def full_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
+def full_state_dict(model: nn.Module) -> Dict[str, Any]:
     """The whole (unsharded) state dict of a sharded ``model`` on the CPU; a collective: every rank calls it."""
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,

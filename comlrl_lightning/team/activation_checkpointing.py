@@ -27,11 +27,7 @@ def base_model(model: nn.Module) -> nn.Module:
 
 def is_checkpointing(model: nn.Module) -> bool:
     """Whether ``model`` (or the transformers model under its adapters) recomputes activations in backward."""
-    base = base_model(model)
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new name first (no warning)
-        if hasattr(type(base), name) or name in vars(base):
-            return bool(getattr(base, name))
-    return False
+    return bool(getattr(base_model(model), "is_activation_checkpointing", False))
 
 
 def enable_activation_checkpointing(model: nn.Module, every_n_layers: int = 1) -> None:
@@ -43,14 +39,7 @@ def enable_activation_checkpointing(model: nn.Module, every_n_layers: int = 1) -
             f"gradient_checkpointing: {type(base).__name__} does not support activation checkpointing."
         )
     options = {"use_reentrant": False}
-    if hasattr(base, "activation_checkpointing_enable"):  # transformers 5; the old name warns there
-        base.activation_checkpointing_enable(activation_checkpointing_kwargs=options, every_n_layers=every_n_layers)
-    elif every_n_layers == 1:
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
-    else:
-        raise ConfigurationError(
-            "checkpoint_every_n_layers > 1 needs transformers >= 5 (activation_checkpointing_enable)."
-        )
+    base.activation_checkpointing_enable(activation_checkpointing_kwargs=options, every_n_layers=every_n_layers)
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import AttentionInterface
 
 from comlrl_lightning.losses import gathered_logprobs
 from comlrl_lightning.runtime.compat import attention_implementation, switches_attention
@@ -270,19 +271,7 @@ def _gather(tokens: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return tokens.index_select(0, index)
 
 
-def _register() -> bool:
-    import transformers
-
-    # transformers 5 passes attention keyword arguments through every model and takes logit indices
-    if int(transformers.__version__.split(".")[0]) < 5:
-        return False
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(ATTENTION_NAME, packed_attention)
-    return True
-
-
-_REGISTERED = _register()
+AttentionInterface.register(ATTENTION_NAME, packed_attention)
 
 
 @contextlib.contextmanager
@@ -312,8 +301,6 @@ def takes_extra_keywords(model: nn.Module) -> bool:
 def packing_refusal(model: nn.Module) -> Optional[str]:
     """Why ``model`` cannot be scored packed, known before any call, or ``None`` when it may be."""
     config = getattr(model, "config", None)
-    if not _REGISTERED:
-        return "the installed transformers does not pass attention keyword arguments through (transformers < 5)"
     if not switches_attention(config):
         return "it is not a transformers model whose attention implementation can be switched per call"
     if getattr(config, "is_encoder_decoder", False):

@@ -27,6 +27,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import Checkpoint
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord
+from comlrl_lightning.data.contract import CollectedOnce, offers
 from comlrl_lightning.errors import ConfigurationError, DataError, RunStateError
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.generation.extra_options import hf_generate_options
@@ -132,7 +133,8 @@ class CommitCheckpoints(Checkpoint):
         self.saved_at: Optional[Tuple[int, int]] = None
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        collected = getattr(trainer.datamodule, "last_collection", None) is not None
+        datamodule = trainer.datamodule
+        collected = offers(datamodule, CollectedOnce) and datamodule.last_collection is not None  # type: ignore[type-abstract]
         if self.after_collection and trainer.current_epoch == 0 and trainer.global_step == 0 and collected:
             self.commit(trainer, force=True)
 

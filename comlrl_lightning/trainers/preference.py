@@ -36,7 +36,7 @@ from comlrl_lightning.data.centralized_task import (
     TaggedCentralizedComparatorAdapter,
 )
 from comlrl_lightning.data.item_sources import HFDataset, is_hf_dataset
-from comlrl_lightning.data.oracle import resolve_callable
+from comlrl_lightning.data.oracle import resolve_callable, resolve_reward_range
 from comlrl_lightning.data.task import TaskOptions
 from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
@@ -173,12 +173,10 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         data_class = IterativePreferenceDataModule if self.iterative else PreferenceDataModule
         datamodule = data_class(task=task, seed=self.seed, **mapping.data_options(self.args), **parts)
         if getattr(self.args, "log_reward_distribution", False):
-            from comlrl_lightning.callbacks.reward_distributions import (
-                resolve_reward_range,
-            )
+            from comlrl_lightning.callbacks.reward_distributions import REQUIRED_BY
 
             # the error now, before any model loads
-            resolve_reward_range(resolve_callable(datamodule.reward_func, "reward_func"))
+            resolve_reward_range(resolve_callable(datamodule.reward_func, "reward_func"), required_by=REQUIRED_BY)
         return datamodule
 
     def _build_module(self, agent_model, agents, tokenizer, model_config, adapter, critic_arguments):

@@ -9,7 +9,7 @@ The modules mirror the reference (CoMLRL)'s: :mod:`~comlrl_lightning.utils.rewar
 (``RewardProcessors``), :mod:`~comlrl_lightning.utils.reward_utils` (``set_reward_range``,
 ``resolve_reward_range``) and :mod:`~comlrl_lightning.utils.checkpoint` (``read_checkpoint_metadata``).
 
-Imports: the callbacks (the reward range's checks), the runtime (checkpoint metadata) and the layers below; beside ``trainers``, nothing
+Imports: the data layer (the reward range's checks), the runtime (checkpoint metadata) and the layers below; beside ``trainers``, nothing
 imports it but the users' scripts.
 """
 

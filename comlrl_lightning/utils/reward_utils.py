@@ -6,19 +6,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple, TypeVar
+from typing import Any, Callable, TypeVar
 
-from comlrl_lightning.callbacks import reward_distributions
+from comlrl_lightning.data.oracle import resolve_reward_range
 
 RewardCallable = TypeVar("RewardCallable", bound=Callable[..., Any])
-
-
-def resolve_reward_range(reward_func: Callable[..., Any]) -> Optional[Tuple[float, float]]:
-    """``(minimum, maximum)`` declared by ``reward_func.reward_range``, ``None`` when none is declared;
-    a declared range that is not two finite numbers with ``minimum < maximum`` is a ``ValueError``."""
-    if getattr(reward_func, "reward_range", None) is None:
-        return None
-    return reward_distributions.resolve_reward_range(reward_func)
 
 
 def set_reward_range(reward_func: RewardCallable, minimum: float, maximum: float) -> RewardCallable:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from comlrl_lightning.callbacks.reward_distributions import (
     has_samples,
     histogram_counts,
     log_figure,
-    resolve_reward_range,
     selected_rewards,
     write_record,
 )
@@ -168,24 +166,6 @@ def _reward_with_range(reward_range):
     if reward_range is not None:
         reward.reward_range = reward_range
     return reward
-
-
-@pytest.mark.parametrize(
-    "reward_range, message",
-    [
-        (None, "requires reward_func.reward_range to declare the raw reward scale as (minimum, maximum)"),
-        ((0.0,), "must be a two-item sequence"),
-        ("01", "must be a two-item sequence"),
-        (("low", "high"), "values must be numbers"),
-        ((0.0, math.inf), "values must be finite"),
-        ((1.0, 1.0), "minimum must be less than maximum"),
-    ],
-)
-def test_an_invalid_reward_range_is_a_named_error(reward_range, message):
-    with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        resolve_reward_range(_reward_with_range(reward_range))
-    assert resolve_reward_range(_reward_with_range([-2, 3])) == (-2.0, 3.0)
-    assert resolve_reward_range(vowel_length_reward) == (-1.0, 1.0)
 
 
 @pytest.mark.parametrize("reward_range", [None, (1.0, -1.0)])

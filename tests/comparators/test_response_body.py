@@ -11,7 +11,7 @@ import pytest
 from comlrl_lightning import Team
 from comlrl_lightning.comparators import ComparatorApiError
 from comlrl_lightning.comparators.response_body import PIECE, BodyEncodingError, decoded_pieces
-from tests.comparators.test_api_comparator import ITEMS, KEY, KEY_ENV, PROMPTS, SETTINGS, make
+from tests.comparators.test_api import ITEMS, KEY, KEY_ENV, PROMPTS, SETTINGS, make
 from tests.helpers.fake_providers import FakeProvider, Fault
 
 

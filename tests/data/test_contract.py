@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import pytest
 from lightning.pytorch import Callback, LightningDataModule, LightningModule
 
@@ -218,3 +220,68 @@ def test_a_module_that_does_not_evaluate_is_named_before_a_reward_curve_is_drawn
     ):
         RewardCurvePlot().setup(None, Plain(), "fit")
     RewardCurvePlot().setup(None, Plain(), "validate")  # only a fit draws the curve
+
+
+# ----------------------------------------------------------------------------------------------
+# What a part reads only when another offers it, and the members checked
+
+
+def test_the_members_checked_are_the_protocols_own_in_order():
+    from comlrl_lightning.data.contract import TeamSide, members
+
+    assert members(DataSide) == ("eval_batch_size", "task", "evaluation_items", "round_pairs")
+    assert members(RoundSource) == ("reward_func", "round_pairs", "round_collection")
+    assert members(TeamSide)[:5] == ("trains_on", "generator", "generation_settings", "num_roles", "hparams")
+    assert members(TeamSide)[-1] == "log_metrics_now"
+
+    class Extended(DataSide, Protocol):
+        seed: int
+
+        def extra(self) -> None: ...
+
+    assert members(Extended) == members(DataSide) + ("seed", "extra")  # the base's first, then its own
+    with pytest.raises(ContractError, match=r"missing: eval_batch_size, task, evaluation_items, round_pairs"):
+        data_side(FakeTrainer(datamodule=object()))
+
+
+def test_what_our_parts_offer_to_the_parts_that_read_them_when_offered(tmp_path):
+    from comlrl_lightning.callbacks import ResumableCSVLogger
+    from comlrl_lightning.data.contract import (
+        CollectedOnce,
+        ConfiguredTeam,
+        ContinuableLog,
+        DataState,
+        RoundSchedule,
+        offers,
+    )
+
+    iterative, preference = IterativePreferenceDataModule(), PreferenceDataModule()
+    assert offers(iterative, RoundSchedule) and not offers(preference, RoundSchedule)
+    assert offers(preference, CollectedOnce) and offers(TaskDataModule(), DataState)
+    module = MADPOModule(team=TeamOptions(agent_model="/nonexistent/model/path"))
+    assert offers(module, ConfiguredTeam) and module._team is None  # statically: the team is not loaded
+    assert offers(ResumableCSVLogger(str(tmp_path)), ContinuableLog)
+    assert not offers(None, RoundSchedule) and not offers(object(), ContinuableLog)
+
+    class HalfLog:  # drops rows but cannot name its run: not a log a resumed run continues
+        save_dir, name, version, rows_logged = str(tmp_path), "x", 0, 0
+
+        def save(self) -> None: ...
+
+        def keep_rows_before(self, rows: int, step: int) -> None: ...
+
+    assert not offers(HalfLog(), ContinuableLog)
+
+
+def test_the_resume_line_names_the_round_of_a_data_module_that_offers_a_schedule():
+    from types import SimpleNamespace
+
+    from comlrl_lightning.callbacks.checkpoints import resume_line
+    from comlrl_lightning.runtime.checkpoint_metadata import CheckpointProgress
+
+    progress = CheckpointProgress(epochs=5, step=40, batches=0)
+    rounds = IterativePreferenceDataModule(num_iterations=3, num_train_epochs=2)
+    line = resume_line(SimpleNamespace(datamodule=rounds, ckpt_path="c.ckpt"), progress)
+    assert line == "resuming at round 3/3 (epoch 6, step 40) from c.ckpt"
+    line = resume_line(SimpleNamespace(datamodule=PreferenceDataModule(), ckpt_path="c.ckpt"), progress)
+    assert line == "resuming at epoch 6, step 40 from c.ckpt"

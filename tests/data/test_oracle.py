@@ -527,3 +527,43 @@ def test_scoring_progress_advances_by_items_for_a_batch():
     request = ([["a"], ["b"]], ["p", "q"], {"bonus": 0})
     progress.score_many([request] * 4)
     assert counter.done == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# The declared reward range (one function: the callback, the seed API and comlrl_lightning.utils use it)
+
+
+def _reward_with_range(reward_range):
+    def reward(writer, matcher):
+        return [0.0]
+
+    if reward_range is not None:
+        reward.reward_range = reward_range
+    return reward
+
+
+@pytest.mark.parametrize(
+    "reward_range, message",
+    [
+        (None, "Reader requires reward_func.reward_range to declare the raw reward scale as (minimum, maximum)"),
+        ((0.0,), "must be a two-item sequence"),
+        ("01", "must be a two-item sequence"),
+        (("low", "high"), "values must be numbers"),
+        ((0.0, math.inf), "values must be finite"),
+        ((1.0, 1.0), "minimum must be less than maximum"),
+    ],
+)
+def test_an_invalid_reward_range_is_a_named_error(reward_range, message):
+    from comlrl_lightning.data.oracle import resolve_reward_range
+    from comlrl_lightning.defaults import vowel_length_reward
+    from comlrl_lightning.options import OptionError
+
+    with pytest.raises(OptionError, match=re.escape(message)):
+        resolve_reward_range(_reward_with_range(reward_range), required_by="Reader")
+    assert resolve_reward_range(_reward_with_range([-2, 3]), required_by="Reader") == (-2.0, 3.0)
+    assert resolve_reward_range(vowel_length_reward) == (-1.0, 1.0)
+    if reward_range is None:  # not required: none declared is None
+        assert resolve_reward_range(_reward_with_range(None)) is None
+    else:  # a declared range is checked whether or not a reader requires one
+        with pytest.raises(OptionError, match=re.escape(message)):
+            resolve_reward_range(_reward_with_range(reward_range))

@@ -1,4 +1,4 @@
-"""A two-process (gloo, ddp_fork) MADPO run sampling with VLLMGenerator, for tests/generation/test_vllm_generator.py.
+"""A two-process (gloo, ddp_fork) MADPO run sampling with VLLMGenerator, for tests/generation/test_vllm.py.
 
 ``python -m tests.helpers.vllm_ddp_run MODEL_FOLDER OUT`` writes ``OUT/rank_<r>.json`` per process (a digest
 of its final weights, the pairs it trained on and its batch count). It runs as its own process so that no engine of

@@ -44,7 +44,9 @@ def test_the_supported_ranges_hold_the_installed_versions_and_start_at_the_depen
         version = installed_version(library).split("+")[0]
         assert version in SpecifierSet(supported), (library, version, supported)
         lower = [s for s in SpecifierSet(supported) if s.operator == ">="]
-        assert lower and SpecifierSet(str(lower[0])) == pins[library], (library, supported, pins[library])
+        assert lower and [s for s in pins[library] if s.operator == ">="] == lower, (library, supported, pins[library])
+        assert set(pins[library]) <= set(SpecifierSet(supported)), (library, supported, pins[library])  # caps agree
+    assert pins["lightning"] == SpecifierSet(SUPPORTED["lightning"])  # capped at the minor CI runs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -81,7 +83,7 @@ def test_transformers_parts_read_and_switch_on_the_installed_transformers():
     with compat.attention_implementation(config, "sdpa"):
         assert config._attn_implementation == "sdpa"
     assert config._attn_implementation == before
-    assert compat.takes_cache_objects(model) and compat.compiles_fullgraph(model)
+    assert compat.compiles_fullgraph(model)
     assert not compat.compiles_fullgraph(torch.nn.Linear(2, 2))
     assert compat.checkpointed_layers(model) == []
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
