@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from comlrl_lightning.runtime.compat import attention_implementation, switches_attention
+from comlrl_lightning.runtime.compat import attention_implementation, current_attention, switches_attention
 from comlrl_lightning.team.activation_checkpointing import base_model
 
 ATTENTION_NAME = "comlrl_gqa_decode"
@@ -102,7 +102,7 @@ def needs_packed_decoding(model: nn.Module) -> bool:
         return False
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    return getattr(config, "_attn_implementation", None) == "sdpa" and bool(heads) and kv_heads < heads
+    return current_attention(config) == "sdpa" and bool(heads) and kv_heads < heads
 
 
 @contextlib.contextmanager

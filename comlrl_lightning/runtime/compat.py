@@ -154,6 +154,11 @@ def switches_attention(config: Any) -> bool:
     return True
 
 
+def current_attention(config: Any) -> str:
+    """The attention implementation models of ``config`` attend with now (``sdpa``, ``eager``...)."""
+    return private(config, "_attn_implementation", "transformers")
+
+
 @contextlib.contextmanager
 def attention_implementation(config: Any, name: str) -> Iterator[None]:
     """Within this block, models of ``config`` attend with the registered implementation ``name``."""
@@ -237,6 +242,7 @@ __all__ = [
     "UnsupportedVersion",
     "attached_trainer",
     "attention_implementation",
+    "current_attention",
     "checkpoint_functions_wrapped",
     "checkpointed_layers",
     "compiles_fullgraph",
