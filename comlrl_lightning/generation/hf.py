@@ -25,6 +25,7 @@ from comlrl_lightning.generation.base import (
     completion_from_ids,
 )
 from comlrl_lightning.generation.extra_options import PLAIN_GENERATE_ONLY, beam_search, hf_generate_options
+from comlrl_lightning.generation.gqa_decode import packed_decoding
 from comlrl_lightning.generation.seeded_sampling import (
     beam_sampling_options,
     request_rng,
@@ -221,32 +222,33 @@ class HFGenerator(Generator):
         was_training = model.training
         model.eval()
         try:
-            for start in range(0, calls * prompts_per_call, prompts_per_call):
-                rows = slice(start, start + prompts_per_call)
-                chunk = encoded[rows]
-                input_ids, attention_mask = left_pad(chunk or [[tokenizer.eos_token_id]], tokenizer.pad_token_id)
-                input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-                if beams:
-                    sampling = beam_sampling_options(settings, tokenizer)
-                else:
-                    sampling = seeded_sampling_options(
-                        settings, tokenizer, seeds[rows] or [0], num_samples, input_ids.shape[1]
-                    )
-                sampling |= hf_generate_options(settings.extra)  # eos_token_id may be overridden, as the reference
-                caller = model
-                if one_pass:
-                    caller = route(torch.tensor(agents[rows] or [owner], device=device))
-                seed = seeds[start] if beams and chunk else None
-                output = self._generate(caller, team.synced, input_ids, attention_mask, num_samples, sampling, seed)
-                if not chunk:  # this rank's share is done; it only kept the others company
-                    continue
-                generated = output[:, input_ids.shape[1] :].tolist()
-                for index, offset in enumerate(range(0, len(generated), num_samples)):
-                    decoder = team.tokenizers[agents[start + index]]
-                    results.append(
-                        [completion_from_ids(decoder, row) for row in generated[offset : offset + num_samples]]
-                    )
-                report_generated(len(chunk))  # a collection's progress bar, when one is shown
+            with packed_decoding(model):  # no KV-cache copy per query head (older transformers)
+                for start in range(0, calls * prompts_per_call, prompts_per_call):
+                    rows = slice(start, start + prompts_per_call)
+                    chunk = encoded[rows]
+                    input_ids, attention_mask = left_pad(chunk or [[tokenizer.eos_token_id]], tokenizer.pad_token_id)
+                    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+                    if beams:
+                        sampling = beam_sampling_options(settings, tokenizer)
+                    else:
+                        sampling = seeded_sampling_options(
+                            settings, tokenizer, seeds[rows] or [0], num_samples, input_ids.shape[1]
+                        )
+                    sampling |= hf_generate_options(settings.extra)  # eos_token_id may be overridden, as the reference
+                    caller = model
+                    if one_pass:
+                        caller = route(torch.tensor(agents[rows] or [owner], device=device))
+                    seed = seeds[start] if beams and chunk else None
+                    output = self._generate(caller, team.synced, input_ids, attention_mask, num_samples, sampling, seed)
+                    if not chunk:  # this rank's share is done; it only kept the others company
+                        continue
+                    generated = output[:, input_ids.shape[1] :].tolist()
+                    for index, offset in enumerate(range(0, len(generated), num_samples)):
+                        decoder = team.tokenizers[agents[start + index]]
+                        results.append(
+                            [completion_from_ids(decoder, row) for row in generated[offset : offset + num_samples]]
+                        )
+                    report_generated(len(chunk))  # a collection's progress bar, when one is shown
         finally:
             model.train(was_training)
         return results

@@ -26,12 +26,12 @@ if TYPE_CHECKING:
 
 SUPPORTED: Dict[str, str] = {
     "lightning": ">=2.6.6,<2.7",
-    "transformers": ">=5.25,<6",
+    "transformers": ">=5.19,<6",
     "torch": ">=2.4,<3",
     "peft": ">=0.21.2",
 }
 """The versions whose private parts this module knows (tested with lightning 2.6.6, transformers
-5.25.0, torch 2.13.0, peft 0.21.2, the versions CI installs); the lower bounds are the package's dependency pins."""
+5.25.0 (5.19.0 in the vLLM stage), torch 2.13.0, peft 0.21.2, the versions CI installs); the lower bounds are the package's dependency pins."""
 
 
 class UnsupportedVersion(RuntimeError):
@@ -148,6 +148,11 @@ def switches_attention(config: Any) -> bool:
         return False
     private(config, "_attn_implementation", "transformers")
     return True
+
+
+def current_attention(config: Any) -> str:
+    """The attention implementation models of ``config`` attend with now (``sdpa``, ``eager``...)."""
+    return private(config, "_attn_implementation", "transformers")
 
 
 @contextlib.contextmanager
@@ -294,6 +299,7 @@ __all__ = [
     "attention_implementation",
     "casts_lora_input",
     "check_peft_lora",
+    "current_attention",
     "checkpoint_functions_wrapped",
     "checkpointed_layers",
     "compiles_fullgraph",
