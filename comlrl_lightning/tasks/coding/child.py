@@ -1,8 +1,8 @@
 """The trainer's side of one program's process: start it, call its entry point, end it.
 
-:class:`ChildProcess` starts the launcher in a fresh interpreter (``python -I -S -B``, an empty
-environment, stdin from ``/dev/null``, a new session, an empty private folder as its working
-directory), sends it the program and its configuration, and then turns each call of ``candidate``
+:class:`ChildProcess` starts the launcher (compiled here once, passed as an argument) in a fresh
+interpreter (``python -I -S -B``, an empty environment, stdin from ``/dev/null``, a new session, an
+empty private folder as its working directory), sends it the program and its configuration, and then turns each call of ``candidate``
 into a request on the request pipe and waits for the reply on the reply pipe, draining stdout and
 stderr all the while (one thread, one selector, one deadline for the whole run). Whatever the
 child sends is decoded as plain data and checked for its shape; anything else ends the run. On any
@@ -13,6 +13,7 @@ process group is killed, and as root every process of the run's uid.
 from __future__ import annotations
 
 import builtins
+import marshal
 import os
 import selectors
 import shutil
@@ -29,6 +30,10 @@ from comlrl_lightning.tasks.coding.sandbox import RunLimits, end_processes_of, e
 
 LAUNCHER_SOURCE = "\n".join(Path(module.__file__).read_text(encoding="utf-8") for module in (plain_data, launcher))
 """What the fresh interpreter runs: plain_data's source, then the launcher's."""
+LAUNCHER_CODE = marshal.dumps(compile(LAUNCHER_SOURCE, "<comlrl-test-runner>", "exec", dont_inherit=True)).hex()
+"""That source compiled once here, for this same interpreter (a fresh interpreter spends about 6 ms
+compiling it): the command's last argument, which the stub below removes from ``sys.argv`` and runs."""
+LAUNCHER_STUB = "import marshal, sys; exec(marshal.loads(bytes.fromhex(sys.argv.pop())))"
 
 STOP_STATUSES = ("syntax_error", "missing_entry_point", "memory", "crash")
 """The statuses a child may report about its own program (anything else it claims is a crash)."""
@@ -120,10 +125,10 @@ class ChildProcess:
             os.chown(work, self.uid, self.uid)
         request_read, self.requests = os.pipe()
         self.replies, reply_write = os.pipe()
-        command = [sys.executable, "-I", "-S", "-B", "-c", LAUNCHER_SOURCE, "comlrl-test-runner", str(os.getpid())]
+        command = [sys.executable, "-I", "-S", "-B", "-c", LAUNCHER_STUB, "comlrl-test-runner", str(os.getpid())]
         try:
             self.process = subprocess.Popen(
-                [*command, str(request_read), str(reply_write)],
+                [*command, str(request_read), str(reply_write), LAUNCHER_CODE],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

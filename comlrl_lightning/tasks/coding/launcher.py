@@ -1,7 +1,8 @@
 """The trusted launcher: the first code of the fresh interpreter that runs one program under test.
 
-The trainer starts ``python -I -S -c <plain_data source + this source>``; the source is the
-package's, read from its files, never the program's. The launcher reads its configuration from the
+The trainer starts ``python -I -S -B -c <stub>`` with plain_data's source and this one, compiled
+in the trainer, as the stub's last argument; the source is the package's, read from its files,
+never the program's. The launcher reads its configuration from the
 trainer's request pipe, then, in order: sets the parent-death signal, the resource limits
 (soft = hard), opens what the program may read (as ``O_PATH`` descriptors, while it can), gives up
 root for the run's spare uid, enters a user, network and pid namespace where the kernel allows,

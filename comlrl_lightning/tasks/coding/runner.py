@@ -15,8 +15,9 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence
 
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
 from comlrl_lightning.tasks.coding.check_transform import CheckOutcome, compile_check, run_check
@@ -106,9 +107,33 @@ def active_isolation() -> Dict[str, bool]:
     return dict(_detect())
 
 
+_switched_off: frozenset = frozenset()
+NAMESPACES = ("user_namespace", "network_namespace", "pid_namespace")
+
+
+@contextmanager
+def _layers_off_for_measurement(*names: str) -> Iterator[None]:
+    """Run without the isolation layers ``names`` inside this block, so the benchmark
+    (``benchmarks/runner_rows.py``) and its test can measure what each layer costs. Process-wide,
+    not exported, reachable from no config; a warning is logged. Switching off the user namespace
+    switches off the network and pid namespaces too (they are entered inside it)."""
+    global _switched_off
+    unknown = sorted(set(names) - set(LAYERS))
+    if unknown:
+        raise ConfigurationError(f"unknown isolation layers {unknown}; known: {list(LAYERS)}")
+    off = set(names) | (set(NAMESPACES) if "user_namespace" in names else set())
+    if off:
+        logger.warning("test runner: measuring with isolation layers OFF: %s", ", ".join(sorted(off)))
+    saved, _switched_off = _switched_off, frozenset(off)
+    try:
+        yield
+    finally:
+        _switched_off = saved
+
+
 def _isolation(slot: int) -> Dict[str, Any]:
     layers = _detect()
-    wanted = {name: layers[name] for name in LAYERS}
+    wanted = {name: layers[name] and name not in _switched_off for name in LAYERS}
     return {"uid": spare_uid(slot) if layers["spare_uid"] else None, "layers": wanted, "required": wanted}
 
 

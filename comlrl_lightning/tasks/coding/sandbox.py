@@ -22,7 +22,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from comlrl_lightning.errors import ConfigurationError
 
@@ -190,6 +190,19 @@ def spare_uid(slot: int) -> Optional[int]:
     return SPARE_UID_BASE + (os.getpid() % 65536) * MAX_SLOTS + slot
 
 
+def uid_and_state(lines: Iterable[str]) -> Tuple[int, str]:
+    """The real uid and the state of a ``/proc/<pid>/status`` file's lines, read up to its ``Uid:``
+    line (``State:`` comes before it; the name on the first line has its newlines escaped, so it
+    cannot fake either line). ``ValueError`` without a ``Uid:`` line."""
+    state = ""
+    for line in lines:
+        if line.startswith("State:"):
+            state = line[6:].strip()
+        elif line.startswith("Uid:"):
+            return int(line[4:].split()[0]), state
+    raise ValueError("no Uid line")
+
+
 def processes_of(uid: int) -> List[int]:
     """Every live process whose real uid is ``uid`` (in any pid namespace: the host's ``/proc``)."""
     found = []
@@ -198,9 +211,8 @@ def processes_of(uid: int) -> List[int]:
             continue
         try:
             with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as status:
-                fields = dict(line.split(":", 1) for line in status if ":" in line)
-            real_uid, state = int(fields["Uid"].split()[0]), fields["State"].strip()
-        except (OSError, KeyError, ValueError, IndexError):
+                real_uid, state = uid_and_state(status)
+        except (OSError, ValueError, IndexError):
             continue
         if real_uid == uid and not state.startswith(("Z", "X")):  # a zombie is gone already
             found.append(int(entry))

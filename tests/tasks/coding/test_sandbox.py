@@ -15,6 +15,7 @@ from comlrl_lightning.tasks.coding.sandbox import (
     environment,
     readable_paths,
     spare_uid,
+    uid_and_state,
 )
 
 
@@ -65,3 +66,18 @@ def test_a_slot_is_the_lowest_free_one_and_comes_back():
         assert (first, second) == (0, 1)
     with pool.slot() as again:
         assert again == 0
+
+
+def test_a_status_file_gives_its_real_uid_and_state_and_a_name_cannot_fake_them():
+    with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+        assert uid_and_state(status) == (os.getuid(), "R (running)")
+    lines = [
+        "Name:\tUid:\t0 0 0 0 State: Z\\nUid:\t0\n",
+        "State:\tS (sleeping)\n",
+        "Uid:\t1234\t0\t0\t0\n",
+        "Uid:\t0\n",
+    ]
+    assert uid_and_state(lines) == (1234, "S (sleeping)")
+    assert uid_and_state(["Uid:\t7 7 7 7\n"]) == (7, "")  # no state: counted as live
+    with pytest.raises(ValueError):
+        uid_and_state(["Name:\tx\n", "State:\tR\n"])
