@@ -96,7 +96,8 @@ class EpochLoaders:
         return iter(self.loader)
 
     def state_dict(self) -> Dict[str, Any]:
-        return self.loader.state_dict() if hasattr(self.loader, "state_dict") else {}
+        state_dict = getattr(self.loader, "state_dict", None)
+        return state_dict() if callable(state_dict) else {}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.restored = state or None

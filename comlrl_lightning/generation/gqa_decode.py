@@ -91,7 +91,8 @@ _REGISTERED = _register()
 def _decoder_config(model: nn.Module):
     """The config whose attention switch ``model``'s decoder layers read (a multimodal model's text config)."""
     config = getattr(base_model(model), "config", None)
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
+    get_text_config = getattr(config, "get_text_config", None)
+    return get_text_config() if callable(get_text_config) else config
 
 
 def needs_packed_decoding(model: nn.Module) -> bool:
@@ -102,7 +103,7 @@ def needs_packed_decoding(model: nn.Module) -> bool:
         return False
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    return current_attention(config) == "sdpa" and bool(heads) and kv_heads < heads
+    return current_attention(config) == "sdpa" and bool(heads) and int(kv_heads or 0) < int(heads or 0)
 
 
 @contextlib.contextmanager

@@ -185,7 +185,7 @@ def save_checkpoint_folder(trainer: Trainer, target: Path, run_id: str, sequence
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.chmod(staging, 0o777 & ~_umask())
-    staging_path = Path(trainer.strategy.broadcast(staging))
+    staging_path = Path(str(trainer.strategy.broadcast(staging)))
     try:
         trainer.save_checkpoint(staging_path / CHECKPOINT_FILE, weights_only=False)
     except BaseException:

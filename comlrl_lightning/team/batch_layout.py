@@ -23,11 +23,11 @@ def _as_list(tokens) -> List[int]:
 
 def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into ``(input_ids, attention_mask)``."""
-    sequences = [_as_list(s) for s in sequences]
-    width = max(len(s) for s in sequences)
-    input_ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in sequences], dtype=torch.long)
-    attention_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
-    return input_ids.view(len(sequences), width), attention_mask.view(len(sequences), width)
+    rows = [_as_list(s) for s in sequences]
+    width = max(len(s) for s in rows)
+    input_ids = torch.tensor([[pad_id] * (width - len(s)) + s for s in rows], dtype=torch.long)
+    attention_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in rows], dtype=torch.long)
+    return input_ids.view(len(rows), width), attention_mask.view(len(rows), width)
 
 
 def stack_batches(batches: Sequence[dict], pad_id: int) -> tuple[dict, torch.Tensor]:
@@ -86,11 +86,11 @@ def pack_sequences(
     if any(len(p) == 0 for p in prompts):
         raise ValueError("Scoring a completion requires a non-empty tokenized prompt.")
     prompt_ids, prompt_mask = left_pad(prompts, pad_id)
-    completions = [_as_list(c) for c in completions]
-    width = max(1, max(len(c) for c in completions))
-    rows = len(completions)
-    completion_ids = torch.tensor([c + [pad_id] * (width - len(c)) for c in completions], dtype=torch.long)
-    completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completions], dtype=torch.long)
+    completion_rows = [_as_list(c) for c in completions]
+    width = max(1, max(len(c) for c in completion_rows))
+    rows = len(completion_rows)
+    completion_ids = torch.tensor([c + [pad_id] * (width - len(c)) for c in completion_rows], dtype=torch.long)
+    completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_rows], dtype=torch.long)
     scored = [min(max(int(n), 0), width) for n in scored_lengths]
     score_mask = torch.tensor([[1.0] * n + [0.0] * (width - n) for n in scored], dtype=torch.float32)
     completion_ids, completion_mask, score_mask = (

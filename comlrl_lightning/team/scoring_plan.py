@@ -17,7 +17,7 @@ that samples all agents' prompts in the same calls.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -68,7 +68,7 @@ class ScoringPlan:
         return f"{self.kind}, {head[self.fused_head]}"
 
 
-def one_pass_adapters(agents: Sequence[nn.Module], tokenizers: Sequence, lora: bool) -> Optional[Tuple[str, ...]]:
+def one_pass_adapters(agents: Sequence[Any], tokenizers: Sequence, lora: bool) -> Optional[Tuple[str, ...]]:
     """The agents' adapter names when they can run in one pass: at least two LoRA views of one
     model whose adapter layers can be routed per row
     (:func:`~comlrl_lightning.team.lora_routing.supports_mixed_adapters`) and tokenizers that share
