@@ -235,9 +235,7 @@ class HFGenerator(Generator):
                             settings, tokenizer, seeds[rows] or [0], num_samples, input_ids.shape[1]
                         )
                     sampling |= hf_generate_options(settings.extra)  # eos_token_id may be overridden, as the reference
-                    caller = model
-                    if one_pass:
-                        caller = route(torch.tensor(agents[rows] or [owner], device=device))
+                    caller = route(torch.tensor(agents[rows] or [owner], device=device)) if one_pass else model
                     seed = seeds[start] if beams and chunk else None
                     output = self._generate(caller, team.synced, input_ids, attention_mask, num_samples, sampling, seed)
                     if not chunk:  # this rank's share is done; it only kept the others company

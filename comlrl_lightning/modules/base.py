@@ -188,8 +188,7 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         renew_inference_states(self)  # an earlier validation in inference mode must not break this run
 
     def configure_callbacks(self) -> List[Callback]:
-        """The data module's own callbacks (the one that checkpoints its state), which Lightning adds
-        to the Trainer's before it restores a checkpoint; none without a data module that has them."""
+        """The data module's own callbacks (its state's checkpointing): Lightning adds them before a restore."""
         trainer = attached_trainer(self)
         offered = getattr(trainer.datamodule, "trainer_callbacks", None) if trainer is not None else None
         return list(offered()) if callable(offered) else []
