@@ -45,6 +45,10 @@ ATOMIC_FOLDERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 """The sharded strategies whose checkpoint folders are already written atomically."""
 
 
+SPAWN_WEIGHTS = ".temp.ckpt"
+"""The file a spawned run's rank 0 hands its weights back in (Lightning's multiprocessing launcher)."""
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """:class:`~lightning.fabric.plugins.io.torch_io.TorchCheckpointIO` with atomic local writes, and
     no loading from a URL: Lightning loads a resume checkpoint with ``weights_only=False``, which
@@ -58,7 +62,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         options: Dict[str, Any] = {"weights_only": weights_only}
         if map_location is not None:
             options["map_location"] = map_location
-        return checked_checkpoint(path, lambda: super(AtomicCheckpointIO, self).load_checkpoint(path, **options))
+        load = lambda: super(AtomicCheckpointIO, self).load_checkpoint(path, **options)  # noqa: E731
+        if Path(str(path)).name == SPAWN_WEIGHTS:  # Lightning's own hand-over of rank 0's weights, not a checkpoint
+            return load()
+        return checked_checkpoint(path, load)
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None or is_remote(str(path)):  # remote stores keep Lightning's own path
