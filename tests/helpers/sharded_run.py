@@ -142,6 +142,7 @@ def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None 
         default_root_dir=str(root),
         enable_progress_bar=False,
         enable_model_summary=False,
+        reload_dataloaders_every_n_epochs=1,  # as the command line and the seed API
         check_val_every_n_epoch=None,
         val_check_interval=3,
         logger=False,
