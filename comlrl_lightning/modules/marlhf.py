@@ -123,11 +123,10 @@ class MARLHFModule(MAGRPOModule):
         size = self.reward_options.train_batch_size
         for start in range(0, len(order), size):
             batch = [pairs[i] for i in order[start : start + size]]
-            loss, chosen, rejected = self.scorer.pair_loss(batch)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss, chosen, rejected = self.scorer.accumulate_pair_loss(batch, self.reward_options.micro_batch_size)
             optimizer.step()
-            totals["loss"] += loss.item() * len(batch)
+            totals["loss"] += loss * len(batch)
             for key, per_pair in bradley_terry_metrics(chosen, rejected).items():
                 totals[key] += per_pair.sum().item()
         return {f"reward_model/{key}": value / len(pairs) for key, value in totals.items()}

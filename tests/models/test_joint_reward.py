@@ -156,3 +156,36 @@ def test_a_token_budget_needs_a_fast_tokenizer():
     RewardScorer(None, python_tokenizer, max_length=None)  # no budget: nothing to cut
     with pytest.raises(ValueError, match="reward_model.max_length needs a fast"):
         RewardScorer(None, python_tokenizer, max_length=8)
+
+
+@pytest.mark.parametrize("micro_batch_size", [1, 3, 7])
+def test_micro_batches_accumulate_the_whole_batchs_gradient(micro_batch_size):
+    """grad mean_B l = sum_c (|c| / |B|) grad mean_c l: micro-batches of unequal joint-text lengths
+    (so of different padded widths) give the gradient, loss and scores of one pass over the batch."""
+    torch.manual_seed(0)
+    scorer = RewardScorer.from_source("embedded")
+    scorer.model.eval()  # no dropout: the two computations must see the same network
+    pairs = _synthetic_pairs(7, seed=3)
+
+    def gradients(size):
+        scorer.model.zero_grad(set_to_none=True)
+        loss, chosen, rejected = scorer.accumulate_pair_loss(pairs, size)
+        return loss, chosen, rejected, [p.grad.clone() for p in scorer.model.parameters() if p.grad is not None]
+
+    whole_loss, whole_chosen, whole_rejected, whole = gradients(None)
+    loss, chosen, rejected, micro = gradients(micro_batch_size)
+    expected_loss, _, _ = scorer.pair_loss(pairs)
+    assert whole_loss == pytest.approx(expected_loss.item(), abs=1e-6)
+    assert loss == pytest.approx(whole_loss, abs=1e-5)
+    torch.testing.assert_close(chosen, whole_chosen, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rejected, whole_rejected, atol=1e-5, rtol=1e-5)
+    assert len(micro) == len(whole) > 0
+    for got, want in zip(micro, whole):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_micro_batch_size_is_checked_by_name():
+    from comlrl_lightning.models.joint_reward import RewardModelFit
+
+    with pytest.raises(ValueError, match="reward_model.micro_batch_size"):
+        RewardModelFit(micro_batch_size=0)
