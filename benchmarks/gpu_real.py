@@ -48,7 +48,12 @@ TINY = dict(
     repeats={"ours": 1, "reference": 1},
 )
 TINY_CONFIG = dict(
-    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
@@ -83,7 +88,9 @@ def stub_wandb() -> Optional[str]:
         return "wandb missing: the reference imported an empty module in its place"
 
 
-def run_row(name: str, function: Callable[[Dict[str, Any]], Dict[str, Any]], job: Dict[str, Any], log) -> Dict[str, Any]:
+def run_row(
+    name: str, function: Callable[[Dict[str, Any]], Dict[str, Any]], job: Dict[str, Any], log
+) -> Dict[str, Any]:
     """One row: its result with the peak GPU memory (GiB) and its seconds, or the error it raised."""
     gc.collect()
     if torch.cuda.is_available():
@@ -111,7 +118,11 @@ def rows(plan: Dict[str, Any], base: Dict[str, Any], sides: List[str]) -> List[t
         ("ours_step_full_hold_agent_graphs", real_jobs.ours_step, dict(step, team="full", hold_agent_graphs=True)),
         ("ours_step_lora_one_pass", real_jobs.ours_step, dict(step, team="lora", one_pass=True)),
         ("ours_step_lora_per_agent", real_jobs.ours_step, dict(step, team="lora", one_pass=False)),
-        ("ours_collection_full", real_jobs.ours_collection, dict(collect, team="full", repeats=plan["repeats"]["ours"])),
+        (
+            "ours_collection_full",
+            real_jobs.ours_collection,
+            dict(collect, team="full", repeats=plan["repeats"]["ours"]),
+        ),
         (
             "ours_collection_lora_one_pass",
             real_jobs.ours_collection,
@@ -145,7 +156,10 @@ def summary(results: Dict[str, Dict[str, Any]]) -> List[tuple]:
         ),
         ("gpu_real_madpo_step_speedup_lora", ratio("ours_step_lora_one_pass", "reference_step_full", "pairs_per_s")),
         ("gpu_real_collection_speedup", ratio("ours_collection_full", "reference_collection_full", "per_s")),
-        ("gpu_real_lora_team_step_speedup_2", ratio("ours_step_lora_one_pass", "ours_step_lora_per_agent", "pairs_per_s")),
+        (
+            "gpu_real_lora_team_step_speedup_2",
+            ratio("ours_step_lora_one_pass", "ours_step_lora_per_agent", "pairs_per_s"),
+        ),
     ]
     for name, result in results.items():
         for key in ("pairs_per_s", "per_s", "peak_gpu_gib"):

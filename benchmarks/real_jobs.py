@@ -310,5 +310,11 @@ JOBS = {
     "reference": {"real_step": reference_step, "real_collection": reference_collection, "versions": versions},
 }
 
+
+def run_job(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The job's result with the versions it ran on."""
+    return dict(JOBS[job["side"]][job["job"]](job), side=job["side"], versions=versions(job))
+
+
 if __name__ == "__main__":
-    common.worker_main(lambda job: JOBS[job["side"]][job["job"]](job))
+    common.worker_main(run_job)

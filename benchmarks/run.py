@@ -36,8 +36,8 @@ sys.path.insert(0, str(HERE))
 import against_trl  # noqa: E402
 import common  # noqa: E402
 import lora_team  # noqa: E402
-import report  # noqa: E402
 import real_rows  # noqa: E402
+import report  # noqa: E402
 import runner_rows  # noqa: E402
 import scaling  # noqa: E402
 import vllm_rows  # noqa: E402
@@ -328,11 +328,15 @@ def run_real(args) -> Dict[str, Any]:
 
     pythons = {"reference": refenv.ensure(args.reference_venv or refenv.DEFAULT_DIR)}
     print(f"real-model benchmarks ({'quick' if args.quick else 'full'}):", flush=True)
-    results = real_rows.measure(Runner(False, pythons), args.quick, real_rows.model_folder())
-    body = real_rows.markdown(results)
     args.out.mkdir(parents=True, exist_ok=True)
+    saved = args.out / "real_speed.json"
+
+    def save(results: Dict[str, Any]) -> None:  # after every job: a run stopped early keeps its rows
+        saved.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+
+    results = real_rows.measure(Runner(False, pythons), args.quick, real_rows.model_folder(), save)
+    body = real_rows.markdown(results)
     (args.out / "REAL_SPEED.md").write_text(body, encoding="utf-8")
-    (args.out / "real_speed.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     print("\n" + body)
     for name, value in real_rows.summary(results):
         print(f"{name}: {'n/a' if value is None else round(value, 4)}")
