@@ -12,7 +12,7 @@ WHEELS=(
   transformers==5.25.0 huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5
   idna==3.20 anyio==4.16.0 h11==0.16.0 click==8.5.1 hf_xet==1.8.0 regex==2026.11.19
   typing_extensions==4.16.0 peft==0.21.2 jsonargparse==4.53.0 docstring_parser==0.18.0
-  typeshed_client==2.15.0 comlrl==1.4.3 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+  typeshed_client==2.15.0 lightning==2.6.6 lightning_utilities==0.15.3 comlrl==1.4.3 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
 )
 python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
