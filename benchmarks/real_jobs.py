@@ -311,9 +311,32 @@ JOBS = {
 }
 
 
+MIN_AVAILABLE_GIB = 8.0
+"""A CPU job starts only when the machine has this much memory available (it is shared)."""
+
+
+def available_gib() -> float:
+    """The kernel's estimate of the memory available for a new process (``MemAvailable``), GiB."""
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    return float("inf")
+
+
+def wait_for_memory(minimum: float = MIN_AVAILABLE_GIB, poll_s: float = 10.0, limit_s: float = 3600.0) -> float:
+    """Seconds waited until ``minimum`` GiB are available (at most ``limit_s``; then the job starts anyway)."""
+    started = time.perf_counter()
+    while available_gib() < minimum and time.perf_counter() - started < limit_s:
+        time.sleep(poll_s)
+    return time.perf_counter() - started
+
+
 def run_job(job: Dict[str, Any]) -> Dict[str, Any]:
-    """The job's result with the versions it ran on."""
-    return dict(JOBS[job["side"]][job["job"]](job), side=job["side"], versions=versions(job))
+    """The job's result with the versions it ran on (a CPU job first waits for memory: :func:`wait_for_memory`)."""
+    waited = wait_for_memory() if job.get("device", "cpu") == "cpu" and job["job"] != "versions" else 0.0
+    result = JOBS[job["side"]][job["job"]](job)
+    return dict(result, side=job["side"], versions=versions(job), waited_for_memory_s=waited)
 
 
 if __name__ == "__main__":
