@@ -168,7 +168,8 @@ def markdown(results: Dict[str, Any]) -> str:
         f"{plan['step']['batch_size']}, one warm-up, the best of two updates; collection: "
         f"{plan['collection']['items']} chat prompts per agent, K = {plan['collection']['candidates']}, every completion "
         f"forced to {plan['collection']['max_new_tokens']} new tokens (`min_new_tokens`), after a warm-up. Matrix-product "
-        "share: one more update or collection under torch's profiler, self time of mm/addmm/bmm over all operators' self time.",
+        "share: one more update or collection under torch's profiler, self time of mm/addmm/bmm over all operators' self "
+        "time. Peak RSS includes that profiled pass (its event buffers: most of a long collection's peak).",
         "",
         "| row | ours | reference (comlrl 1.4.3) | speed-up | matmul share ours / reference | peak RSS ours / reference (MB) |",
         "|---|---|---|---|---|---|",
