@@ -202,12 +202,20 @@ def markdown(results: Dict[str, Any]) -> str:
         memory = f"{_rate(ours, 'peak_rss_mb', 0)} / {_rate(theirs, 'peak_rss_mb', 0)}"
         shown = "-" if ratio is None else f"{ratio:.2f}x"
         lines.append(f"| {label} | {_rate(ours, key)} | {_rate(theirs, key)} | {shown} | {shares} | {memory} |")
+    lines += _lora_table(results["lora_team"])
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _lora_table(teams: Dict[int, Dict[str, Any]]) -> List[str]:
+    """The LoRA team's rows: one pass against one pass per agent, step and collection, per team size."""
+    lines: List[str] = []
     lines += [
         "",
         "| LoRA team (ours) | agents | one pass per agent | one pass | speed-up | peak RSS per agent / one pass (MB) |",
         "|---|---|---|---|---|---|",
     ]
-    for agents, team in results["lora_team"].items():
+    for agents, team in teams.items():
         for key, label, rate in (
             ("step", "MADPO step (pairs/s)", "pairs_per_s"),
             ("collection", "collection (joint candidates/s)", "per_s"),
@@ -219,8 +227,7 @@ def markdown(results: Dict[str, Any]) -> str:
                 f"| {label} | {agents} | {_rate(per, rate)} | {_rate(one, rate)} | {shown} | "
                 f"{_rate(per, 'peak_rss_mb', 0)} / {_rate(one, 'peak_rss_mb', 0)} |"
             )
-    lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def load(path: Path) -> Dict[str, Any]:
