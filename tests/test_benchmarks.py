@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,9 @@ MODULES = (
     "against_trl",
     "vllm_rows",
     "runner_rows",
+    "real_rows",
+    "real_jobs",
+    "gpu_real",
 )
 
 
@@ -296,6 +300,105 @@ def test_real_memory_rows_put_the_config_first_and_divide_by_the_reference(tmp_p
     table = real_memory.markdown(rows, "/models/smol")
     assert "| ours | 4.50 | 0.90 | 10 |" in table and "| ours | 2.00 | - | 5 |" in table
     assert "| reference | 5.00 | 1.00 | 20 |" in table
+
+
+# ------------------------------------------------------------------------------------------------
+# The real-model rows (SmolLM2-135M): their pairs, the rows they print, the GPU script's plan
+
+
+class ChatTokenizer:
+    """A word-level stand-in for a chat model's tokenizer: one id per character of each word."""
+
+    eos_token_id = 2
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        assert not tokenize and add_generation_prompt
+        return "<user>" + messages[0]["content"] + "<assistant>"
+
+    def __call__(self, text, add_special_tokens):
+        return {"input_ids": [10 + ord(ch) % 50 for ch in text]}
+
+
+def test_real_pairs_have_exactly_the_token_budget_ending_in_eos_and_are_the_same_every_time(bench):
+    real_jobs = importlib.import_module("real_jobs")
+    pairs = real_jobs.real_pairs(ChatTokenizer(), 5, 40)
+    assert pairs == real_jobs.real_pairs(ChatTokenizer(), 5, 40)  # both sides build the same ids
+    for pair in pairs:
+        assert pair["prompts"][0].startswith("<user>Write one short sentence about ")
+        for key in ("winner_ids", "loser_ids"):
+            assert [len(ids) for ids in pair[key]] == [40, 40] and all(ids[-1] == 2 for ids in pair[key])
+        assert pair["winner_ids"][0] != pair["loser_ids"][0]
+    assert pairs[0]["prompts"][0] != pairs[1]["prompts"][0]  # topics differ by item
+
+
+def _row(rate: float, share: float = 0.5, rss: float = 1000.0, key: str = "pairs_per_s") -> dict:
+    return {key: rate, "matmul_share": share, "peak_rss_mb": rss, "side": "ours", "versions": {"transformers": "5"}}
+
+
+def test_real_rows_print_the_bound_only_under_the_target_and_tolerate_missing_rows(bench, tmp_path):
+    real_rows = importlib.import_module("real_rows")
+    results = {
+        "plan": real_rows.QUICK,
+        "load_average": [1.0, 3.0],
+        "step": {"ours": _row(0.3, 0.6, 5000), "reference": _row(0.2, 0.5, 7000)},
+        "collection": {"ours": _row(3.0, key="per_s"), "reference": _row(1.0, key="per_s")},
+        "lora_team": {2: {"step": {"one_pass": _row(0.8), "per_agent": _row(0.4)}}},
+        "memory": {"real_step_peak_rss_ratio": 0.89},
+    }
+    lines = dict(real_rows.summary(results))
+    assert lines["real_madpo_step_speedup"] == pytest.approx(1.5)
+    assert lines["real_madpo_step_speedup_bound"] == pytest.approx(1.5 / 0.6)  # below 2x: why, beside it
+    assert lines["real_madpo_step_speedup_matmul_share_reference"] == 0.5
+    assert lines["real_collection_speedup"] == pytest.approx(3.0) and "real_collection_speedup_bound" not in lines
+    assert lines["real_madpo_step_speedup_lora"] == pytest.approx(4.0)
+    assert lines["real_madpo_step_speedup_hold_agent_graphs"] is None  # not measured: n/a, not an error
+    assert lines["real_lora_team_step_speedup_2"] == pytest.approx(2.0)
+    assert lines["real_lora_team_collection_speedup_2"] is None
+    assert (
+        lines["real_step_peak_rss_ratio_this_run"] == pytest.approx(5 / 7) and lines["real_step_peak_rss_ratio"] == 0.89
+    )
+    table = real_rows.markdown(results)
+    assert "| MADPO step, 2 full copies (pairs/s) | 0.300 | 0.200 | 1.50x | 0.60 / 0.50 | 5000 / 7000 |" in table
+    assert "| collection (joint candidates/s) | 2 | - | - | - |" in table
+    saved = tmp_path / "real_speed.json"
+    saved.write_text(json.dumps(results))
+    assert real_rows.load(saved)["lora_team"][2] == results["lora_team"][2]  # JSON's "2" back to 2
+
+
+def test_real_memory_ratios_divide_ours_by_the_reference_per_row(bench, tmp_path):
+    real_rows = importlib.import_module("real_rows")
+    rows = [
+        {"side": "ours", "row": "step", "hold_agent_graphs": False, "peak_rss_gib": 4.0},
+        {"side": "ours", "row": "step", "hold_agent_graphs": True, "peak_rss_gib": 9.0},
+        {"side": "reference", "row": "step", "hold_agent_graphs": False, "peak_rss_gib": 5.0},
+        {"side": "ours", "row": "default", "hold_agent_graphs": False, "peak_rss_gib": 3.0},
+        {"side": "ours", "row": "lora", "hold_agent_graphs": False, "peak_rss_gib": 1.5},
+    ]
+    path = tmp_path / "real_memory.json"
+    path.write_text(json.dumps(rows))
+    assert real_rows.memory_ratios(path) == {"real_step_peak_rss_ratio": 0.8, "real_lora_over_full_peak_rss_ratio": 0.5}
+
+
+def test_the_cpu_clock_counts_this_process_and_time_steps_uses_the_clock_given(bench):
+    common = importlib.import_module("common")
+    ticks = iter(range(100))
+    result = common.time_steps(lambda batch: None, [1, 2], 2, 2, 0.0, windows=2, warmup=1, clock=lambda: next(ticks))
+    assert result["seconds"] == 1 and result["pairs_per_s"] == 2.0
+    real_jobs = importlib.import_module("real_jobs")
+    assert real_jobs.clock({}) is time.process_time and real_jobs.clock({"device": "cpu"}) is time.process_time
+
+
+def test_the_gpu_script_plans_both_sides_and_divides_only_measured_rows(bench):
+    gpu_real = importlib.import_module("gpu_real")
+    names = [name for name, _, _ in gpu_real.rows(gpu_real.TINY, {"model": "m"}, ["ours"])]
+    assert names and all(name.startswith("ours_") for name in names)
+    both = {name: job for name, _, job in gpu_real.rows(gpu_real.GPU, {"model": "m"}, ["ours", "reference"])}
+    assert both["reference_step_full"]["pairs"] == both["ours_step_full"]["pairs"] == gpu_real.GPU["step"]["pairs"]
+    assert both["reference_collection_full"]["max_new_tokens"] == both["ours_collection_full"]["max_new_tokens"]
+    lines = dict(
+        gpu_real.summary({"ours_step_full": {"pairs_per_s": 6.0}, "reference_step_full": {"pairs_per_s": 2.0}})
+    )
+    assert lines["gpu_real_madpo_step_speedup"] == 3.0 and lines["gpu_real_collection_speedup"] is None
 
 
 # ------------------------------------------------------------------------------------------------
