@@ -17,8 +17,9 @@ from comlrl_lightning.runtime.sharding import check_strategy, decoder_layers
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None = None) -> Path:
-    """One two-process run of tests/helpers/sharded_run.py; a hang fails the test after the timeout."""
+def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None = None, plain: bool = False) -> Path:
+    """One two-process run of tests/helpers/sharded_run.py (``plain``: under a Trainer that does not
+    reload its dataloaders); a hang fails the test after the timeout."""
     command = [
         sys.executable,
         str(REPO / "tests" / "helpers" / "sharded_run.py"),
@@ -29,6 +30,8 @@ def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None 
     ]
     if resume is not None:
         command.append(str(resume))
+    if plain:
+        command.append("--plain")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -58,11 +61,13 @@ def moved(before: list, after: list) -> float:
 @pytest.fixture(scope="module")
 def madpo_runs(tmp_path_factory):
     """Iterative MADPO, 3 rounds, 15 training items and 5 evaluation items (the ranks' shares differ):
-    sharded, data parallel, and sharded stopped after round 2 then resumed."""
+    sharded, data parallel, and sharded stopped after round 2 then resumed (also under a plain
+    Trainer that does not reload its dataloaders, stopped and resumed)."""
     root = tmp_path_factory.mktemp("madpo")
     runs = {"fsdp": run("fsdp", "madpo", root / "fsdp", 3), "ddp": run("ddp", "madpo", root / "ddp", 3)}
-    partial = run("fsdp", "madpo", root / "resumed", 2)
-    runs["resumed"] = run("fsdp", "madpo", partial, 3, resume=partial / "ckpt" / "last.ckpt")
+    for name, plain in (("resumed", False), ("resumed_plain", True)):
+        partial = run("fsdp", "madpo", root / name, 2, plain=plain)
+        runs[name] = run("fsdp", "madpo", partial, 3, resume=partial / "ckpt" / "last.ckpt", plain=plain)
     return runs
 
 
@@ -82,16 +87,16 @@ def test_sharded_madpo_equals_data_parallel_with_uneven_shares(madpo_runs):
 
 
 @pytest.mark.slow
-def test_a_sharded_run_resumes_exactly(madpo_runs):
+@pytest.mark.parametrize("name", ["resumed", "resumed_plain"], ids=["reloading-trainer", "plain-trainer"])
+def test_a_sharded_run_resumes_exactly(madpo_runs, name):
     # the checkpoint is a sharded folder, written whole (no .tmp / .old left beside it)
-    folder = madpo_runs["resumed"] / "ckpt" / "last.ckpt"
+    folder = madpo_runs[name] / "ckpt" / "last.ckpt"
     assert folder.is_dir() and (folder / "meta.pt").is_file()
-    assert not list((madpo_runs["resumed"] / "ckpt").glob("*.tmp")) and not list(
-        (madpo_runs["resumed"] / "ckpt").glob("*.old")
-    )
-    resumed, whole = weights(madpo_runs["resumed"]), weights(madpo_runs["fsdp"])
+    assert not list((madpo_runs[name] / "ckpt").glob("*.tmp")) and not list((madpo_runs[name] / "ckpt").glob("*.old"))
+    # the uninterrupted run reloads its dataloaders every epoch: a plain Trainer trains the same
+    resumed, whole = weights(madpo_runs[name]), weights(madpo_runs["fsdp"])
     assert all(torch.equal(a[k], b[k]) for a, b in zip(resumed, whole) for k in a)
-    assert round_files(madpo_runs["resumed"]) == round_files(madpo_runs["fsdp"])
+    assert round_files(madpo_runs[name]) == round_files(madpo_runs["fsdp"])
     # the history comparator's snapshots are whole Hugging Face folders gathered from the shards
     from transformers import AutoModelForCausalLM
 
