@@ -61,14 +61,20 @@ def moved(before: list, after: list) -> float:
 @pytest.fixture(scope="module")
 def madpo_runs(tmp_path_factory):
     """Iterative MADPO, 3 rounds, 15 training items and 5 evaluation items (the ranks' shares differ):
-    sharded, data parallel, and sharded stopped after round 2 then resumed (also under a plain
-    Trainer that does not reload its dataloaders, stopped and resumed)."""
+    sharded, data parallel, and sharded stopped after round 2 then resumed."""
     root = tmp_path_factory.mktemp("madpo")
     runs = {"fsdp": run("fsdp", "madpo", root / "fsdp", 3), "ddp": run("ddp", "madpo", root / "ddp", 3)}
-    for name, plain in (("resumed", False), ("resumed_plain", True)):
-        partial = run("fsdp", "madpo", root / name, 2, plain=plain)
-        runs[name] = run("fsdp", "madpo", partial, 3, resume=partial / "ckpt" / "last.ckpt", plain=plain)
+    partial = run("fsdp", "madpo", root / "resumed", 2)
+    runs["resumed"] = run("fsdp", "madpo", partial, 3, resume=partial / "ckpt" / "last.ckpt")
     return runs
+
+
+@pytest.fixture(scope="module")
+def plain_resumed(tmp_path_factory):
+    """The sharded run stopped after round 2 and resumed under a Trainer that does not reload its
+    dataloaders (Lightning's default: the data module follows the epochs itself)."""
+    partial = run("fsdp", "madpo", tmp_path_factory.mktemp("plain"), 2, plain=True)
+    return run("fsdp", "madpo", partial, 3, resume=partial / "ckpt" / "last.ckpt", plain=True)
 
 
 @pytest.mark.slow
@@ -87,16 +93,8 @@ def test_sharded_madpo_equals_data_parallel_with_uneven_shares(madpo_runs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["resumed", "resumed_plain"], ids=["reloading-trainer", "plain-trainer"])
-def test_a_sharded_run_resumes_exactly(madpo_runs, name):
-    # the checkpoint is a sharded folder, written whole (no .tmp / .old left beside it)
-    folder = madpo_runs[name] / "ckpt" / "last.ckpt"
-    assert folder.is_dir() and (folder / "meta.pt").is_file()
-    assert not list((madpo_runs[name] / "ckpt").glob("*.tmp")) and not list((madpo_runs[name] / "ckpt").glob("*.old"))
-    # the uninterrupted run reloads its dataloaders every epoch: a plain Trainer trains the same
-    resumed, whole = weights(madpo_runs[name]), weights(madpo_runs["fsdp"])
-    assert all(torch.equal(a[k], b[k]) for a, b in zip(resumed, whole) for k in a)
-    assert round_files(madpo_runs[name]) == round_files(madpo_runs["fsdp"])
+def test_a_sharded_run_resumes_exactly(madpo_runs):
+    assert_resumed_exactly(madpo_runs["resumed"], madpo_runs["fsdp"])
     # the history comparator's snapshots are whole Hugging Face folders gathered from the shards
     from transformers import AutoModelForCausalLM
 
@@ -109,6 +107,23 @@ def test_a_sharded_run_resumes_exactly(madpo_runs, name):
     assert snapshot.state_dict().keys() == initial.state_dict().keys()
     assert all(a.shape == b.shape for a, b in zip(snapshot.state_dict().values(), initial.state_dict().values()))
     assert not all(torch.equal(a, b) for a, b in zip(snapshot.state_dict().values(), initial.state_dict().values()))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # alone, it makes the six two-process runs of both fixtures
+def test_a_sharded_run_under_a_plain_trainer_resumes_exactly(madpo_runs, plain_resumed):
+    # the uninterrupted run reloads its dataloaders every epoch: a plain Trainer trains the same
+    assert_resumed_exactly(plain_resumed, madpo_runs["fsdp"])
+
+
+def assert_resumed_exactly(resumed: Path, whole: Path) -> None:
+    """The resumed run's checkpoint is a sharded folder written whole (no .tmp / .old beside it), and
+    its weights and round files equal the uninterrupted run's."""
+    folder = resumed / "ckpt" / "last.ckpt"
+    assert folder.is_dir() and (folder / "meta.pt").is_file()
+    assert not list((resumed / "ckpt").glob("*.tmp")) and not list((resumed / "ckpt").glob("*.old"))
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(weights(resumed), weights(whole)) for k in a)
+    assert round_files(resumed) == round_files(whole)
 
 
 @pytest.mark.slow
