@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "comlrl_lightning"
 
 LAYERS = {
-    "errors": -1,  # the error family: every layer, options included, raises from it
-    "options": 0,
+    "errors": -1,  # the error family: every layer, validation included, raises from it
+    "validation": 0,
     "losses": 0,
     "runtime": 1,
     "defaults": 2,

@@ -31,7 +31,6 @@ from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
 from comlrl_lightning.data.snapshots import PolicySnapshots
 from comlrl_lightning.datamodules.preference import PreferenceDataModule, total_epochs
 from comlrl_lightning.errors import ConfigurationError
-from comlrl_lightning.options import OptionError, at_least
 from comlrl_lightning.runtime.checkpoint_assets import CheckpointAssets
 from comlrl_lightning.runtime.compat import epochs_processed
 from comlrl_lightning.runtime.distributed import (
@@ -46,6 +45,7 @@ from comlrl_lightning.runtime.paths import is_remote
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream, derived_seed
 from comlrl_lightning.runtime.sharding import is_sharded
+from comlrl_lightning.validation import OptionError, at_least
 
 
 def reloads_every_epoch(trainer: Any) -> bool:

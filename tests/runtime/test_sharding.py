@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.sharding import check_strategy, decoder_layers
+from comlrl_lightning.validation import OptionError
 
 REPO = Path(__file__).resolve().parents[2]
 
