@@ -70,9 +70,9 @@ from comlrl_lightning.modules import (
     RewardModelModule,
     TeamModule,
 )
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.quiet import install_noise_filters
 from comlrl_lightning.team import MemoryOptions, Team, TeamOptions
+from comlrl_lightning.validation import OptionError
 
 __version__ = "0.1.0"
 

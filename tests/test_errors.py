@@ -20,8 +20,8 @@ from comlrl_lightning.errors import (
     MissingRunFileError,
     RunStateError,
 )
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.folder_lock import FolderInUseError
+from comlrl_lightning.validation import OptionError
 
 
 @pytest.mark.parametrize(

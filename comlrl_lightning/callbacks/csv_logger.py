@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Union, cast
 
@@ -20,7 +21,6 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from comlrl_lightning.runtime.compat import require_hook
 from comlrl_lightning.runtime.files import own_copy, read_bounded, write_atomically
 
 RUN_FILE = "run.json"
@@ -30,16 +30,23 @@ RUN_FILE = "run.json"
 class ContinuingWriter(ExperimentWriter):
     """Lightning's CSV writer, except that an existing ``metrics.csv`` is kept and appended to.
 
-    Lightning's writer deletes the file it finds (with a warning); this one reads its header, so a
-    metric the resumed run adds widens the header once, and counts its rows (:attr:`rows`).
+    Lightning's writer deletes the file it finds when it is made (with a warning); this one is made
+    on an empty folder of its own and then pointed at ``log_dir`` (its public ``log_dir`` and
+    ``metrics_file_path``, which its writes use), so nothing is deleted. It reads the kept file's
+    header, so a metric the resumed run adds widens the header once, and counts its rows
+    (:attr:`rows`).
     """
 
     rows: int = 0
 
-    def _check_log_dir_exists(self) -> None:  # Lightning's writer deletes an existing metrics.csv here
-        path = Path(self.metrics_file_path)
+    def __init__(self, log_dir: str) -> None:
+        path = Path(log_dir) / self.NAME_METRICS_FILE
         # a planted symbolic link is never read or written through; a hard link gets a copy of its own
         own_copy(path, "the run's metrics log")
+        with tempfile.TemporaryDirectory() as empty:  # nothing there for Lightning's writer to delete
+            super().__init__(log_dir=empty)
+        self.log_dir, self.metrics_file_path = log_dir, str(path)
+        os.makedirs(log_dir, exist_ok=True)
         if path.is_file():
             with path.open(newline="") as handle:
                 reader = csv.DictReader(handle)
@@ -69,10 +76,6 @@ class ContinuingWriter(ExperimentWriter):
         writer.writerows(kept)
         write_atomically(path, text.getvalue().encode("utf-8"))
         self.rows, self.metrics_keys = len(kept), header
-
-
-# the hook Lightning's writer calls from its __init__; renamed, the override would silently stop running
-require_hook(ExperimentWriter, "_check_log_dir_exists", "lightning")
 
 
 def _step(row: dict) -> float:

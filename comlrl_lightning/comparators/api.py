@@ -39,8 +39,8 @@ from comlrl_lightning.comparators.base import Comparator
 from comlrl_lightning.comparators.credentials import USE_KEY_ENV, check_no_credentials, check_no_key
 from comlrl_lightning.comparators.redaction import redact_stored
 from comlrl_lightning.generation.base import Completion, GenerationSettings
-from comlrl_lightning.options import at_least, require
 from comlrl_lightning.team.team import Team
+from comlrl_lightning.validation import at_least, require
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -31,7 +31,7 @@ from comlrl_lightning.comparators.response_body import (
     decoded_pieces,
 )
 from comlrl_lightning.errors import ComlrlError, ConfigurationError
-from comlrl_lightning.options import at_least, positive
+from comlrl_lightning.validation import at_least, positive
 
 RETRY_STATUSES = frozenset({408, 429})
 """Retried besides every 5xx: request timeout and rate limit."""

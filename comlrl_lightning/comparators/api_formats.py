@@ -25,7 +25,7 @@ from comlrl_lightning.comparators.redaction import redact
 from comlrl_lightning.data.chat import ChatPrompt, conversation_of
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.generation.base import GenerationSettings
-from comlrl_lightning.options import OptionError
+from comlrl_lightning.validation import OptionError
 
 ApiFormat = Literal["generic", "openai", "anthropic", "openai_responses"]
 """The wire formats an API comparator speaks."""

@@ -29,10 +29,10 @@ from comlrl_lightning.generation.base import (
     Generator,
     sample_team,
 )
-from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team
+from comlrl_lightning.validation import at_least, require
 
 
 @dataclass

@@ -35,7 +35,7 @@ from comlrl_lightning.data.chat import (
 )
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.generation.base import Completion, GenerationSettings
-from comlrl_lightning.options import OptionError, at_least
+from comlrl_lightning.validation import OptionError, at_least
 
 
 class CentralizedComparator(Comparator):

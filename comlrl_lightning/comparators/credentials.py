@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from comlrl_lightning.comparators.redaction import STORED_SECRET_LENGTH, contains_secret
-from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.validation import OptionError, require
 
 CREDENTIAL_WORDS = (
     "auth",

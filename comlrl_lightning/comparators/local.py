@@ -13,9 +13,9 @@ from typing import List, Optional
 import torch
 
 from comlrl_lightning.comparators.base import Comparator, ComparatorContext
-from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.devices import DeviceSpec
 from comlrl_lightning.team.team import Team
+from comlrl_lightning.validation import at_least, require
 
 
 class CurrentComparator(Comparator):

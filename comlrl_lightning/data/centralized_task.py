@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 from comlrl_lightning.data.chat import PromptRenderer, is_conversation, prompt_text
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.errors import DataError
-from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.validation import OptionError, require
 
 ADAPTER_OPTION = "adapter"
 

@@ -69,27 +69,31 @@ class ResumablePairLoader(DataLoader):
 
 
 class EpochLoaders:
-    """The batches of the loader ``current()`` returns, asked anew at every pass (every epoch).
+    """The batches of the loader ``current(epoch)`` returns, asked anew at every pass (every epoch).
 
     A Trainer that does not reload its dataloaders every epoch (Lightning's default) asks for the
     training loader once; a data module whose batches change from epoch to epoch (a new round of
     pairs) hands such a Trainer this object, which asks the data module again whenever an epoch
-    starts drawing batches. It has no length (a round's size is known once it is built): Lightning
-    ends each epoch when the batches run out. Its checkpointed state is the current loader's (a
-    mid-epoch resume), handed to the loader of the first pass after a restore. Like Lightning for
-    the loaders it holds, it sets each loader's sampler to the epoch (``epoch()``) before drawing.
+    starts drawing batches. ``epoch()`` names the epoch about to draw: Lightning draws the first
+    batch of a resumed run before it moves ``trainer.current_epoch`` on, so it is read from the fit
+    loop's count of finished epochs, as Lightning does for the samplers it sets. It has no length (a
+    round's size is known once it is built): Lightning ends each epoch when the batches run out. Its
+    checkpointed state is the current loader's (a mid-epoch resume), handed to the loader of the
+    first pass after a restore. Like Lightning for the loaders it holds, it sets each loader's
+    sampler to the epoch before drawing.
     """
 
-    def __init__(self, current: Callable[[], DataLoader], epoch: Callable[[], int]) -> None:
+    def __init__(self, current: Callable[[int], DataLoader], epoch: Callable[[], int]) -> None:
         self.current, self.epoch = current, epoch
         self.loader: Optional[DataLoader] = None
         self.restored: Optional[Dict[str, Any]] = None
 
     def __iter__(self) -> Iterator[Any]:
-        self.loader = self.current()
+        epoch = self.epoch()
+        self.loader = self.current(epoch)
         set_epoch = getattr(getattr(self.loader, "sampler", None), "set_epoch", None)
         if callable(set_epoch):
-            set_epoch(self.epoch())
+            set_epoch(epoch)
         if self.restored is not None and hasattr(self.loader, "load_state_dict"):
             self.loader.load_state_dict(self.restored)
         self.restored = None

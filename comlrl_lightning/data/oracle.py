@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError, DataError
-from comlrl_lightning.options import OptionError, require
+from comlrl_lightning.validation import OptionError, require
 
 CallableSpec = Union[str, Callable, None]
 ScoreRequest = Tuple[Sequence[Sequence[str]], Sequence[str], Any]

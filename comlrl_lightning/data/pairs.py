@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, get_args
 
-from comlrl_lightning.options import OptionError, choice, require
+from comlrl_lightning.validation import OptionError, choice, require
 
 PairSelection = Literal["reward_gap", "all", "random"]
 """How pairs within one side's candidates are chosen (``pair_selection`` of every data module)."""

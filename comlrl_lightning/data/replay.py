@@ -41,10 +41,10 @@ from comlrl_lightning.data.round_records import (
     encode_round,
     read_round_file,
 )
-from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.checkpoint_assets import AssetError, CheckpointAssets, asset
 from comlrl_lightning.runtime.files import write_atomically
 from comlrl_lightning.runtime.paths import resolves_inside
+from comlrl_lightning.validation import at_least, require
 
 
 def lambda_decay_weights(num_rounds: int, lam: float) -> List[float]:

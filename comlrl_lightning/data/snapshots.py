@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from comlrl_lightning.errors import DataError, MissingRunFileError, RunStateError
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.checkpoint_assets import (
     AssetError,
     CheckpointAssets,
@@ -34,6 +33,7 @@ from comlrl_lightning.runtime.paths import resolves_inside
 from comlrl_lightning.runtime.quiet import transformers_bars_off
 from comlrl_lightning.runtime.sharding import full_state_dict
 from comlrl_lightning.team.team import Team
+from comlrl_lightning.validation import OptionError
 
 _SNAPSHOT_NAME = re.compile(r"initial|iteration_\d{4,}")
 

@@ -28,8 +28,8 @@ from comlrl_lightning.defaults import (
     toy_items,
 )
 from comlrl_lightning.errors import ConfigurationError, DataError, MissingPathError
-from comlrl_lightning.options import require
 from comlrl_lightning.runtime.paths import require_local
+from comlrl_lightning.validation import require
 
 if TYPE_CHECKING:
     from comlrl_lightning.team.team import Team

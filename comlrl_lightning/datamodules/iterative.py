@@ -31,8 +31,8 @@ from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
 from comlrl_lightning.data.snapshots import PolicySnapshots
 from comlrl_lightning.datamodules.preference import PreferenceDataModule, total_epochs
 from comlrl_lightning.errors import ConfigurationError
-from comlrl_lightning.options import OptionError, at_least
 from comlrl_lightning.runtime.checkpoint_assets import CheckpointAssets
+from comlrl_lightning.runtime.compat import epochs_processed
 from comlrl_lightning.runtime.distributed import (
     barrier,
     gather_objects,
@@ -45,6 +45,7 @@ from comlrl_lightning.runtime.paths import is_remote
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream, derived_seed
 from comlrl_lightning.runtime.sharding import is_sharded
+from comlrl_lightning.validation import OptionError, at_least
 
 
 def reloads_every_epoch(trainer: Any) -> bool:
@@ -196,16 +197,17 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         """The epoch's round (collected at the first epoch of a round) as a loader. A Trainer that
         reloads its dataloaders every epoch (the command line's and the seed API's) asks for it at
         every epoch; any other Trainer (a plain ``Trainer()``) gets :class:`EpochLoaders`, which asks
-        at every epoch itself."""
+        at every epoch itself, for the epoch the fit loop is about to train (also right after a
+        resume, before ``trainer.current_epoch`` has caught up)."""
         if reloads_every_epoch(self.trainer):
-            return self.epoch_loader()
-        return EpochLoaders(self.epoch_loader, epoch=lambda: self.trainer.current_epoch)
+            return self.epoch_loader(self.trainer.current_epoch)
+        return EpochLoaders(self.epoch_loader, epoch=lambda: epochs_processed(self.trainer))
 
-    def epoch_loader(self) -> DataLoader:
-        """The current epoch's batches: its round, built first when the epoch starts one."""
+    def epoch_loader(self, epoch: int) -> DataLoader:
+        """Epoch ``epoch``'s batches: its round, built first when the epoch starts one."""
         module = team_side(self.trainer)
         self.check_context(module)
-        round_index = self.trainer.current_epoch // self.num_train_epochs
+        round_index = epoch // self.num_train_epochs
         if round_index != self.built_round:
             self.build_round(round_index, module)
         if not self.pairs:

@@ -24,12 +24,12 @@ from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PairSelection, Preferen
 from comlrl_lightning.data.task import Task, TaskOptions, check_items, check_prompts_fit
 from comlrl_lightning.datamodules.data_state import DataStateCallback
 from comlrl_lightning.errors import DataError
-from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
 from comlrl_lightning.runtime.hparams import PlainHyperparameters, summarized
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.validation import at_least, require
 
 
 def total_epochs(num_train_epochs: int, num_iterations: int = 1) -> int:

@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader
 
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.data.round_records import ROUND_FILE_LIMIT
-from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.files import read_bounded
+from comlrl_lightning.validation import at_least, require
 
 
 class RoundFilesDataModule(LightningDataModule):

@@ -16,9 +16,9 @@ from typing import Any, Dict, List, Optional, Sequence
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
 from comlrl_lightning.generation.extra_options import check_saveable
-from comlrl_lightning.options import OptionError, at_least, number, positive, require
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team
+from comlrl_lightning.validation import OptionError, at_least, number, positive, require
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, Mapping, Optional
 
-from comlrl_lightning.options import OptionError
+from comlrl_lightning.validation import OptionError
 
 RESERVED: Dict[str, str] = {
     "num_return_sequences": "the candidate count is preference_num_candidates / num_generations",

@@ -33,12 +33,12 @@ from comlrl_lightning.generation.seeded_sampling import (
     seeded_sampling_options,
 )
 from comlrl_lightning.generation.shared_prompt import sample_with_shared_prompts
-from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.progress import report_generated
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import max_over_ranks
 from comlrl_lightning.team.scoring_plan import SamplingPlan
 from comlrl_lightning.team.team import Team, left_pad
+from comlrl_lightning.validation import at_least, require
 
 KV_CACHE_MEMORY_SHARE = 0.25
 """Automatic generation batches: one call's KV caches and logits may use this share of the memory

@@ -33,10 +33,10 @@ from comlrl_lightning.generation.vllm_weights import (
     parameter_dtype,
     transformers_model,
 )
-from comlrl_lightning.options import OptionError, at_least, require
 from comlrl_lightning.runtime.progress import report_generated
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team
+from comlrl_lightning.validation import OptionError, at_least, require
 
 INSTALL_INSTRUCTIONS = (
     "VLLMGenerator needs vLLM, which is not installed in this environment. On a CUDA machine: "

@@ -14,9 +14,9 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
-from comlrl_lightning.options import require
 from comlrl_lightning.runtime.compat import version_counter
 from comlrl_lightning.team.lora import LoraAgent
+from comlrl_lightning.validation import require
 
 IGNORED_CONFIG_KEYS = ("_name_or_path", "transformers_version", "torch_dtype", "dtype")
 """Config entries that do not change the network (where it was loaded from, the saved dtype's label)."""

@@ -25,11 +25,11 @@ from torch import nn
 
 from comlrl_lightning.losses import value_loss
 from comlrl_lightning.models.joint_reward import hidden_size_of, last_token_states
-from comlrl_lightning.options import at_least, positive, require
 from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
 from comlrl_lightning.runtime.rng import derived_seed
 from comlrl_lightning.team.loading import ModelSource, load_model, load_tokenizer
 from comlrl_lightning.team.team import Team
+from comlrl_lightning.validation import at_least, positive, require
 
 CriticType = Literal["v", "q"]
 CRITIC_TYPES = get_args(CriticType)

@@ -12,8 +12,8 @@ from torch import nn
 
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.losses import bradley_terry_loss
-from comlrl_lightning.options import at_least, positive
 from comlrl_lightning.team.loading import ModelSource, load_model, load_tokenizer
+from comlrl_lightning.validation import at_least, positive
 
 JOINT_HEADER = "Joint multi-agent response"
 SEPARATOR = "\n\n"

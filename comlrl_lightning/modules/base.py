@@ -22,7 +22,6 @@ from comlrl_lightning.modules.evaluation_metrics import DomainMetrics, renew_inf
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.modules.real_model_safety import low_precision_weights_warning, real_model_learning_rates
 from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
-from comlrl_lightning.options import positive, require
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
@@ -34,6 +33,7 @@ from comlrl_lightning.runtime.sharding import check_strategy, is_sharded
 from comlrl_lightning.team.lora import agent_parameters
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.team.team import Team
+from comlrl_lightning.validation import positive, require
 
 NOT_HYPERPARAMETERS = ["optimizer", "lr_scheduler", "generator", "critic", "collaboration"]
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""

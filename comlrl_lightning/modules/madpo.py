@@ -11,8 +11,8 @@ from torchmetrics import MeanMetric
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.losses import madpo_loss
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS, TeamModule
-from comlrl_lightning.options import positive
 from comlrl_lightning.team.team import pack_sequences
+from comlrl_lightning.validation import positive
 
 
 class MADPOModule(TeamModule):

@@ -22,12 +22,12 @@ from comlrl_lightning.losses import (
 from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS, TeamModule
 from comlrl_lightning.modules.evaluation_metrics import RolloutMetrics, RolloutSamples, domain_metrics
-from comlrl_lightning.options import OptionError, at_least, choice, require
 from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
 from comlrl_lightning.runtime.quiet import expect_eval_mode_parts
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import shard_model
 from comlrl_lightning.team.team import Team, pack_sequences
+from comlrl_lightning.validation import OptionError, at_least, choice, require
 
 RLAlgorithm = Literal["magrpo", "mareinforce", "maremax", "marloo", "maac", "iac"]
 """The policy-gradient backends: four group baselines and two actor-critic ones."""

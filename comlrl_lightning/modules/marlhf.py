@@ -13,8 +13,8 @@ from comlrl_lightning.models.joint_reward import RewardModelFit, RewardModelOrac
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS
 from comlrl_lightning.modules.magrpo import MAGRPOModule
 from comlrl_lightning.modules.optim import adamw
-from comlrl_lightning.options import choice
 from comlrl_lightning.runtime.rng import derived_seed
+from comlrl_lightning.validation import choice
 
 ScoringReward = Literal["task", "reward_model"]
 """What scores an iterative MARLHF run's comparisons: the task reward, or the previous round's reward model."""

@@ -8,5 +8,5 @@ streams (:mod:`.rng`), atomic file, folder and checkpoint writes (:mod:`.files`,
 (:mod:`.quiet`), and the one door to Lightning's, transformers' and torch's private attributes
 (:mod:`.compat`). Nothing here knows about agents, pairs or rounds.
 
-Imports: only the foundation module :mod:`comlrl_lightning.options`; every other layer sits above.
+Imports: only the foundation module :mod:`comlrl_lightning.validation`; every other layer sits above.
 """

@@ -22,7 +22,6 @@ from typing import Any, Dict, List, Optional, Tuple
 from lightning.pytorch import Trainer
 
 from comlrl_lightning.errors import DataError, RunStateError
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.checkpoint_assets import asset_folder
 from comlrl_lightning.runtime.checkpoint_metadata import (
     CHECKPOINT_FILE,
@@ -32,6 +31,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
 )
 from comlrl_lightning.runtime.compat import epoch_batches_processed, epochs_processed
 from comlrl_lightning.runtime.files import read_bounded, swap_folder, write_atomically
+from comlrl_lightning.validation import OptionError
 
 OWNER_FILE = "checkpoint_owner.json"
 OWNER_LIMIT = 64 << 10

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List, Sequence, Union
 
-from comlrl_lightning.options import require
+from comlrl_lightning.validation import require
 
 DeviceSpec = Union[str, List[str], None]
 

@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.compat import model_parallel_sizes
+from comlrl_lightning.validation import OptionError
 
 SUPPORTED_STRATEGIES = ("SingleDeviceStrategy", "DDPStrategy", "ModelParallelStrategy")
 """What the team modules run under: one device, data parallel (``ddp``, ``ddp_spawn``, ``ddp_fork``...),

@@ -23,10 +23,10 @@ import torch
 from peft import LoraConfig
 from torch import nn
 
-from comlrl_lightning.options import require
 from comlrl_lightning.runtime.quiet import peft_wrapping_quiet
 from comlrl_lightning.team.activation_checkpointing import recomputed_inside
 from comlrl_lightning.team.loading import ModelSource, load_model
+from comlrl_lightning.validation import require
 
 
 def adapter_name(agent_index: int) -> str:

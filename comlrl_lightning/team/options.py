@@ -16,7 +16,6 @@ from jsonargparse.typing import PositiveInt
 from peft import LoraConfig
 
 from comlrl_lightning.defaults import EMBEDDED
-from comlrl_lightning.options import at_least, require
 from comlrl_lightning.runtime.devices import DeviceSpec
 from comlrl_lightning.team.activation_checkpointing import enable_activation_checkpointing
 from comlrl_lightning.team.loading import (
@@ -29,6 +28,7 @@ from comlrl_lightning.team.loading import (
 )
 from comlrl_lightning.team.lora import build_lora_agents, lora_for_agents
 from comlrl_lightning.team.team import Team
+from comlrl_lightning.validation import at_least, require
 
 
 @dataclass(frozen=True)

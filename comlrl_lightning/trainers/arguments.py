@@ -12,13 +12,13 @@ from typing import Any, Dict, Mapping
 
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.errors import ConfigurationTypeError
-from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
     MADPOIterConfig,
     MARLHFConfig,
     MARLHFIterConfig,
 )
+from comlrl_lightning.validation import OptionError, require
 
 UNSUPPORTED_ARGUMENTS = {
     "external_transition": "multi-turn training is not supported here (num_turns must be 1)",

@@ -21,8 +21,8 @@ from torch import nn
 
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.defaults import EMBEDDED
-from comlrl_lightning.options import require
 from comlrl_lightning.trainers.environment_steps import EnvironmentSteps
+from comlrl_lightning.validation import require
 
 
 def identity(value: float) -> float:

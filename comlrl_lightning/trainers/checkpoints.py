@@ -31,7 +31,6 @@ from comlrl_lightning.data.contract import CollectedOnce, offers
 from comlrl_lightning.errors import ConfigurationError, DataError, RunStateError
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.generation.extra_options import hf_generate_options
-from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.checkpoint_folders import (
     CheckpointFolderError,
     check_destination,
@@ -55,6 +54,7 @@ from comlrl_lightning.runtime.compat import epochs_processed
 from comlrl_lightning.runtime.files import FileTooLargeError, fsync_directory
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers.mapping import SAMPLING_FIELDS
+from comlrl_lightning.validation import OptionError, require
 
 
 def resume_source(path: Optional[str], trainer_class: str) -> Tuple[Optional[Path], Optional[Dict[str, Any]]]:

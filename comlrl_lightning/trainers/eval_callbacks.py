@@ -26,8 +26,8 @@ from lightning.pytorch.loggers import WandbLogger
 
 from comlrl_lightning.errors import ConfigurationTypeError
 from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, RolloutSamples
-from comlrl_lightning.options import OptionError, at_least, require
 from comlrl_lightning.runtime.compat import wandb_run_active
+from comlrl_lightning.validation import OptionError, at_least, require
 
 
 class EvalLoggerMetrics:

@@ -34,10 +34,10 @@ from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCri
 from comlrl_lightning.models.joint_reward import RewardModelFit
 from comlrl_lightning.modules.collaboration import Centralized
 from comlrl_lightning.modules.magrpo import GROUP_BASELINES, ReferenceKL
-from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.team.loading import check_attention, check_dtype
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.trainers.configs import MADPOConfig
+from comlrl_lightning.validation import OptionError, require
 
 SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k")
 """The config fields that are sampling settings (``GenerationSettings``' fields but ``extra``)."""

@@ -45,7 +45,6 @@ from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.modules.resume_rule import apply_resume_rule
-from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
 from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
 from comlrl_lightning.runtime.compat import wandb_run_active
@@ -69,6 +68,7 @@ from comlrl_lightning.trainers.eval_callbacks import ReferenceCallbacks, evaluat
 from comlrl_lightning.trainers.saved_model import save_team_folders
 from comlrl_lightning.trainers.wandb_compat import finish_runs
 from comlrl_lightning.trainers.wandb_config import effective_sampling, logger_from_wandb_config, output_base
+from comlrl_lightning.validation import OptionError, require
 
 GENERATION_KWARGS = mapping.SAMPLING_FIELDS
 """The ``train(**generation_kwargs)`` that replace sampling settings (the others become ``extra`` options)."""

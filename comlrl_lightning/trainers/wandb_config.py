@@ -10,10 +10,10 @@ from typing import Any, Dict, List, Optional
 from lightning.pytorch.loggers import Logger
 
 from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
-from comlrl_lightning.options import require
 from comlrl_lightning.runtime.hparams import plain
 from comlrl_lightning.trainers.mapping import wandb_options
 from comlrl_lightning.trainers.wandb_compat import reference_run_config, start_reference_logger
+from comlrl_lightning.validation import require
 
 WANDB_KEYS = (
     "project",

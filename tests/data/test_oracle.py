@@ -556,7 +556,7 @@ def _reward_with_range(reward_range):
 def test_an_invalid_reward_range_is_a_named_error(reward_range, message):
     from comlrl_lightning.data.oracle import resolve_reward_range
     from comlrl_lightning.defaults import vowel_length_reward
-    from comlrl_lightning.options import OptionError
+    from comlrl_lightning.validation import OptionError
 
     with pytest.raises(OptionError, match=re.escape(message)):
         resolve_reward_range(_reward_with_range(reward_range), required_by="Reader")

@@ -25,7 +25,7 @@ from comlrl_lightning.data.replay import (
     lambda_decay_weights,
 )
 from comlrl_lightning.data.round_records import encode_round
-from comlrl_lightning.options import OptionError
+from comlrl_lightning.validation import OptionError
 
 
 def tagged(shard: int, count: int) -> list:

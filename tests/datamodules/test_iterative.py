@@ -101,17 +101,21 @@ def test_a_validation_on_another_trainer_before_fit_changes_nothing(uninterrupte
     ],
     ids=["after-a-round", "mid-round"],
 )
+@pytest.mark.parametrize("reload", [1, 0], ids=["reloading-trainer", "plain-trainer"])
 @pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
-def test_resumed_run_equals_uninterrupted_run(uninterrupted, tmp_path, checkpoint_options, stop, pick):
+def test_resumed_run_equals_uninterrupted_run(uninterrupted, tmp_path, checkpoint_options, stop, pick, reload):
+    """Also under a plain ``Trainer()`` (no dataloader reload: the data module follows the epochs
+    itself), whose first batch after a resume is drawn before Lightning moves ``current_epoch`` on."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1, **checkpoint_options)
-    module, datamodule, trainer = make_run(tmp_path, callbacks=[checkpoint], **stop)
+    plain = dict(reload_dataloaders_every_n_epochs=reload)
+    module, datamodule, trainer = make_run(tmp_path, callbacks=[checkpoint], **stop, **plain)
     trainer.fit(module, datamodule)
     path = tmp_path / "ckpt" / pick
     assert path.exists(), sorted(p.name for p in (tmp_path / "ckpt").iterdir())
 
-    module, datamodule, trainer = make_run(tmp_path)
+    module, datamodule, trainer = make_run(tmp_path, **plain)
     trainer.fit(module, datamodule, ckpt_path=str(path))
     assert _round_files(tmp_path) == uninterrupted["files"]
     assert [p.to_record() for p in datamodule.pairs] == uninterrupted["last_sample"]

@@ -58,8 +58,9 @@ def test_epoch_loaders_ask_for_the_loader_at_every_pass_set_its_epoch_and_hand_o
 
     epoch, made = [0], []
 
-    def current():
-        size = 4 + epoch[0]  # a round's size changes from epoch to epoch
+    def current(asked):
+        assert asked == epoch[0]  # the epoch about to draw, as epoch() names it
+        size = 4 + asked  # a round's size changes from epoch to epoch
         made.append(ResumablePairLoader(list(range(size)), 2, EpochShuffleSampler(size, seed=1), list, lambda: 1))
         return made[-1]
 

@@ -7,7 +7,7 @@ import pytest
 from comlrl_lightning.generation.base import GenerationSettings, Generator
 from comlrl_lightning.generation.extra_options import hf_generate_options, vllm_sampling_options
 from comlrl_lightning.generation.hf import HFGenerator
-from comlrl_lightning.options import OptionError
+from comlrl_lightning.validation import OptionError
 
 
 def test_generate_options_pass_through_and_may_override_eos():

@@ -1,12 +1,14 @@
 """A tiny two-process run, sharded (FSDP2) or data parallel, for tests/runtime/test_sharding.py.
 
-``python tests/helpers/sharded_run.py KIND ALGORITHM ROOT EPOCHS [RESUME]``: KIND is ``fsdp``
+``python tests/helpers/sharded_run.py KIND ALGORITHM ROOT EPOCHS [RESUME] [--plain]``: KIND is ``fsdp``
 (``ModelParallelStrategy``) or ``ddp``; ALGORITHM ``madpo`` (iterative, history comparator, 15
 training items so the ranks' shares differ), ``magrpo`` (MAGRPO with the reference KL on the task
 reward), ``marlhf_maac`` (a reward model, then MAAC with a shared critic), ``lora`` (a MADPO LoRA
 team, all agents in one pass) or ``lora_per_agent`` (the same, one pass per agent). Rank 0 writes
 ``ROOT/weights.pt`` (every agent's whole state dict), ``ROOT/moved.json`` (which trainable tensors
-changed) and ``ROOT/one_pass.json`` (whether the team ran its agents in one pass). Lightning starts the
+changed) and ``ROOT/one_pass.json`` (whether the team ran its agents in one pass). ``--plain``: the
+Trainer does not reload its dataloaders every epoch (Lightning's default, a user's plain
+``Trainer()``) where otherwise it does as the command line and the seed API. Lightning starts the
 second process by running this script again, so it cannot run inside pytest's process.
 """
 
@@ -129,7 +131,7 @@ def parts(algorithm: str):
     return module, data
 
 
-def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None = None) -> None:
+def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None = None, plain: bool = False) -> None:
     root.mkdir(parents=True, exist_ok=True)
     strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1) if kind == "fsdp" else "ddp"
     torch.manual_seed(0)  # peft draws LoRA adapters from the global generator: the same ones in every run
@@ -142,7 +144,7 @@ def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None 
         default_root_dir=str(root),
         enable_progress_bar=False,
         enable_model_summary=False,
-        reload_dataloaders_every_n_epochs=1,  # as the command line and the seed API
+        reload_dataloaders_every_n_epochs=0 if plain else 1,  # 1: as the command line and the seed API
         check_val_every_n_epoch=None,
         val_check_interval=3,
         logger=False,
@@ -156,4 +158,6 @@ def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None)
+    args = [a for a in sys.argv[1:] if a != "--plain"]
+    resume = args[4] if len(args) > 4 else None
+    main(args[0], args[1], Path(args[2]), int(args[3]), resume, plain="--plain" in sys.argv[1:])

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.checkpoint_folders import (
     OWNER_FILE,
     CheckpointFolderError,
@@ -22,6 +21,7 @@ from comlrl_lightning.runtime.checkpoint_folders import (
 from comlrl_lightning.runtime.checkpoint_lineage import SeveralLinesError
 from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
 from comlrl_lightning.runtime.files import FileTooLargeError
+from comlrl_lightning.validation import OptionError
 from tests.trainers.test_trainers_checkpoints import folders, madpo_iter
 
 

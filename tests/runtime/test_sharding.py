@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.sharding import check_strategy, decoder_layers
+from comlrl_lightning.validation import OptionError
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None = None) -> Path:
-    """One two-process run of tests/helpers/sharded_run.py; a hang fails the test after the timeout."""
+def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None = None, plain: bool = False) -> Path:
+    """One two-process run of tests/helpers/sharded_run.py (``plain``: under a Trainer that does not
+    reload its dataloaders); a hang fails the test after the timeout."""
     command = [
         sys.executable,
         str(REPO / "tests" / "helpers" / "sharded_run.py"),
@@ -29,6 +30,8 @@ def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None 
     ]
     if resume is not None:
         command.append(str(resume))
+    if plain:
+        command.append("--plain")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -66,6 +69,14 @@ def madpo_runs(tmp_path_factory):
     return runs
 
 
+@pytest.fixture(scope="module")
+def plain_resumed(tmp_path_factory):
+    """The sharded run stopped after round 2 and resumed under a Trainer that does not reload its
+    dataloaders (Lightning's default: the data module follows the epochs itself)."""
+    partial = run("fsdp", "madpo", tmp_path_factory.mktemp("plain"), 2, plain=True)
+    return run("fsdp", "madpo", partial, 3, resume=partial / "ckpt" / "last.ckpt", plain=True)
+
+
 @pytest.mark.slow
 def test_sharded_madpo_equals_data_parallel_with_uneven_shares(madpo_runs):
     from transformers import AutoModelForCausalLM
@@ -83,15 +94,7 @@ def test_sharded_madpo_equals_data_parallel_with_uneven_shares(madpo_runs):
 
 @pytest.mark.slow
 def test_a_sharded_run_resumes_exactly(madpo_runs):
-    # the checkpoint is a sharded folder, written whole (no .tmp / .old left beside it)
-    folder = madpo_runs["resumed"] / "ckpt" / "last.ckpt"
-    assert folder.is_dir() and (folder / "meta.pt").is_file()
-    assert not list((madpo_runs["resumed"] / "ckpt").glob("*.tmp")) and not list(
-        (madpo_runs["resumed"] / "ckpt").glob("*.old")
-    )
-    resumed, whole = weights(madpo_runs["resumed"]), weights(madpo_runs["fsdp"])
-    assert all(torch.equal(a[k], b[k]) for a, b in zip(resumed, whole) for k in a)
-    assert round_files(madpo_runs["resumed"]) == round_files(madpo_runs["fsdp"])
+    assert_resumed_exactly(madpo_runs["resumed"], madpo_runs["fsdp"])
     # the history comparator's snapshots are whole Hugging Face folders gathered from the shards
     from transformers import AutoModelForCausalLM
 
@@ -104,6 +107,23 @@ def test_a_sharded_run_resumes_exactly(madpo_runs):
     assert snapshot.state_dict().keys() == initial.state_dict().keys()
     assert all(a.shape == b.shape for a, b in zip(snapshot.state_dict().values(), initial.state_dict().values()))
     assert not all(torch.equal(a, b) for a, b in zip(snapshot.state_dict().values(), initial.state_dict().values()))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # alone, it makes the six two-process runs of both fixtures
+def test_a_sharded_run_under_a_plain_trainer_resumes_exactly(madpo_runs, plain_resumed):
+    # the uninterrupted run reloads its dataloaders every epoch: a plain Trainer trains the same
+    assert_resumed_exactly(plain_resumed, madpo_runs["fsdp"])
+
+
+def assert_resumed_exactly(resumed: Path, whole: Path) -> None:
+    """The resumed run's checkpoint is a sharded folder written whole (no .tmp / .old beside it), and
+    its weights and round files equal the uninterrupted run's."""
+    folder = resumed / "ckpt" / "last.ckpt"
+    assert folder.is_dir() and (folder / "meta.pt").is_file()
+    assert not list((resumed / "ckpt").glob("*.tmp")) and not list((resumed / "ckpt").glob("*.old"))
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(weights(resumed), weights(whole)) for k in a)
+    assert round_files(resumed) == round_files(whole)
 
 
 @pytest.mark.slow

@@ -9,9 +9,9 @@ import pytest
 import torch
 from peft import LoraConfig
 
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.trainers.mapping import model_loading
+from comlrl_lightning.validation import OptionError
 
 TOOL = {"additional_special_tokens": ["<tool>", "<end>"]}
 

@@ -7,10 +7,10 @@ import csv
 import pytest
 
 from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, RolloutSamples
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.trainers.configs import MADPOConfig
 from comlrl_lightning.trainers.eval_callbacks import EvalLoggerMetrics, ReferenceCallbacks, RolloutMetrics
 from comlrl_lightning.trainers.preference import MADPOTrainer
+from comlrl_lightning.validation import OptionError
 
 SAMPLES = EvaluationSamples(
     items=[{"prompt": "sun"}, {"prompt": "moon"}],

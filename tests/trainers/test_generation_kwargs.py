@@ -9,10 +9,10 @@ import re
 import pytest
 import torch
 
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.team.loading import load_tokenizer
 from comlrl_lightning.trainers.configs import MADPOIterConfig, MARLHFConfig
 from comlrl_lightning.trainers.preference import MADPOIterTrainer, MARLHFTrainer
+from comlrl_lightning.validation import OptionError
 
 VOWELS = "aeiou"
 SMALL = dict(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None, preference_num_candidates=3)

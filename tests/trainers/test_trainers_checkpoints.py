@@ -12,11 +12,11 @@ import pytest
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
 from comlrl_lightning.runtime.quiet import install_noise_filters
 from comlrl_lightning.trainers.configs import MADPOConfig, MADPOIterConfig, MARLHFIterConfig
 from comlrl_lightning.trainers.preference import MADPOIterTrainer, MADPOTrainer, MARLHFIterTrainer
+from comlrl_lightning.validation import OptionError
 from tests.trainers.test_trainers_preference import SMALL, SMALL_ITER, SMALL_MARLHF, round_files, weights
 
 HISTORY_NEAREST = {

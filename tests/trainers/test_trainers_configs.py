@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.trainers import mapping
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
@@ -17,6 +16,7 @@ from comlrl_lightning.trainers.configs import (
     MARLHFIterConfig,
 )
 from comlrl_lightning.trainers.environment_steps import environment_steps_for
+from comlrl_lightning.validation import OptionError
 
 # The reference's (CoMLRL 1.4.3) fields and defaults, copied from its dataclasses.
 MADPO_DEFAULTS = dict(

@@ -10,7 +10,6 @@ import torch
 import yaml
 
 from comlrl_lightning.defaults import embedded_model_path, vowel_length_reward
-from comlrl_lightning.options import OptionError
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
     MADPOIterConfig,
@@ -23,6 +22,7 @@ from comlrl_lightning.trainers.preference import (
     MARLHFIterTrainer,
     MARLHFTrainer,
 )
+from comlrl_lightning.validation import OptionError
 from tests.helpers.wandb_records import settled
 
 SMALL = dict(
