@@ -20,7 +20,7 @@ from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.pairs import select_pairs
 from comlrl_lightning.data.trajectory_pairs import TrajectoryPair
 from comlrl_lightning.data.turns import TurnHistory, Turns, call_transition, next_prompt
-from comlrl_lightning.generation.base import Completion
+from comlrl_lightning.generation.base import Completion, GenerationSettings, Generator, sample_team
 from comlrl_lightning.runtime.rng import RandomStream
 
 Sampler = Callable[[Sequence[Dict[str, Any]], Sequence[Sequence[str]], int], List[List[List[Completion]]]]
@@ -52,6 +52,15 @@ class Trajectory:
             "completions": [turn[agent].text for turn in self.completions],
             "ids": [list(turn[agent].ids) for turn in self.completions],
         }
+
+
+def team_sampler(generator: Generator, team: Any, settings: GenerationSettings, stream: RandomStream) -> Sampler:
+    """A team as a trajectory sampler: every agent samples its own prompts with ``generator``."""
+
+    def sample(items: Sequence[Dict[str, Any]], prompts: Sequence[Sequence[str]], count: int):
+        return sample_team(generator, team, prompts, count, settings, stream)
+
+    return sample
 
 
 def sample_trajectories(
@@ -176,8 +185,8 @@ def pairs_within(
         mean = mean_like_numpy(returns)
         result.item_pairs.append(
             [
-                trajectory_pair(per_item[w], per_item[l], turns, encode, candidate_reward_mean=mean)
-                for w, l in select_pairs(returns, pair_selection, pairs_per_sample, stream.python)
+                trajectory_pair(per_item[w], per_item[lose], turns, encode, candidate_reward_mean=mean)
+                for w, lose in select_pairs(returns, pair_selection, pairs_per_sample, stream.python)
             ]
         )
     return result
@@ -221,4 +230,12 @@ def pairs_against(
     return result
 
 
-__all__ = ["Sampler", "Trajectory", "pairs_against", "pairs_within", "sample_trajectories", "trajectory_pair"]
+__all__ = [
+    "Sampler",
+    "Trajectory",
+    "pairs_against",
+    "pairs_within",
+    "sample_trajectories",
+    "team_sampler",
+    "trajectory_pair",
+]

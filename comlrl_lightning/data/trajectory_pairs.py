@@ -114,9 +114,7 @@ def pair_rows(pair: PreferencePair, agent: int, side: str) -> List[Tuple[List[in
     return [(pair.prompt_ids[agent], getattr(pair, f"{side}_ids")[agent])]
 
 
-def trajectory_rows(
-    pairs: Sequence[PreferencePair], agent: int
-) -> Tuple[List[List[int]], List[List[int]], List[int]]:
+def trajectory_rows(pairs: Sequence[PreferencePair], agent: int) -> Tuple[List[List[int]], List[List[int]], List[int]]:
     """Agent ``agent``'s scoring rows of ``B`` pairs and the sequence each row adds to.
 
     Returns ``(prompts, completions, owners)``: row ``r`` is a turn of pair ``p``'s winner

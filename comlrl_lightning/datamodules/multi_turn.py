@@ -14,9 +14,14 @@ from comlrl_lightning.comparators import CentralizedComparator, Comparator
 from comlrl_lightning.data.collection import CollectionResult
 from comlrl_lightning.data.contract import TeamSide
 from comlrl_lightning.data.task import Task
-from comlrl_lightning.data.trajectories import Sampler, pairs_against, pairs_within, sample_trajectories
+from comlrl_lightning.data.trajectories import (
+    Sampler,
+    pairs_against,
+    pairs_within,
+    sample_trajectories,
+    team_sampler,
+)
 from comlrl_lightning.errors import ConfigurationError
-from comlrl_lightning.generation.base import sample_team
 from comlrl_lightning.runtime.rng import RandomStream
 
 
@@ -43,13 +48,9 @@ def check_multi_turn(task: Task, module: TeamSide, comparator: Optional[Comparat
         )
 
 
-def team_sampler(module: TeamSide, stream: RandomStream) -> Sampler:
+def module_sampler(module: TeamSide, stream: RandomStream) -> Sampler:
     """The trained team as a trajectory sampler (its generator, its sampling settings, ``stream``)."""
-
-    def sample(items: Sequence[Dict[str, Any]], prompts: Sequence[Sequence[str]], count: int):
-        return sample_team(module.generator, module.team, prompts, count, module.generation_settings, stream)
-
-    return sample
+    return team_sampler(module.generator, module.team, module.generation_settings, stream)
 
 
 def comparator_sampler(comparator: Comparator, module: TeamSide) -> Sampler:
@@ -81,7 +82,7 @@ def collect_within(
     tokenizers = lambda: module.team.tokenizers
     with module.generation_context():
         sampled = sample_trajectories(
-            team_sampler(module, stream), oracle, task.turns, items, prompts, num_candidates, tokenizers
+            module_sampler(module, stream), oracle, task.turns, items, prompts, num_candidates, tokenizers
         )
     return pairs_within(sampled, task.turns, _encoder(module), pair_selection, pairs_per_sample, stream)
 
@@ -103,7 +104,7 @@ def collect_against(
     tokenizers = lambda: module.team.tokenizers
     with module.generation_context():
         current = sample_trajectories(
-            team_sampler(module, stream), oracle, task.turns, items, prompts, counts[0], tokenizers
+            module_sampler(module, stream), oracle, task.turns, items, prompts, counts[0], tokenizers
         )
         other = sample_trajectories(
             comparator_sampler(comparator, module), oracle, task.turns, items, prompts, counts[1], tokenizers
@@ -112,4 +113,4 @@ def collect_against(
     return pairs_against(current, other, task.turns, _encoder(module), pair_selection, pairs_per_sample, stream)
 
 
-__all__ = ["check_multi_turn", "collect_against", "collect_within", "comparator_sampler", "team_sampler"]
+__all__ = ["check_multi_turn", "collect_against", "collect_within", "comparator_sampler", "module_sampler"]

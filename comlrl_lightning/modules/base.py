@@ -22,6 +22,7 @@ from comlrl_lightning.modules.evaluation_metrics import DomainMetrics, renew_inf
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.modules.real_model_safety import low_precision_weights_warning, real_model_learning_rates
 from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
+from comlrl_lightning.modules.turn_evaluation import TurnEvaluation
 from comlrl_lightning.options import positive, require
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.devices import resolve_devices
@@ -39,7 +40,7 @@ NOT_HYPERPARAMETERS = ["optimizer", "lr_scheduler", "generator", "critic", "coll
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
 
 
-class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
+class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningModule):
     """A team of N causal-LM agents with sampling settings and task-reward evaluation.
 
     Correct under a plain ``Trainer()``, which it never changes: it evaluates the team itself before
@@ -274,7 +275,10 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
     # Evaluation: the current policy's task reward (one sample per agent per eval item)
 
     def evaluate_items(self, items: Sequence[Dict[str, Any]], task, stream: RandomStream) -> List[float]:
-        """Processed task reward of one joint sample per item, drawn from ``stream``."""
+        """Processed task reward of one joint sample per item, drawn from ``stream`` (a multi-turn
+        task: the return of one joint trajectory per item, :meth:`evaluate_turns`)."""
+        if task.turns.multi:
+            return self.evaluate_turns(items, task, stream)
         prompts = [task.prompts(item) for item in items]
         with self.generation_context():
             samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
@@ -295,6 +299,8 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         task = data_side(self.trainer).task
         unparsed_before = task.unparsed_completions
         batch = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares
+        if task.turns.multi:
+            return self.validate_turns(batch, task, self._eval_stream(batch_idx))
         rewards = self.evaluate_items(batch, task, self._eval_stream(batch_idx))
         if not batch:
             return
@@ -325,7 +331,7 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         totals = gather_objects((sum(rewards), len(rewards), task.unparsed_completions - unparsed_before), world)
         count = max(sum(t[1] for t in totals), 1)
         value = sum(t[0] for t in totals) / count
-        metrics = {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value}
+        metrics = {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value, **self.turn_summary(world)}
         if task.centralized:
             metrics["eval/unparsed_rate"] = sum(t[2] for t in totals) / count
         metrics.update(self.evaluation_domain_metrics(world))

@@ -11,7 +11,7 @@ def reward_feedback(item: Dict[str, Any], turn: int, history: TurnHistory) -> Li
     """Each agent is told the last turn's reward and the other agent's answer."""
     responses = history.responses[-1]
     return [
-        f"turn {turn} scored {history.rewards[-1]:.2f}; your partner wrote {responses[1 - agent]!r}"
+        f"turn {turn} scored {history.rewards[-1]:.2f}; your partner wrote {responses[1 - agent]}"
         for agent in range(len(responses))
     ]
 
