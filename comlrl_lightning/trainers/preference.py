@@ -140,6 +140,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
                 formatters=formatters,
                 reward_func=reward_func,
                 reward_processor=reward_processor,
+                turns=mapping.turns_for(self.args, external_transition),
             ),
         )
         self.task = reference_task(self.datamodule, self.module, tokenizer)  # checked now, as the reference
