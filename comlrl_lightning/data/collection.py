@@ -11,7 +11,7 @@ import numpy as np
 from comlrl_lightning.data.oracle import Oracle, score_requests
 from comlrl_lightning.data.pairs import PairSelection, PreferencePair, select_pairs
 from comlrl_lightning.data.task import Task
-from comlrl_lightning.data.trajectory_pairs import SIDES, TrajectoryPair, is_trajectory_record
+from comlrl_lightning.data.trajectory_pairs import TrajectoryPair, is_trajectory_record
 from comlrl_lightning.generation.base import (
     Completion,
     GenerationSettings,
@@ -252,14 +252,13 @@ def trajectory_pair_from_record(record: Dict[str, Any], team: Team) -> Trajector
     """A stored multi-turn record made trainable: every turn's prompt and completion of every agent
     re-tokenized as :func:`pair_from_record` does a single turn's."""
     pair = TrajectoryPair.from_record(record, team.num_agents)
-    for side in SIDES:
-        prompt_ids, completion_ids = getattr(pair, f"{side}_turn_prompt_ids"), getattr(pair, f"{side}_turn_ids")
+    for side in (pair.winner_turns, pair.loser_turns):
         for agent, tokenizer in enumerate(team.tokenizers):
-            prompts = getattr(pair, f"{side}_turn_prompts")[agent]
-            completions = getattr(pair, f"{side}_turn_completions")[agent]
-            prompt_ids.append([encode_prompt(tokenizer, prompt) for prompt in prompts])
-            completion_ids.append([tokenizer(text, add_special_tokens=False)["input_ids"] for text in completions])
-    pair.prompt_ids = [ids[0] for ids in pair.winner_turn_prompt_ids]
-    pair.winner_ids = [ids[0] for ids in pair.winner_turn_ids]
-    pair.loser_ids = [ids[0] for ids in pair.loser_turn_ids]
+            side.prompt_ids.append([encode_prompt(tokenizer, prompt) for prompt in side.prompts[agent]])
+            side.ids.append(
+                [tokenizer(text, add_special_tokens=False)["input_ids"] for text in side.completions[agent]]
+            )
+    pair.prompt_ids = [ids[0] for ids in pair.winner_turns.prompt_ids]
+    pair.winner_ids = [ids[0] for ids in pair.winner_turns.ids]
+    pair.loser_ids = [ids[0] for ids in pair.loser_turns.ids]
     return pair

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from comlrl_lightning.data.collection import CollectionResult, mean_like_numpy, select_against
 from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.pairs import select_pairs
-from comlrl_lightning.data.trajectory_pairs import TrajectoryPair
+from comlrl_lightning.data.trajectory_pairs import SideTurns, TrajectoryPair
 from comlrl_lightning.data.turns import TurnHistory, Turns, call_transition, next_prompt
 from comlrl_lightning.generation.base import Completion, GenerationSettings, Generator, sample_team
 from comlrl_lightning.runtime.rng import RandomStream
@@ -142,29 +142,31 @@ def trajectory_pair(
     winner: Trajectory, loser: Trajectory, turns: Turns, encode: Callable[[int, str], List[int]], **extra: Any
 ) -> TrajectoryPair:
     """The pair of two trajectories of one item; ``encode(agent, prompt)`` tokenizes a prompt as sampling did."""
-    sides = {"winner": winner, "loser": loser}
-    num_agents = len(winner.prompts[0])
-    fields: Dict[str, Any] = {}
-    for side, trajectory in sides.items():
-        agents = [trajectory.per_agent(agent) for agent in range(num_agents)]
-        fields[f"{side}_turn_prompts"] = [agent["prompts"] for agent in agents]
-        fields[f"{side}_turn_completions"] = [agent["completions"] for agent in agents]
-        fields[f"{side}_turn_ids"] = [agent["ids"] for agent in agents]
-        fields[f"{side}_turn_prompt_ids"] = [
-            [encode(agent, prompt) for prompt in agents[agent]["prompts"]] for agent in range(num_agents)
-        ]
-        fields[f"{side}_turn_rewards"] = list(trajectory.rewards)
+    sides = {side: side_turns(trajectory, encode) for side, trajectory in (("winner", winner), ("loser", loser))}
     return TrajectoryPair(
         prompts=list(winner.prompts[0]),
         winner_completions=[c.text for c in winner.completions[0]],
         loser_completions=[c.text for c in loser.completions[0]],
         winner_reward=turns.trajectory_return(winner.rewards),
         loser_reward=turns.trajectory_return(loser.rewards),
-        prompt_ids=[list(ids[0]) for ids in fields["winner_turn_prompt_ids"]],
-        winner_ids=[list(ids[0]) for ids in fields["winner_turn_ids"]],
-        loser_ids=[list(ids[0]) for ids in fields["loser_turn_ids"]],
+        prompt_ids=[list(ids[0]) for ids in sides["winner"].prompt_ids],
+        winner_ids=[list(ids[0]) for ids in sides["winner"].ids],
+        loser_ids=[list(ids[0]) for ids in sides["loser"].ids],
+        winner_turns=sides["winner"],
+        loser_turns=sides["loser"],
         **extra,
-        **fields,
+    )
+
+
+def side_turns(trajectory: Trajectory, encode: Callable[[int, str], List[int]]) -> SideTurns:
+    """One side of a pair: every agent's turns of ``trajectory``, prompts tokenized with ``encode``."""
+    agents = [trajectory.per_agent(agent) for agent in range(len(trajectory.prompts[0]))]
+    return SideTurns(
+        prompts=[agent["prompts"] for agent in agents],
+        completions=[agent["completions"] for agent in agents],
+        rewards=list(trajectory.rewards),
+        prompt_ids=[[encode(index, prompt) for prompt in agent["prompts"]] for index, agent in enumerate(agents)],
+        ids=[agent["ids"] for agent in agents],
     )
 
 

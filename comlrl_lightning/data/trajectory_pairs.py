@@ -25,61 +25,81 @@ SIDES = ("winner", "loser")
 
 
 @dataclass
+class SideTurns:
+    """One side's trajectory, agent by agent: ``prompts[agent][t]`` and ``completions[agent][t]`` are
+    agent ``agent``'s prompt and completion at turn ``t``, ``rewards[t]`` the turn's processed reward.
+    The token ids beside them are what training scores; they are not part of the JSON record."""
+
+    prompts: List[List[str]] = field(default_factory=list)
+    completions: List[List[str]] = field(default_factory=list)
+    rewards: List[float] = field(default_factory=list)
+    prompt_ids: List[List[List[int]]] = field(default_factory=list, repr=False)
+    ids: List[List[List[int]]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        # plain text only: a rendered ChatPrompt's conversation is not part of the record or a checkpoint
+        self.prompts = [[str(text) for text in agent] for agent in self.prompts]
+
+    def record(self) -> List[Dict[str, List[str]]]:
+        """Per agent: ``{"prompts": [...], "completions": [...]}`` in turn order."""
+        return [{"prompts": list(p), "completions": list(c)} for p, c in zip(self.prompts, self.completions)]
+
+    @classmethod
+    def from_record(cls, agents: Sequence[Any], rewards: Sequence[Any], num_agents: int) -> "SideTurns":
+        """Read one side back (no token ids; agents missing from the record have no turns)."""
+        agents = [agent if isinstance(agent, dict) else {} for agent in list(agents)[:num_agents]]
+        agents += [{}] * (num_agents - len(agents))
+        return cls(
+            prompts=[[str(t) for t in agent.get("prompts") or []] for agent in agents],
+            completions=[[str(t) for t in agent.get("completions") or []] for agent in agents],
+            rewards=[float(v) for v in rewards],
+        )
+
+    def rows(self, agent: int) -> List[Tuple[List[int], List[int]]]:
+        """``(prompt ids, completion ids)`` of every turn of agent ``agent``, in order."""
+        return list(zip(self.prompt_ids[agent], self.ids[agent]))
+
+
+@dataclass
 class TrajectoryPair(PreferencePair):
-    """A winner/loser pair of joint trajectories (see the module's docstring).
+    """A winner/loser pair of joint trajectories (see the module's docstring): the single-turn
+    fields of the first turn, and each side's turns (:class:`SideTurns`)."""
 
-    ``<side>_turn_prompts[agent][t]`` and ``<side>_turn_completions[agent][t]`` are agent ``agent``'s
-    prompt and completion at turn ``t`` of that side's trajectory; ``<side>_turn_rewards[t]`` the
-    turn's processed reward. The token ids beside them are what training scores; they are not part
-    of the JSON record.
-    """
-
-    winner_turn_prompts: List[List[str]] = field(default_factory=list)
-    winner_turn_completions: List[List[str]] = field(default_factory=list)
-    loser_turn_prompts: List[List[str]] = field(default_factory=list)
-    loser_turn_completions: List[List[str]] = field(default_factory=list)
-    winner_turn_rewards: List[float] = field(default_factory=list)
-    loser_turn_rewards: List[float] = field(default_factory=list)
-    winner_turn_prompt_ids: List[List[List[int]]] = field(default_factory=list, repr=False)
-    winner_turn_ids: List[List[List[int]]] = field(default_factory=list, repr=False)
-    loser_turn_prompt_ids: List[List[List[int]]] = field(default_factory=list, repr=False)
-    loser_turn_ids: List[List[List[int]]] = field(default_factory=list, repr=False)
+    winner_turns: SideTurns = field(default_factory=SideTurns)
+    loser_turns: SideTurns = field(default_factory=SideTurns)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for side in SIDES:  # plain text only (a rendered ChatPrompt keeps its conversation)
-            prompts = getattr(self, f"{side}_turn_prompts")
-            setattr(self, f"{side}_turn_prompts", [[str(text) for text in agent] for agent in prompts])
+        for side in SIDES:  # a checkpoint's state holds each side as a plain dict
+            turns = getattr(self, f"{side}_turns")
+            if isinstance(turns, dict):
+                setattr(self, f"{side}_turns", SideTurns(**turns))
 
     def to_record(self) -> Dict[str, Any]:
         """The single-turn record followed by every agent's turns and each turn's reward per side."""
         record = super().to_record()
-        for side in SIDES:
-            prompts, completions = getattr(self, f"{side}_turn_prompts"), getattr(self, f"{side}_turn_completions")
-            record[f"{side}_turns"] = [
-                {"prompts": list(agent_prompts), "completions": list(agent_completions)}
-                for agent_prompts, agent_completions in zip(prompts, completions)
-            ]
-        for side in SIDES:
-            record[f"{side}_turn_rewards"] = [float(value) for value in getattr(self, f"{side}_turn_rewards")]
+        record.update(winner_turns=self.winner_turns.record(), loser_turns=self.loser_turns.record())
+        record.update(
+            winner_turn_rewards=[float(v) for v in self.winner_turns.rewards],
+            loser_turn_rewards=[float(v) for v in self.loser_turns.rewards],
+        )
         return record
 
     @classmethod
     def from_record(cls, record: Dict[str, Any], num_agents: int) -> "TrajectoryPair":
-        """Read a multi-turn record back (no token ids; agents missing from the record have no turns)."""
+        """Read a multi-turn record back (no token ids)."""
         base = PreferencePair.from_record(record, num_agents)
-        turns: Dict[str, Any] = {}
-        for side in SIDES:
-            agents = list(record.get(f"{side}_turns") or [])[:num_agents]
-            agents += [{}] * (num_agents - len(agents))
-            turns[f"{side}_turn_prompts"] = [[str(t) for t in agent.get("prompts") or []] for agent in agents]
-            turns[f"{side}_turn_completions"] = [[str(t) for t in agent.get("completions") or []] for agent in agents]
-            turns[f"{side}_turn_rewards"] = [float(v) for v in record.get(f"{side}_turn_rewards") or []]
-        return cls(**{name: getattr(base, name) for name in PREFERENCE_FIELDS}, **turns)
+        sides = {
+            f"{side}_turns": SideTurns.from_record(
+                record.get(f"{side}_turns") or [], record.get(f"{side}_turn_rewards") or [], num_agents
+            )
+            for side in SIDES
+        }
+        return cls(**{name: getattr(base, name) for name in PREFERENCE_FIELDS}, **sides)
 
     def turn_rows(self, agent: int, side: str) -> List[Tuple[List[int], List[int]]]:
         """``(prompt ids, completion ids)`` of every turn of agent ``agent`` on ``side``, in order."""
-        return list(zip(getattr(self, f"{side}_turn_prompt_ids")[agent], getattr(self, f"{side}_turn_ids")[agent]))
+        return getattr(self, f"{side}_turns").rows(agent)
 
 
 PREFERENCE_FIELDS = (
@@ -97,13 +117,13 @@ PREFERENCE_FIELDS = (
 
 def is_trajectory_record(record: Dict[str, Any]) -> bool:
     """Whether a stored record (a round file's or a checkpoint's) is a multi-turn one."""
-    return "winner_turns" in record or "winner_turn_prompts" in record
+    return "winner_turns" in record
 
 
 def pair_from_state(state: Dict[str, Any]) -> PreferencePair:
     """A pair from its checkpointed fields (``dataclasses.asdict``): a :class:`TrajectoryPair`
     when it has turns, else a :class:`PreferencePair`."""
-    return TrajectoryPair(**state) if "winner_turn_prompts" in state else PreferencePair(**state)
+    return TrajectoryPair(**state) if "winner_turns" in state else PreferencePair(**state)
 
 
 def pair_rows(pair: PreferencePair, agent: int, side: str) -> List[Tuple[List[int], List[int]]]:
@@ -133,4 +153,4 @@ def trajectory_rows(pairs: Sequence[PreferencePair], agent: int) -> Tuple[List[L
     return prompts, completions, owners
 
 
-__all__ = ["TrajectoryPair", "is_trajectory_record", "pair_from_state", "pair_rows", "trajectory_rows"]
+__all__ = ["SideTurns", "TrajectoryPair", "is_trajectory_record", "pair_from_state", "pair_rows", "trajectory_rows"]

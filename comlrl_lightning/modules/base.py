@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 import torch
 from lightning.pytorch import Callback, LightningModule
@@ -13,9 +13,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
 from comlrl_lightning.data.contract import TrainsOn, data_side, optional_data_side
-from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.task import Task
-from comlrl_lightning.generation.base import GenerationSettings, Generator, sample_team
+from comlrl_lightning.generation.base import GenerationSettings, Generator
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
 from comlrl_lightning.modules.evaluation_metrics import DomainMetrics, renew_inference_states
@@ -273,21 +272,6 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
 
     # ------------------------------------------------------------------------------------------
     # Evaluation: the current policy's task reward (one sample per agent per eval item)
-
-    def evaluate_items(self, items: Sequence[Dict[str, Any]], task, stream: RandomStream) -> List[float]:
-        """Processed task reward of one joint sample per item, drawn from ``stream`` (a multi-turn
-        task: the return of one joint trajectory per item, :meth:`evaluate_turns`)."""
-        if task.turns.multi:
-            return self.evaluate_turns(items, task, stream)
-        prompts = [task.prompts(item) for item in items]
-        with self.generation_context():
-            samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
-        texts = [[samples[a][k][0].text for a in range(len(samples))] for k in range(len(items))]
-        requests = [([[text] for text in texts[k]], prompts[k], item) for k, item in enumerate(items)]
-        rewards = [processed[0] for _, processed in score_requests(task.oracle, requests)]
-        if self.evaluation_record is not None:
-            self.evaluation_record.add(task, items, texts, rewards)
-        return rewards
 
     def _eval_stream(self, *keys: object) -> RandomStream:
         # derived from the progress, so evaluation never shifts any other sampling, and resumes exactly

@@ -1,4 +1,5 @@
-"""Evaluation of a multi-turn task: one joint trajectory per evaluation item, logged turn by turn.
+"""What a team module samples and scores when it evaluates: one joint answer per evaluation item
+(:meth:`TurnEvaluation.evaluate_items`), or for a multi-turn task one joint trajectory, logged turn by turn.
 
 With the task's ``num_turns = H > 1`` the team module evaluates each item with one joint trajectory
 of up to ``H`` turns, sampled as collection samples them (the same transition, early stop and
@@ -13,7 +14,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.trajectories import sample_trajectories, team_sampler
+from comlrl_lightning.generation.base import sample_team
 from comlrl_lightning.runtime.distributed import gather_objects
 from comlrl_lightning.runtime.rng import RandomStream
 
@@ -43,10 +46,26 @@ def turn_means(parts: Sequence[Sequence[Tuple[float, int]]]) -> Dict[str, float]
 
 
 class TurnEvaluation:
-    """What a team module adds for multi-turn tasks: trajectories at evaluation, per-turn metrics."""
+    """A team module's evaluation samples: one joint answer per item, or trajectories and per-turn
+    metrics for a multi-turn task."""
 
     evaluated_turns: Optional[List[List[float]]] = None
     """Per-turn rewards of every item evaluated outside the validation loop since the last summary."""
+
+    def evaluate_items(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream) -> List[float]:
+        """Processed task reward of one joint sample per item, drawn from ``stream`` (a multi-turn
+        task: the return of one joint trajectory per item, :meth:`evaluate_turns`)."""
+        if task.turns.multi:
+            return self.evaluate_turns(items, task, stream)
+        prompts = [task.prompts(item) for item in items]
+        with self.generation_context():
+            samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
+        texts = [[samples[a][k][0].text for a in range(len(samples))] for k in range(len(items))]
+        requests = [([[text] for text in texts[k]], prompts[k], item) for k, item in enumerate(items)]
+        rewards = [processed[0] for _, processed in score_requests(task.oracle, requests)]
+        if self.evaluation_record is not None:
+            self.evaluation_record.add(task, items, texts, rewards)
+        return rewards
 
     def sample_turns(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream):
         """One joint trajectory per item: ``(per-turn rewards per item, returns)``, recorded as evaluation samples."""

@@ -85,9 +85,9 @@ def test_pairs_compare_returns_and_hold_every_turn():
     pair = result.item_pairs[0][0]
     assert result.scores[0] == [0 + 0.5 * 10, 1 + 0.5 * 10]  # every turn-1 sample is s0
     assert (pair.winner_reward, pair.loser_reward) == (6.0, 5.0)
-    assert pair.winner_turn_rewards == [1.0, 10.0] and pair.loser_turn_rewards == [0.0, 10.0]
-    assert pair.winner_turn_ids[0] == [[0, 0, 0, 1], [1, 0, 1, 0]]
-    assert pair.winner_turn_prompt_ids[1][1] == [len(pair.winner_turn_prompts[1][1]), 1]
+    assert pair.winner_turns.rewards == [1.0, 10.0] and pair.loser_turns.rewards == [0.0, 10.0]
+    assert pair.winner_turns.ids[0] == [[0, 0, 0, 1], [1, 0, 1, 0]]
+    assert pair.winner_turns.prompt_ids[1][1] == [len(pair.winner_turns.prompts[1][1]), 1]
     assert pair.winner_completions == ["c0a0i0s1", "c0a1i0s1"] and pair.prompts == ["x0", "x1"]
 
 

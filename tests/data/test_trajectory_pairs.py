@@ -7,6 +7,7 @@ import json
 
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.data.trajectory_pairs import (
+    SideTurns,
     TrajectoryPair,
     is_trajectory_record,
     pair_from_state,
@@ -25,16 +26,20 @@ def _pair():
         prompt_ids=[[1], [2]],
         winner_ids=[[3], [4]],
         loser_ids=[[5], [6]],
-        winner_turn_prompts=[["p0", "p0a!"], ["q0", "q0b!"]],
-        winner_turn_completions=[["a", "a2"], ["b", "b2"]],
-        loser_turn_prompts=[["p0"], ["q0"]],
-        loser_turn_completions=[["c"], ["d"]],
-        winner_turn_rewards=[0.0, 1.0],
-        loser_turn_rewards=[0.5],
-        winner_turn_prompt_ids=[[[1], [1, 7]], [[2], [2, 8]]],
-        winner_turn_ids=[[[3], [9]], [[4], [10]]],
-        loser_turn_prompt_ids=[[[1]], [[2]]],
-        loser_turn_ids=[[[5]], [[6]]],
+        winner_turns=SideTurns(
+            prompts=[["p0", "p0a!"], ["q0", "q0b!"]],
+            completions=[["a", "a2"], ["b", "b2"]],
+            rewards=[0.0, 1.0],
+            prompt_ids=[[[1], [1, 7]], [[2], [2, 8]]],
+            ids=[[[3], [9]], [[4], [10]]],
+        ),
+        loser_turns=SideTurns(
+            prompts=[["p0"], ["q0"]],
+            completions=[["c"], ["d"]],
+            rewards=[0.5],
+            prompt_ids=[[[1]], [[2]]],
+            ids=[[[5]], [[6]]],
+        ),
     )
 
 

@@ -40,8 +40,10 @@ def test_base_madpo_trains_on_two_turn_trajectories_and_evaluates_every_turn(tmp
     trainer.fit(module, data)
     assert data.pairs and all(isinstance(pair, TrajectoryPair) for pair in data.pairs)
     pair = data.pairs[0]
-    assert len(pair.winner_turn_rewards) == 2 and pair.winner_reward == pair.winner_turn_rewards[-1]
-    assert pair.winner_turn_prompts[0][1].startswith(pair.prompts[0] + pair.winner_completions[0] + "\n\nturn 0 scored")
+    assert len(pair.winner_turns.rewards) == 2 and pair.winner_reward == pair.winner_turns.rewards[-1]
+    assert pair.winner_turns.prompts[0][1].startswith(
+        pair.prompts[0] + pair.winner_completions[0] + "\n\nturn 0 scored"
+    )
     assert trainer.global_step == -(-len(data.pairs) // TINY_DATA["train_batch_size"])
     rows = list(csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))))
     evaluated = [row for row in rows if row.get("eval/turn_2/reward_mean")]
@@ -66,7 +68,7 @@ def test_iterative_round_files_hold_every_agents_turns_and_replay_retokenizes_th
     assert len(replayed) == 8 and all(isinstance(pair, TrajectoryPair) for pair in replayed)
     tokenizer = module.team.tokenizers[0]
     for pair in replayed:
-        for prompt, ids in zip(pair.winner_turn_prompts[0], pair.winner_turn_prompt_ids[0]):
+        for prompt, ids in zip(pair.winner_turns.prompts[0], pair.winner_turns.prompt_ids[0]):
             assert tokenizer.decode(ids) == prompt
 
 

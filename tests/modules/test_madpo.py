@@ -194,27 +194,29 @@ def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_a
 
 def _trajectory_pair(tokenizer, seed):
     """A 2-agent pair whose winner has 2 turns and whose loser stopped after 1."""
-    from comlrl_lightning.data.trajectory_pairs import TrajectoryPair
+    from comlrl_lightning.data.trajectory_pairs import SideTurns, TrajectoryPair
 
     encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
-    texts = {side: [[f"{side[0]}{agent}{turn}{seed}xy" for turn in range(2)] for agent in range(2)] for side in "wl"}
-    prompts = {side: [[f"topic {agent}", f"topic {agent} then {side}{seed}"] for agent in range(2)] for side in "wl"}
-    turns = {"w": 2, "l": 1}
-    fields = {}
-    for side, name in (("w", "winner"), ("l", "loser")):
-        fields[f"{name}_turn_prompts"] = [p[: turns[side]] for p in prompts[side]]
-        fields[f"{name}_turn_completions"] = [c[: turns[side]] for c in texts[side]]
-        fields[f"{name}_turn_prompt_ids"] = [[encode(p) for p in agent] for agent in fields[f"{name}_turn_prompts"]]
-        fields[f"{name}_turn_ids"] = [[encode(c) for c in agent] for agent in fields[f"{name}_turn_completions"]]
-        fields[f"{name}_turn_rewards"] = [0.0] * turns[side]
+    sides = {}
+    for side, turns in (("w", 2), ("l", 1)):
+        prompts = [[f"topic {agent}", f"topic {agent} then {side}{seed}"][:turns] for agent in range(2)]
+        texts = [[f"{side}{agent}{turn}{seed}xy" for turn in range(turns)] for agent in range(2)]
+        sides[side] = SideTurns(
+            prompts=prompts,
+            completions=texts,
+            rewards=[0.0] * turns,
+            prompt_ids=[[encode(p) for p in agent] for agent in prompts],
+            ids=[[encode(c) for c in agent] for agent in texts],
+        )
     return TrajectoryPair(
-        prompts=[p[0] for p in prompts["w"]],
-        winner_completions=[c[0] for c in texts["w"]],
-        loser_completions=[c[0] for c in texts["l"]],
+        prompts=[p[0] for p in sides["w"].prompts],
+        winner_completions=[c[0] for c in sides["w"].completions],
+        loser_completions=[c[0] for c in sides["l"].completions],
         winner_reward=1.0,
         loser_reward=0.0,
         candidate_reward_mean=0.5,
-        **fields,
+        winner_turns=sides["w"],
+        loser_turns=sides["l"],
     )
 
 

@@ -519,5 +519,5 @@ def test_the_seed_api_trains_madpo_on_two_turns_with_its_external_transition(tmp
     trainer.train()
     pairs = trainer.datamodule.pairs
     assert pairs and all(isinstance(pair, TrajectoryPair) for pair in pairs)
-    rewards = pairs[0].winner_turn_rewards
+    rewards = pairs[0].winner_turns.rewards
     assert pairs[0].winner_reward == pytest.approx(rewards[0] + 0.5 * rewards[1])
