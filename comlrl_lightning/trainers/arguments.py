@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, Dict, Mapping
 
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
+from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.errors import ConfigurationTypeError
 from comlrl_lightning.options import OptionError, require
 from comlrl_lightning.trainers.configs import (
@@ -52,6 +53,19 @@ def check_arguments(trainer: str, config_class: type, args: Any, marlhf: bool, g
             raise OptionError(f"{name} is not supported: {UNSUPPORTED_ARGUMENTS[name]}.")
         if name in MARLHF_SINGLE_TURN and value is not None and marlhf:
             raise OptionError(f"{name} is not supported by {trainer}: {MARLHF_SINGLE_TURN[name]}.")
+
+
+def turns_for(config: MADPOConfig, external_transition: Any = None) -> Turns:
+    """The task's :class:`~comlrl_lightning.data.turns.Turns` from the config's ``num_turns``, ``discount``
+    and ``early_termination_threshold`` and the constructor's ``external_transition``."""
+    if config.num_turns == 1:
+        return Turns(external_transition=external_transition)
+    return Turns(
+        num_turns=config.num_turns,
+        external_transition=external_transition,
+        discount=config.discount,
+        early_termination_threshold=config.early_termination_threshold,
+    )
 
 
 def check_argument_types(num_agents: Any, wandb_config: Any, model_config: Any) -> None:

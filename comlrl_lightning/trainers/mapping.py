@@ -28,7 +28,6 @@ from comlrl_lightning.data.replay import (
     NearestKReplay,
     ReplayRule,
 )
-from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.datamodules.preference import dataloader_reload, total_epochs
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
@@ -244,19 +243,6 @@ def data_options(config: MADPOConfig) -> Dict[str, Any]:
     if hasattr(config, "num_iterations"):
         options.update(_same(config, "num_iterations", "preference_replay_dir", "policy_checkpoint_dir"))
     return options
-
-
-def turns_for(config: MADPOConfig, external_transition: Any = None) -> Turns:
-    """The task's :class:`~comlrl_lightning.data.turns.Turns` from ``num_turns``, ``discount`` and
-    ``early_termination_threshold`` and the constructor's ``external_transition``."""
-    if config.num_turns == 1:
-        return Turns(external_transition=external_transition)
-    return Turns(
-        num_turns=config.num_turns,
-        external_transition=external_transition,
-        discount=config.discount,
-        early_termination_threshold=config.early_termination_threshold,
-    )
 
 
 def trainer_options(config: MADPOConfig) -> Dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 
 from comlrl_lightning.options import OptionError
 from comlrl_lightning.trainers import mapping
+from comlrl_lightning.trainers.arguments import turns_for
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
     MADPOIterConfig,
@@ -343,7 +344,7 @@ def built(config) -> dict:
         wandb=mapping.wandb_options(config),
         env_steps=vars(environment_steps_for(config)),
         collaboration=repr(mapping.collaboration_for(config)),
-        turns=repr(mapping.turns_for(config, "tests.helpers.turn_helpers.reward_feedback")),
+        turns=repr(turns_for(config, "tests.helpers.turn_helpers.reward_feedback")),
     )
     if hasattr(config, "num_iterations"):
         comparator = mapping.comparator_for(config)
