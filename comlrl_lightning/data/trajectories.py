@@ -98,9 +98,13 @@ def sample_trajectories(
             _next_prompts(turns, items[k], k, turn - 1, trajectories[k][j], num_agents, tokenizers) for k, j in active
         ]
         sampled = sample([items[k] for k, _ in active], prompts, 1)
-        for m, (k, j) in enumerate(active):
+        # a source that returned nothing for a trajectory (an API comparator's shortfall) ends it here
+        answered = [m for m in range(len(active)) if all(sampled[a][m] for a in range(num_agents))]
+        for m in answered:
+            k, j = active[m]
             trajectories[k][j].prompts.append(prompts[m])
             trajectories[k][j].completions.append([sampled[a][m][0] for a in range(num_agents)])
+        active = [active[m] for m in answered]
         _score_turn(oracle, items, trajectories, active)
     return trajectories
 

@@ -101,3 +101,16 @@ def test_pairs_against_the_comparator_compare_trajectory_j_with_trajectory_j():
     pair = result.item_pairs[0][0]
     assert (pair.winner_reward, pair.loser_reward) == (99.0, 10.0)
     assert pair.target_raw_reward == 10.0 and pair.comparator_raw_reward == 10.0  # raw rewards untouched
+
+
+def test_a_trajectory_the_source_returns_nothing_for_ends_at_its_last_turn():
+    class ShortSampler(ScriptedSampler):
+        def __call__(self, items, prompts, count):
+            result = super().__call__(items, prompts, count)
+            if len(self.calls) > 1:
+                result[1][0] = []  # agent 1 got no answer for the first trajectory of turn 1
+            return result
+
+    turns = Turns(num_turns=2, external_transition=feedback)
+    sampled = sample_trajectories(ShortSampler(), Oracle(digit_reward), turns, ITEMS[:1], PROMPTS[:1], 2, lambda: None)
+    assert [len(t.rewards) for t in sampled[0]] == [1, 2]
