@@ -25,9 +25,13 @@ from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.runtime.rng import RandomStream
 
 
-def check_multi_turn(task: Task, module: TeamSide, comparator: Optional[Comparator] = None) -> None:
-    """With ``num_turns > 1``: a decentralized team that trains on preference pairs (MADPO), and a
-    comparator that samples every role's own prompt; anything else is a :class:`ConfigurationError`."""
+def check_multi_turn(
+    task: Task, module: TeamSide, comparator: Optional[Comparator] = None, sharded: bool = False
+) -> None:
+    """With ``num_turns > 1``: a decentralized team that trains on preference pairs (MADPO), a
+    comparator that samples every role's own prompt, and agents not sharded across processes (each
+    process's trajectories end at their own turns, so sharded sampling could not stay in step);
+    anything else is a :class:`ConfigurationError`."""
     turns = task.turns.num_turns
     if turns == 1:
         return
@@ -40,6 +44,11 @@ def check_multi_turn(task: Task, module: TeamSide, comparator: Optional[Comparat
         raise ConfigurationError(
             f"num_turns={turns}: a centralized team (one joint completion for every role) is single-turn only; "
             "use a decentralized team or num_turns=1."
+        )
+    if sharded:
+        raise ConfigurationError(
+            f"num_turns={turns}: agents sharded across processes (ModelParallelStrategy) sample in lockstep, "
+            "which trajectories ending at different turns cannot keep; use DDP or one process."
         )
     if isinstance(comparator, CentralizedComparator):
         raise ConfigurationError(

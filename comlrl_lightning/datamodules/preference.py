@@ -32,6 +32,7 @@ from comlrl_lightning.runtime.distributed import gather_results, rank_and_world,
 from comlrl_lightning.runtime.hparams import PlainHyperparameters, summarized
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.runtime.sharding import is_sharded
 
 
 def total_epochs(num_train_epochs: int, num_iterations: int = 1) -> int:
@@ -140,7 +141,8 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         check_items(self.task, self.train_items, "train")
         check_items(self.task, self.eval_items[: self.eval_num_samples], "eval")
         if module is not None:
-            check_multi_turn(self.task, module, getattr(self, "comparator", None))
+            sharded = is_sharded(self.trainer.strategy)
+            check_multi_turn(self.task, module, getattr(self, "comparator", None), sharded)
 
     def train_dataloader(self) -> DataLoader:
         self.check_context(team_side(self.trainer))

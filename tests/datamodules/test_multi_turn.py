@@ -113,3 +113,16 @@ def test_a_run_resumed_in_the_middle_of_a_multi_turn_round_equals_the_uninterrup
     weights = module.team.state_dict()
     for key, value in whole.team.state_dict().items():
         torch.testing.assert_close(weights[key], value, rtol=0, atol=0)
+
+
+def test_agents_sharded_across_processes_refuse_more_than_one_turn():
+    from types import SimpleNamespace
+
+    from comlrl_lightning.datamodules.multi_turn import check_multi_turn
+
+    task = tiny_task(turns=TWO_TURNS).build(2)
+    module = SimpleNamespace(trains_on="pairs")
+    check_multi_turn(task, module)  # a decentralized MADPO team in one process (or DDP): fine
+    with pytest.raises(ConfigurationError, match="sharded across processes"):
+        check_multi_turn(task, module, sharded=True)
+    check_multi_turn(tiny_task().build(2), SimpleNamespace(trains_on="items"), sharded=True)  # one turn: anything
