@@ -34,6 +34,23 @@ def madpo_loss(margins: torch.Tensor, beta: float = 0.1) -> torch.Tensor:
     return -F.logsigmoid(beta * joint).mean()
 
 
+def trajectory_margins(row_logprobs: torch.Tensor, owners: torch.Tensor, num_pairs: int) -> torch.Tensor:
+    """One agent's margins over multi-turn trajectories, from the log-probs of its turns.
+
+    Row ``r`` is one turn of one trajectory: ``row_logprobs[r] = log pi_i(a_{i,t} | h_{i,t})``, and
+    ``owners[r]`` is ``p`` for a turn of pair ``p``'s winner, ``B + p`` for one of its loser
+    (``B = num_pairs``). The margin sums each side's own turns (a trajectory that ended early has
+    fewer):
+
+        Delta_i(p) = sum_t log pi_i(a^w_{i,t} | h^w_{i,t}) - sum_t log pi_i(a^l_{i,t} | h^l_{i,t})
+
+    With one row per side (one turn) it is the single-turn margin. Returns ``[B]``; gradients flow
+    to every row.
+    """
+    sums = row_logprobs.new_zeros(2 * num_pairs).index_add(0, owners.to(row_logprobs.device), row_logprobs)
+    return sums[:num_pairs] - sums[num_pairs:]
+
+
 def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
     """Bradley–Terry pairwise loss ``mean_b -log sigmoid(chosen_b - rejected_b)``."""
     return -F.logsigmoid(chosen - rejected).mean()

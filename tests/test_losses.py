@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from comlrl_lightning.defaults import build_char_tokenizer, build_tiny_model
-from comlrl_lightning.losses import bradley_terry_loss, gathered_logprobs, madpo_loss
+from comlrl_lightning.losses import bradley_terry_loss, gathered_logprobs, madpo_loss, trajectory_margins
 from comlrl_lightning.team.team import Team, pack_sequences
 
 
@@ -423,3 +423,40 @@ def test_single_pass_adamw_steps_equal_reference_per_agent_optimizers(tokenizer,
             (p - q).abs().max().item() for p, q in zip(team.agents[agent].parameters(), initial[agent].parameters())
         )
         assert moved > 1e-3, "the optimizer steps did not change the parameters"
+
+
+# ------------------------------------------------------------------------------------------------
+# Multi-turn margins
+
+
+def test_trajectory_margins_hand_values_two_turns():
+    # B = 2 pairs, H = 2: rows are (pair 0 winner t0, t1), (pair 1 winner t0, t1), then the losers'
+    rows = torch.tensor([-1.0, -2.0, -0.5, -0.25, -3.0, -1.5, -2.0, -0.75])
+    owners = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    margins = trajectory_margins(rows, owners, 2)
+    # pair 0: (-1 - 2) - (-3 - 1.5) = 1.5 ; pair 1: (-0.5 - 0.25) - (-2 - 0.75) = 2.0
+    assert margins.tolist() == [1.5, 2.0]
+
+
+def test_trajectory_margins_early_stopped_side_sums_only_its_turns():
+    # pair 0's winner stopped after turn 0 (one row); its loser has two turns
+    rows = torch.tensor([-0.5, -1.0, -2.0])
+    owners = torch.tensor([0, 1, 1])
+    assert trajectory_margins(rows, owners, 1).tolist() == [-0.5 - (-1.0 - 2.0)]
+
+
+def test_trajectory_margins_one_turn_is_the_single_turn_margin():
+    rows = torch.tensor([-1.25, -0.5, -2.0, -0.75])
+    margins = trajectory_margins(rows, torch.arange(4), 2)
+    assert torch.equal(margins, rows[:2] - rows[2:])
+
+
+def test_multi_turn_madpo_gradient_equals_the_direct_computation():
+    beta = 0.1
+    rows = torch.tensor([-1.0, -2.0, -0.5, -3.0, -1.5], requires_grad=True)
+    owners = torch.tensor([0, 0, 1, 1, 1])  # one pair: winner 2 turns, loser 3 turns
+    madpo_loss(trajectory_margins(rows, owners, 1).unsqueeze(-1), beta).backward()
+    delta = (-1.0 - 2.0) - (-0.5 - 3.0 - 1.5)
+    weight = beta * torch.sigmoid(torch.tensor(-beta * delta))  # -d/dDelta log sigmoid(beta Delta)
+    expected = torch.tensor([-1.0, -1.0, 1.0, 1.0, 1.0]) * weight
+    torch.testing.assert_close(rows.grad, expected)

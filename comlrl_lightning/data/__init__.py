@@ -3,7 +3,9 @@
 Task items and where they come from (:mod:`.task`, :mod:`.item_sources`), chat rendering
 (:mod:`.chat`), the reward-function calling convention (:mod:`.oracle`), the centralized task and
 its adapters (:mod:`.centralized_task`), sampling and pairing a collection (:mod:`.collection`),
-the pair record (:mod:`.pairs`), replay rules and the replay buffer with its round files
+the pair record (:mod:`.pairs`), multi-turn tasks (:mod:`.turns`: the transition and the return;
+:mod:`.trajectories`: joint trajectories sampled turn by turn; :mod:`.trajectory_pairs`: their
+pair record), replay rules and the replay buffer with its round files
 (:mod:`.replay`, :mod:`.round_records`), resumable loaders (:mod:`.loaders`), policy snapshots for
 the history comparator (:mod:`.snapshots`), and the written contract between a data module and
 the team module it feeds (:mod:`.contract`). No Lightning hooks live here: the data modules in

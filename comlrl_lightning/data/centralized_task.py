@@ -218,6 +218,7 @@ class CentralizedTask(Task):
     def __init__(self, roles: Task, adapter: Any, tokenizers: Optional[Callable[[], Sequence[Any]]] = None) -> None:
         # no Task.__init__: the roles' task already resolved the formatters and the reward
         self.roles, self.adapter, self.chat_template = roles, adapter, roles.chat_template
+        self.turns = roles.turns
         self.renderer = None
         if tokenizers is not None:
             self.renderer = PromptRenderer(tokenizers, roles.chat_template, names=["the centralized team's model"])

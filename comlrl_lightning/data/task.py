@@ -19,6 +19,7 @@ from comlrl_lightning.data.chat import (
 )
 from comlrl_lightning.data.item_sources import HFDataset, ItemSet, load_dataset_items
 from comlrl_lightning.data.oracle import CallableSpec, Oracle, resolve_callable
+from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.defaults import (
     EMBEDDED,
     MATCHER_TEMPLATE,
@@ -232,6 +233,8 @@ class Task:
         chat_template: render text prompts with each agent's chat template too (as one user
             message); chat-message prompts are always rendered. Rendering needs the team's
             tokenizers: it happens in the task as the team sees it (:meth:`for_team`).
+        turns: how many turns a joint answer has, the transition between them and the return
+            (:class:`~comlrl_lightning.data.turns.Turns`; ``None``: one turn).
     """
 
     def __init__(
@@ -241,6 +244,7 @@ class Task:
         reward_processor: CallableSpec = None,
         num_agents: int = 2,
         chat_template: bool = False,
+        turns: Optional[Turns] = None,
     ) -> None:
         if isinstance(formatters, (list, tuple)):
             if len(formatters) != num_agents:
@@ -250,6 +254,7 @@ class Task:
             self.formatters = [resolve_formatter(formatters)] * num_agents
         self.oracle = Oracle(reward_func, reward_processor)
         self.chat_template = chat_template
+        self.turns = turns if turns is not None else Turns()
         self.renderer: Optional[PromptRenderer] = None
 
     centralized: ClassVar[bool] = False
@@ -326,6 +331,9 @@ class TaskOptions:
         reward_func: task reward (callable or import path), called per joint response (the
             embedded task: its own reward).
         reward_processor: optional map from raw reward to the pair score (callable or import path).
+        turns: multi-turn trajectories (:class:`~comlrl_lightning.data.turns.Turns`: ``num_turns``,
+            ``external_transition``, ``discount``, ``early_termination_threshold``, ``stop_when``);
+            the default is one turn.
     """
 
     train_dataset: ItemSource = EMBEDDED
@@ -336,6 +344,7 @@ class TaskOptions:
     chat_template: bool = False
     reward_func: CallableSpec = None
     reward_processor: CallableSpec = None
+    turns: Turns = Turns()
 
     @property
     def embedded(self) -> bool:
@@ -354,7 +363,9 @@ class TaskOptions:
 
     def build(self, num_agents: int) -> "Task":
         """The :class:`Task` of ``num_agents`` roles (formatters, oracle, chat rendering)."""
-        return Task(self.formatter_specs, self.reward_spec, self.reward_processor, num_agents, self.chat_template)
+        return Task(
+            self.formatter_specs, self.reward_spec, self.reward_processor, num_agents, self.chat_template, self.turns
+        )
 
     def train_items(self) -> Sequence[Dict[str, Any]]:
         return load_items(self.train_dataset, self.dataset_split, "train")

@@ -4,6 +4,7 @@
 :class:`PreferenceDataModule` collects preference pairs once with the team being trained;
 :class:`IterativePreferenceDataModule` runs rounds of collect → round file → replay → train
 against a comparator; :class:`RoundFilesDataModule` reads stored round files to fit a reward model.
+A task with ``num_turns > 1`` is collected as joint trajectories (:mod:`.multi_turn`).
 
 Imports: :mod:`comlrl_lightning.comparators`, :mod:`comlrl_lightning.data` and every layer below;
 never :mod:`comlrl_lightning.modules` (the team module is reached through

@@ -29,6 +29,7 @@ from comlrl_lightning.data.oracle import ScoringProgress
 from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
 from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
 from comlrl_lightning.data.snapshots import PolicySnapshots
+from comlrl_lightning.datamodules.multi_turn import collect_against
 from comlrl_lightning.datamodules.preference import PreferenceDataModule, total_epochs
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.runtime.checkpoint_assets import CheckpointAssets
@@ -273,6 +274,10 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         per_side = len(items) * team.num_agents  # agent prompts sampled by the team, and by the comparator
 
         def collect_shard():
+            if self.task.turns.multi:
+                counts = [self.preference_num_candidates, num_comparator]
+                selection, per_sample = self.pair_selection, self.preference_pairs_per_sample
+                return collect_against(module, self.task, self.comparator, items, counts, selection, per_sample, stream)
             with Progress.for_trainer(self.trainer, f"{label} sampling", 2 * per_side, "prompt") as sampling:
                 with module.generation_context():
                     current = sample_candidates(

@@ -22,13 +22,16 @@ from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoad
 from comlrl_lightning.data.oracle import CallableSpec, ScoringProgress
 from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PairSelection, PreferencePair, check_pair_selection
 from comlrl_lightning.data.task import Task, TaskOptions, check_items, check_prompts_fit
+from comlrl_lightning.data.trajectory_pairs import pair_from_state
 from comlrl_lightning.datamodules.data_state import DataStateCallback
+from comlrl_lightning.datamodules.multi_turn import check_multi_turn, collect_within
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
 from comlrl_lightning.runtime.hparams import PlainHyperparameters, summarized
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.runtime.sharding import is_sharded
 from comlrl_lightning.validation import at_least, require
 
 
@@ -137,6 +140,9 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         require(bool(self.train_items), "train_dataset: training requires at least one task item.")
         check_items(self.task, self.train_items, "train")
         check_items(self.task, self.eval_items[: self.eval_num_samples], "eval")
+        if module is not None:
+            sharded = is_sharded(self.trainer.strategy)
+            check_multi_turn(self.task, module, getattr(self, "comparator", None), sharded)
 
     def train_dataloader(self) -> DataLoader:
         self.check_context(team_side(self.trainer))
@@ -328,6 +334,16 @@ class PreferenceDataModule(TaskDataModule):
         prompts = len(items) * module.team.num_agents
 
         def collect_shard() -> CollectionResult:
+            if self.task.turns.multi:
+                return collect_within(
+                    module,
+                    self.task,
+                    items,
+                    self.preference_num_candidates,
+                    self.pair_selection,
+                    self.preference_pairs_per_sample,
+                    stream,
+                )
             with Progress.for_trainer(self.trainer, "collection sampling", prompts, "prompt") as sampling:
                 with module.generation_context():
                     candidates = sample_candidates(
@@ -368,4 +384,4 @@ class PreferenceDataModule(TaskDataModule):
     def load_data_state_dict(self, state: Dict[str, Any]) -> None:
         super().load_data_state_dict(state)
         pairs = state.get("pairs")
-        self.pairs = None if pairs is None else [PreferencePair(**pair) for pair in pairs]
+        self.pairs = None if pairs is None else [pair_from_state(pair) for pair in pairs]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 import torch
 from lightning.pytorch import Callback, LightningModule
@@ -13,15 +13,15 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
 from comlrl_lightning.data.contract import TrainsOn, data_side, optional_data_side
-from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.task import Task
-from comlrl_lightning.generation.base import GenerationSettings, Generator, sample_team
+from comlrl_lightning.generation.base import GenerationSettings, Generator
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
 from comlrl_lightning.modules.evaluation_metrics import DomainMetrics, renew_inference_states
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.modules.real_model_safety import low_precision_weights_warning, real_model_learning_rates
 from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
+from comlrl_lightning.modules.turn_evaluation import TurnEvaluation
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
@@ -39,7 +39,7 @@ NOT_HYPERPARAMETERS = ["optimizer", "lr_scheduler", "generator", "critic", "coll
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
 
 
-class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
+class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningModule):
     """A team of N causal-LM agents with sampling settings and task-reward evaluation.
 
     Correct under a plain ``Trainer()``, which it never changes: it evaluates the team itself before
@@ -273,18 +273,6 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
     # ------------------------------------------------------------------------------------------
     # Evaluation: the current policy's task reward (one sample per agent per eval item)
 
-    def evaluate_items(self, items: Sequence[Dict[str, Any]], task, stream: RandomStream) -> List[float]:
-        """Processed task reward of one joint sample per item, drawn from ``stream``."""
-        prompts = [task.prompts(item) for item in items]
-        with self.generation_context():
-            samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
-        texts = [[samples[a][k][0].text for a in range(len(samples))] for k in range(len(items))]
-        requests = [([[text] for text in texts[k]], prompts[k], item) for k, item in enumerate(items)]
-        rewards = [processed[0] for _, processed in score_requests(task.oracle, requests)]
-        if self.evaluation_record is not None:
-            self.evaluation_record.add(task, items, texts, rewards)
-        return rewards
-
     def _eval_stream(self, *keys: object) -> RandomStream:
         # derived from the progress, so evaluation never shifts any other sampling, and resumes exactly
         return RandomStream.derive(self.seed, "eval", self.global_step, self.global_rank, *keys)
@@ -295,6 +283,8 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         task = data_side(self.trainer).task
         unparsed_before = task.unparsed_completions
         batch = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares
+        if task.turns.multi:
+            return self.validate_turns(batch, task, self._eval_stream(batch_idx))
         rewards = self.evaluate_items(batch, task, self._eval_stream(batch_idx))
         if not batch:
             return
@@ -325,7 +315,7 @@ class TeamModule(DomainMetrics, PlainHyperparameters, LightningModule):
         totals = gather_objects((sum(rewards), len(rewards), task.unparsed_completions - unparsed_before), world)
         count = max(sum(t[1] for t in totals), 1)
         value = sum(t[0] for t in totals) / count
-        metrics = {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value}
+        metrics = {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value, **self.turn_summary(world)}
         if task.centralized:
             metrics["eval/unparsed_rate"] = sum(t[2] for t in totals) / count
         metrics.update(self.evaluation_domain_metrics(world))

@@ -9,7 +9,8 @@ from torch.utils.checkpoint import checkpoint
 from torchmetrics import MeanMetric
 
 from comlrl_lightning.data.pairs import PreferencePair
-from comlrl_lightning.losses import madpo_loss
+from comlrl_lightning.data.trajectory_pairs import TrajectoryPair, trajectory_rows
+from comlrl_lightning.losses import madpo_loss, trajectory_margins
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS, TeamModule
 from comlrl_lightning.team.team import pack_sequences
 from comlrl_lightning.validation import positive
@@ -48,7 +49,10 @@ class MADPOModule(TeamModule):
     # Batches
 
     def collate_pairs(self, pairs: List[PreferencePair]) -> Dict[str, Any]:
-        """Pack a list of pairs into per-agent ``[winners; losers]`` tensors (see ``pack_sequences``)."""
+        """Pack a list of pairs into per-agent ``[winners; losers]`` tensors (see ``pack_sequences``);
+        pairs of multi-turn trajectories into one row per turn (:meth:`collate_trajectories`)."""
+        if any(isinstance(pair, TrajectoryPair) for pair in pairs):
+            return self.collate_trajectories(pairs)
         agents = []
         for i in range(self.team.num_agents):
             tokenizer = self.team.tokenizers[i]
@@ -61,6 +65,21 @@ class MADPOModule(TeamModule):
             "candidate_reward_mean": torch.tensor([pair.candidate_reward_mean for pair in pairs], dtype=torch.float32),
         }
 
+    def collate_trajectories(self, pairs: List[PreferencePair]) -> Dict[str, Any]:
+        """Per agent, one row per turn of every winner and loser trajectory, and ``owners``: the
+        sequence (``p`` for pair ``p``'s winner, ``B + p`` for its loser) each row belongs to."""
+        agents, owners = [], []
+        for i in range(self.team.num_agents):
+            prompts, completions, rows = trajectory_rows(pairs, i)
+            scored = [self.scored_length(i, c) for c in completions]
+            agents.append(pack_sequences(prompts, completions, scored, self.team.tokenizers[i].pad_token_id))
+            owners.append(torch.tensor(rows, dtype=torch.long))
+        return {
+            "agents": agents,
+            "owners": owners,
+            "candidate_reward_mean": torch.tensor([pair.candidate_reward_mean for pair in pairs], dtype=torch.float32),
+        }
+
     def scored_length(self, agent: int, completion: List[int]) -> int:
         """Completion tokens scored: a centralized team's joint completion whole, through its EOS
         (cut at the first pad, kept when pad == eos, as the reference); otherwise ``score_last_token``'s rule."""
@@ -70,12 +89,16 @@ class MADPOModule(TeamModule):
 
     def margins(self, batch: Dict[str, Any]) -> torch.Tensor:
         """``[B, N]`` per-pair, per-agent log-prob margins (with grad); a LoRA team scores every
-        agent's winners and losers in one pass (:meth:`~comlrl_lightning.team.Team.agents_sequence_logprobs`)."""
+        agent's winners and losers in one pass (:meth:`~comlrl_lightning.team.Team.agents_sequence_logprobs`).
+        Multi-turn batches sum each trajectory's turns (:func:`~comlrl_lightning.losses.trajectory_margins`)."""
         size = batch["candidate_reward_mean"].shape[0]
         if self.recomputes_agents():
             logprobs = [recomputed_sequence_logprobs(self.team, i, agent) for i, agent in enumerate(batch["agents"])]
         else:
             logprobs = self.team.agents_sequence_logprobs(batch["agents"])
+        if "owners" in batch:
+            margins = [trajectory_margins(rows, owners, size) for rows, owners in zip(logprobs, batch["owners"])]
+            return torch.stack(margins, dim=-1)
         return torch.stack([agent[:size] - agent[size:] for agent in logprobs], dim=-1)
 
     def recomputes_agents(self) -> bool:

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, Dict, Mapping
 
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
+from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.errors import ConfigurationTypeError
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
@@ -20,10 +21,14 @@ from comlrl_lightning.trainers.configs import (
 )
 from comlrl_lightning.validation import OptionError, require
 
-UNSUPPORTED_ARGUMENTS = {
-    "external_transition": "multi-turn training is not supported here (num_turns must be 1)",
-}
+UNSUPPORTED_ARGUMENTS: Dict[str, str] = {}
 """Constructor arguments of the reference this library does not take, and what to do instead."""
+
+MARLHF_SINGLE_TURN = {
+    "external_transition": "MARLHF trains single-turn here (num_turns must be 1); multi-turn preference "
+    "training is MADPO's (MADPOTrainer, MADPOIterTrainer)",
+}
+"""Constructor arguments the MARLHF trainers refuse (the MADPO trainers take them)."""
 
 MARLHF_ONLY = ("metrics_callback", "critic_model", "critics")
 """Keywords only the reference's MARLHF trainers have."""
@@ -40,11 +45,27 @@ def check_arguments(trainer: str, config_class: type, args: Any, marlhf: bool, g
         isinstance(args, config_class) and not isinstance(args, other_kinds),
         f"args must be a {config_class.__name__} (got {type(args).__name__}).",
     )
+    known = set(MARLHF_ONLY) | set(UNSUPPORTED_ARGUMENTS) | set(MARLHF_SINGLE_TURN)
     for name, value in given.items():
-        if name in MARLHF_ONLY and not marlhf or name not in MARLHF_ONLY and name not in UNSUPPORTED_ARGUMENTS:
+        if name in MARLHF_ONLY and not marlhf or name not in known:
             raise ConfigurationTypeError(f"{trainer}() got an unexpected keyword argument {name!r}")
         if name in UNSUPPORTED_ARGUMENTS and value is not None:
             raise OptionError(f"{name} is not supported: {UNSUPPORTED_ARGUMENTS[name]}.")
+        if name in MARLHF_SINGLE_TURN and value is not None and marlhf:
+            raise OptionError(f"{name} is not supported by {trainer}: {MARLHF_SINGLE_TURN[name]}.")
+
+
+def turns_for(config: MADPOConfig, external_transition: Any = None) -> Turns:
+    """The task's :class:`~comlrl_lightning.data.turns.Turns` from the config's ``num_turns``, ``discount``
+    and ``early_termination_threshold`` and the constructor's ``external_transition``."""
+    if config.num_turns == 1:
+        return Turns(external_transition=external_transition)
+    return Turns(
+        num_turns=config.num_turns,
+        external_transition=external_transition,
+        discount=config.discount,
+        early_termination_threshold=config.early_termination_threshold,
+    )
 
 
 def check_argument_types(num_agents: Any, wandb_config: Any, model_config: Any) -> None:

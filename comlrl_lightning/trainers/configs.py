@@ -149,7 +149,7 @@ class MADPOConfig:
         if self.reference_kl_enabled and self.reference_devices is not None:
             actors = 1 if self.collaboration_mode == "centralized" else self.num_agents
             resolve_devices(self.reference_devices, actors, "reference_devices", [])
-        require(self.num_turns == 1, "MADPO currently supports num_turns=1 only.")
+        self._check_turns()
         _at_least(self, "preference_num_candidates", 2)
         _at_least(self, "preference_pairs_per_sample", 1, nullable=True)
         _positive(self, "dpo_beta")  # MADPOModule's rule
@@ -170,6 +170,13 @@ class MADPOConfig:
     def _pair_selections(self) -> Tuple[str, ...]:
         return PAIR_SELECTIONS
 
+    def _check_turns(self) -> None:
+        """MADPO: ``num_turns > 1`` trains on joint trajectories, with a decentralized team."""
+        require(
+            self.num_turns == 1 or self.collaboration_mode == "decentralized",
+            "num_turns > 1 needs collaboration_mode='decentralized': a centralized team is single-turn only.",
+        )
+
 
 @dataclass
 class MARLHFConfig(MADPOConfig):
@@ -177,6 +184,13 @@ class MARLHFConfig(MADPOConfig):
 
     rl_algorithm: str = "magrpo"
     num_generations: int = 4
+
+    def _check_turns(self) -> None:
+        require(
+            self.num_turns == 1,
+            "MARLHF currently supports num_turns=1 only (multi-turn preference training is MADPO's).",
+        )
+
     reward_model_name: Optional[str] = None
     reward_model_device: Optional[str] = "cuda:0"
     reward_learning_rate: float = 1.0e-5
@@ -255,6 +269,11 @@ class _IterativeFields:
         self.comparator_policy = normalise("comparator_policy", self.comparator_policy, "current")
         self.comparator_generation_mode = normalise(
             "comparator_generation_mode", self.comparator_generation_mode, "decentralized"
+        )
+        require(
+            self.num_turns == 1 or self.comparator_generation_mode != "centralized",
+            "num_turns > 1 needs comparator_generation_mode='decentralized': centralized comparator generation "
+            "is single-turn only.",
         )
         if self.comparator_generation_mode == "centralized":
             _at_least(self, "comparator_centralized_agent_index", 0)

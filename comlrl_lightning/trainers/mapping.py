@@ -54,7 +54,7 @@ FIELD_MAP: Dict[str, str] = {
     "temperature": "`model.sampling.temperature`",
     "top_p": "`model.sampling.top_p`",
     "top_k": "`model.sampling.top_k`",
-    "num_turns": "must be 1: the modules train single-turn (checked by the config)",
+    "num_turns": "`num_turns` of `data.task.turns` (MADPO; the constructor's `external_transition` is its `external_transition`; MARLHF: must be 1)",
     "joint_mode": "must be aligned: joint responses pair the same candidate index (checked by the config)",
     "eval_interval": "`trainer.val_check_interval` in optimizer updates (0: `trainer.limit_val_batches=0`)",
     "eval_num_samples": "`data.eval_num_samples`",
@@ -116,12 +116,12 @@ FIELD_MAP: Dict[str, str] = {
     "preference_scoring_reward": "`model.preference_scoring_reward`",
     "use_environment_step": "`trainer.env_step` advances with MADPO's updates (the W&B step, as the reference)",
     "environment_steps_per_pair": "`trainer.env_step` increment per trained pair (the W&B step, as the reference)",
+    "discount": "`discount` of `data.task.turns` when `num_turns` > 1: a trajectory's return is the discounted sum of its turns' rewards (the modules' default, null, is the last turn's reward)",
+    "early_termination_threshold": "`early_termination_threshold` of `data.task.turns` (a trajectory ends after a turn whose processed reward reaches it)",
 }
 """Every mapped field and the option it becomes."""
 
 IGNORED: Dict[str, str] = {
-    "discount": "multi-turn only; no effect in single-turn training (as in the reference)",
-    "early_termination_threshold": "multi-turn only; no effect in single-turn training (as in the reference)",
     "external_prompt_passthrough": "multi-turn only; no effect in single-turn training (as in the reference)",
     "advantage_mode": "decided by `rl_algorithm` for the group baselines and unused by MADPO and the critics (as in the reference)",
     "reward_model_device": "the reward model is part of the team module and lives on its device",

@@ -50,7 +50,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, r
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.hparams import set_hyperparameter
 from comlrl_lightning.trainers import mapping
-from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments, refuse_saved_keys
+from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments, refuse_saved_keys, turns_for
 from comlrl_lightning.trainers.attributes import (
     MARLHFAttributes,
     ReferenceAttributes,
@@ -140,6 +140,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
                 formatters=formatters,
                 reward_func=reward_func,
                 reward_processor=reward_processor,
+                turns=turns_for(self.args, external_transition),
             ),
         )
         self.task = reference_task(self.datamodule, self.module, tokenizer)  # checked now, as the reference

@@ -190,3 +190,73 @@ def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_a
     for name, value in expected_gradients.items():
         torch.testing.assert_close(gradients[name], value, rtol=1e-4, atol=1e-6, msg=name)
     assert not MADPOModule(**{**TINY_MODEL, "team": tiny_team(lora=LoraConfig(r=4), lora_one_pass=False)}).team.one_pass
+
+
+def _trajectory_pair(tokenizer, seed):
+    """A 2-agent pair whose winner has 2 turns and whose loser stopped after 1."""
+    from comlrl_lightning.data.trajectory_pairs import SideTurns, TrajectoryPair
+
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+    sides = {}
+    for side, turns in (("w", 2), ("l", 1)):
+        prompts = [[f"topic {agent}", f"topic {agent} then {side}{seed}"][:turns] for agent in range(2)]
+        texts = [[f"{side}{agent}{turn}{seed}xy" for turn in range(turns)] for agent in range(2)]
+        sides[side] = SideTurns(
+            prompts=prompts,
+            completions=texts,
+            rewards=[0.0] * turns,
+            prompt_ids=[[encode(p) for p in agent] for agent in prompts],
+            ids=[[encode(c) for c in agent] for agent in texts],
+        )
+    return TrajectoryPair(
+        prompts=[p[0] for p in sides["w"].prompts],
+        winner_completions=[c[0] for c in sides["w"].completions],
+        loser_completions=[c[0] for c in sides["l"].completions],
+        winner_reward=1.0,
+        loser_reward=0.0,
+        candidate_reward_mean=0.5,
+        winner_turns=sides["w"],
+        loser_turns=sides["l"],
+    )
+
+
+def test_multi_turn_margins_and_gradients_equal_summing_each_agents_turns_directly():
+    """A batch of trajectory pairs: each agent's margin is the sum of its winner's turns' log-probs
+    minus its loser's, scored one turn at a time, and the loss's gradients are those of that sum."""
+    from comlrl_lightning.losses import madpo_loss
+    from comlrl_lightning.team.team import pack_sequences
+    from tests.conftest import TINY_MODEL
+
+    torch.manual_seed(0)
+    module = MADPOModule(**TINY_MODEL)
+    module.configure_model()
+    pairs = [_trajectory_pair(module.team.tokenizers[0], seed) for seed in range(3)]
+    margins = module.margins(module.collate_pairs(pairs))
+    module.zero_grad(set_to_none=True)
+    madpo_loss(margins, module.dpo_beta).backward()
+    gradients = {name: p.grad.clone() for name, p in module.team.named_parameters() if p.grad is not None}
+
+    def turn_logprob(agent, prompt, completion):
+        scored = module.team.scored_length(agent, completion, module.score_last_token)
+        row = pack_sequences([prompt], [completion], [scored], module.team.tokenizers[agent].pad_token_id)
+        return module.team.sequence_logprobs(agent, row["input_ids"], row["attention_mask"], row["score_mask"])[0]
+
+    direct = torch.stack(
+        [
+            torch.stack(
+                [
+                    sum(turn_logprob(agent, p, c) for p, c in pair.turn_rows(agent, "winner"))
+                    - sum(turn_logprob(agent, p, c) for p, c in pair.turn_rows(agent, "loser"))
+                    for agent in range(2)
+                ]
+            )
+            for pair in pairs
+        ]
+    )
+    torch.testing.assert_close(margins.detach(), direct.detach(), rtol=1e-5, atol=1e-5)
+    module.zero_grad(set_to_none=True)
+    madpo_loss(direct, module.dpo_beta).backward()
+    for name, parameter in module.team.named_parameters():
+        if parameter.grad is not None:
+            torch.testing.assert_close(gradients[name], parameter.grad, rtol=1e-4, atol=1e-6)
+    assert len(gradients) == len([p for p in module.team.parameters() if p.grad is not None])

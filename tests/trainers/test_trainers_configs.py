@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from comlrl_lightning.trainers import mapping
+from comlrl_lightning.trainers.arguments import turns_for
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
     MADPOIterConfig,
@@ -153,7 +154,13 @@ def test_fields_and_defaults_are_the_references(config_class, expected):
             dict(reference_kl_enabled=True, reference_devices=["cpu"] * 3),
             "reference_devices length (3) must be 1 or 2.",
         ),
-        (MADPOConfig, dict(num_turns=2), "MADPO currently supports num_turns=1 only."),
+        (MARLHFConfig, dict(num_turns=2), "MARLHF currently supports num_turns=1 only"),
+        (MADPOConfig, dict(num_turns=2, collaboration_mode="centralized"), "num_turns > 1 needs collaboration_mode"),
+        (
+            MADPOIterConfig,
+            dict(num_turns=2, comparator_generation_mode="centralized"),
+            "centralized comparator generation is single-turn only",
+        ),
         (MADPOConfig, dict(preference_num_candidates=1), "preference_num_candidates must be >= 2."),
         (MADPOConfig, dict(preference_pairs_per_sample=0), "preference_pairs_per_sample must be >= 1 or null."),
         (MADPOConfig, dict(dpo_beta=0), "dpo_beta must be > 0."),
@@ -337,6 +344,7 @@ def built(config) -> dict:
         wandb=mapping.wandb_options(config),
         env_steps=vars(environment_steps_for(config)),
         collaboration=repr(mapping.collaboration_for(config)),
+        turns=repr(turns_for(config, "tests.helpers.turn_helpers.reward_feedback")),
     )
     if hasattr(config, "num_iterations"):
         comparator = mapping.comparator_for(config)
@@ -367,7 +375,9 @@ CHANGES = {  # field -> (config class, base options, new value)
     "temperature": (MADPOConfig, {}, 1.0),
     "top_p": (MADPOConfig, {}, 1.0),
     "top_k": (MADPOConfig, {}, None),
-    "num_turns": None,
+    "num_turns": (MADPOConfig, {}, 2),
+    "discount": (MADPOConfig, dict(num_turns=2), 0.5),
+    "early_termination_threshold": (MADPOConfig, dict(num_turns=2), 0.0),
     "joint_mode": None,  # must stay 1 / aligned
     "eval_interval": (MADPOConfig, {}, 0),
     "eval_num_samples": (MADPOConfig, {}, 8),
@@ -440,7 +450,6 @@ def test_every_mapped_field_has_a_change_below():
     assert set(CHANGES) == set(mapping.FIELD_MAP)
     # one allowed value each (passed through, checked by the config) / a callback (tested end to end)
     assert {field for field, change in CHANGES.items() if change is None} == {
-        "num_turns",
         "joint_mode",
         "log_reward_distribution",
     }
@@ -460,5 +469,5 @@ def test_the_docs_table_is_generated_from_the_mapping():
 
 
 def test_ignored_fields_with_a_value_warn():
-    with pytest.warns(UserWarning, match=r"discount=0.9 has no effect here: multi-turn only"):
-        mapping.warn_ignored(MADPOConfig(discount=0.9))
+    with pytest.warns(UserWarning, match=r"external_prompt_passthrough=True has no effect here: multi-turn only"):
+        mapping.warn_ignored(MADPOConfig(external_prompt_passthrough=True))

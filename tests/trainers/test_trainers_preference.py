@@ -363,9 +363,9 @@ def test_wandb_config_logs_offline(tmp_path, monkeypatch):
             "eval_logger needs eval_aggregator",
         ),
         (
-            lambda: MADPOTrainer(agent_model="embedded", external_transition=print),
+            lambda: MARLHFTrainer(agent_model="embedded", external_transition=print),
             OptionError,
-            "external_transition is not supported",
+            "external_transition is not supported by MARLHFTrainer",
         ),
         (
             lambda: MADPOTrainer(agent_model="embedded", critic_model="x"),
@@ -499,3 +499,25 @@ def test_wrong_types_to_the_seed_api_are_one_line_errors_naming_the_option(tmp_p
     with pytest.raises(ConfigurationTypeError, match="save_checkpoint output_dir must be a path .*got NoneType"):
         trainer.save_checkpoint(None)
     assert not (Path.cwd() / "None").exists() and not (tmp_path / "None").exists()
+
+
+def test_the_seed_api_trains_madpo_on_two_turns_with_its_external_transition(tmp_path):
+    """``num_turns``, ``discount``, ``early_termination_threshold`` and ``external_transition`` (the
+    reference's names) become the task's turns; the run collects and trains on trajectory pairs."""
+    from comlrl_lightning.data.trajectory_pairs import TrajectoryPair
+    from tests.helpers.turn_helpers import reward_feedback
+
+    args = MADPOConfig(**{**SMALL, "num_train_epochs": 1, "num_turns": 2, "discount": 0.5})
+    trainer = MADPOTrainer(
+        agent_model="embedded",
+        args=args,
+        external_transition=reward_feedback,
+        wandb_config={"output_dir": str(tmp_path)},
+    )
+    turns = trainer.datamodule.task_options.turns
+    assert (turns.num_turns, turns.transition, turns.discount) == (2, reward_feedback, 0.5)
+    trainer.train()
+    pairs = trainer.datamodule.pairs
+    assert pairs and all(isinstance(pair, TrajectoryPair) for pair in pairs)
+    rewards = pairs[0].winner_turns.rewards
+    assert pairs[0].winner_reward == pytest.approx(rewards[0] + 0.5 * rewards[1])

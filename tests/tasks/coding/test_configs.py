@@ -15,7 +15,7 @@ from comlrl_lightning.tasks.coding import CooperativeCodeReward, HumanEval, aux_
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
-@pytest.mark.parametrize("name", ["coding_madpo_iter.yaml", "coding_marlhf.yaml"])
+@pytest.mark.parametrize("name", ["coding_madpo_iter.yaml", "coding_madpo_iter_2turn.yaml", "coding_marlhf.yaml"])
 def test_the_coding_configs_parse_and_name_the_coding_task(name, capsys):
     with pytest.raises(SystemExit):
         main(
@@ -34,7 +34,7 @@ def test_the_coding_configs_parse_and_name_the_coding_task(name, capsys):
     )
 
 
-@pytest.mark.parametrize("name", ["coding_madpo_iter.yaml", "coding_marlhf.yaml"])
+@pytest.mark.parametrize("name", ["coding_madpo_iter.yaml", "coding_madpo_iter_2turn.yaml", "coding_marlhf.yaml"])
 def test_the_data_section_builds_humaneval_with_the_shifted_reward(name):
     parser = ArgumentParser()
     parser.add_subclass_arguments(LightningDataModule, "data")
@@ -47,3 +47,22 @@ def test_the_data_section_builds_humaneval_with_the_shifted_reward(name):
     task = options.build(2)
     assert task.formatters == [aux_prompt, main_prompt]
     assert isinstance(task.oracle.reward_func, CooperativeCodeReward) and task.oracle.process(4.0) == 0.0
+
+
+def test_the_two_turn_config_differs_from_the_one_turn_config_only_in_its_turns():
+    from comlrl_lightning.tasks.coding import code_feedback
+
+    one, two = (
+        yaml.safe_load((CONFIGS / name).read_text())
+        for name in ("coding_madpo_iter.yaml", "coding_madpo_iter_2turn.yaml")
+    )
+    turns = two["data"]["init_args"]["task"].pop("turns")
+    assert two["trainer"].pop("default_root_dir") != one["trainer"].pop("default_root_dir")
+    assert one == two
+    parser = ArgumentParser()
+    parser.add_subclass_arguments(LightningDataModule, "data")
+    section = {"data": yaml.safe_load((CONFIGS / "coding_madpo_iter_2turn.yaml").read_text())["data"]}
+    task = parser.instantiate(parser.parse_object(section)).data.task_options.build(2)
+    assert task.turns.num_turns == 2 and turns["num_turns"] == 2
+    assert task.turns.transition is code_feedback and task.turns.discount is None
+    assert task.turns.stops(0.0) and not task.turns.stops(-0.5)

@@ -1,0 +1,119 @@
+"""What a team module samples and scores when it evaluates: one joint answer per evaluation item
+(:meth:`TurnEvaluation.evaluate_items`), or for a multi-turn task one joint trajectory, logged turn by turn.
+
+With the task's ``num_turns = H > 1`` the team module evaluates each item with one joint trajectory
+of up to ``H`` turns, sampled as collection samples them (the same transition, early stop and
+return), and logs ``eval/turn_<t>/reward_mean`` (the mean task reward of turn ``t`` over the
+trajectories that reached it, ``t = 1..H``) and ``eval/turn_1/expected_return`` (the mean return of
+the whole trajectory: the expected return from turn 1 on). A single-turn task never comes here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from comlrl_lightning.data.oracle import score_requests
+from comlrl_lightning.data.trajectories import sample_trajectories, team_sampler
+from comlrl_lightning.generation.base import sample_team
+from comlrl_lightning.runtime.distributed import gather_objects
+from comlrl_lightning.runtime.rng import RandomStream
+
+RETURN_KEY = "eval/turn_1/expected_return"
+
+
+def turn_sums(per_item: Sequence[Sequence[float]]) -> List[Tuple[float, int]]:
+    """``(sum, count)`` of every turn's rewards over the trajectories that reached it."""
+    totals: List[Tuple[float, int]] = []
+    for rewards in per_item:
+        for turn, reward in enumerate(rewards):
+            if turn == len(totals):
+                totals.append((0.0, 0))
+            total, count = totals[turn]
+            totals[turn] = (total + float(reward), count + 1)
+    return totals
+
+
+def turn_means(parts: Sequence[Sequence[Tuple[float, int]]]) -> Dict[str, float]:
+    """``eval/turn_<t>/reward_mean`` from every process's :func:`turn_sums`."""
+    metrics: Dict[str, float] = {}
+    for turn in range(max((len(part) for part in parts), default=0)):
+        total = sum(part[turn][0] for part in parts if len(part) > turn)
+        count = sum(part[turn][1] for part in parts if len(part) > turn)
+        metrics[f"eval/turn_{turn + 1}/reward_mean"] = total / max(count, 1)
+    return metrics
+
+
+class TurnEvaluation:
+    """A team module's evaluation samples: one joint answer per item, or trajectories and per-turn
+    metrics for a multi-turn task."""
+
+    evaluated_turns: Optional[List[List[float]]] = None
+    """Per-turn rewards of every item evaluated outside the validation loop since the last summary."""
+
+    def evaluate_items(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream) -> List[float]:
+        """Processed task reward of one joint sample per item, drawn from ``stream`` (a multi-turn
+        task: the return of one joint trajectory per item, :meth:`evaluate_turns`)."""
+        if task.turns.multi:
+            return self.evaluate_turns(items, task, stream)
+        prompts = [task.prompts(item) for item in items]
+        with self.generation_context():
+            samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
+        texts = [[samples[a][k][0].text for a in range(len(samples))] for k in range(len(items))]
+        requests = [([[text] for text in texts[k]], prompts[k], item) for k, item in enumerate(items)]
+        rewards = [processed[0] for _, processed in score_requests(task.oracle, requests)]
+        if self.evaluation_record is not None:
+            self.evaluation_record.add(task, items, texts, rewards)
+        return rewards
+
+    def sample_turns(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream):
+        """One joint trajectory per item: ``(per-turn rewards per item, returns)``, recorded as evaluation samples."""
+        sampler = team_sampler(self.generator, self.team, self.generation_settings, stream)
+        prompts = [task.prompts(item) for item in items]
+        with self.generation_context():
+            sampled = sample_trajectories(
+                sampler, task.oracle, task.turns, items, prompts, 1, lambda: self.team.tokenizers
+            )
+        trajectories = [per_item[0] for per_item in sampled]
+        returns = [task.turns.trajectory_return(t.rewards) for t in trajectories]
+        if self.evaluation_record is not None:
+            texts = [[c.text for c in t.completions[-1]] for t in trajectories]
+            self.evaluation_record.add(task, items, texts, returns)
+        return [list(t.rewards) for t in trajectories], returns
+
+    def evaluate_turns(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream) -> List[float]:
+        """The returns of one trajectory per item; the per-turn rewards wait for :meth:`turn_summary`."""
+        per_turn, returns = self.sample_turns(items, task, stream)
+        self.evaluated_turns = (self.evaluated_turns or []) + per_turn
+        return returns
+
+    def turn_summary(self, world: int) -> Dict[str, float]:
+        """Per-turn means of what :meth:`evaluate_turns` evaluated (every process's); nothing for one turn."""
+        if self.evaluated_turns is None:
+            return {}
+        per_turn, self.evaluated_turns = self.evaluated_turns, None
+        return turn_means(gather_objects(turn_sums(per_turn), world))
+
+    def validate_turns(self, batch: List[Dict[str, Any]], task: Any, stream: RandomStream) -> None:
+        """A validation step of a multi-turn task: turn 1's reward and the return in the module's exact
+        metrics, later turns' rewards averaged over the trajectories that reached them."""
+        per_turn, returns = self.sample_turns(batch, task, stream)
+        if not batch:
+            return
+        values = {
+            "eval/turn_1/reward_mean": [rewards[0] for rewards in per_turn],
+            RETURN_KEY: returns,
+        }
+        for key, metric in self.eval_metrics.items():
+            metric.update(torch.tensor(values[key], dtype=torch.float32, device=self.device))
+            self.log(key, metric, on_step=False, on_epoch=True, batch_size=len(batch))
+        for turn in range(1, task.turns.num_turns):
+            reached = [rewards[turn] for rewards in per_turn if len(rewards) > turn]
+            if reached:
+                value = torch.tensor(sum(reached) / len(reached), device=self.device)
+                key = f"eval/turn_{turn + 1}/reward_mean"
+                self.log(key, value, on_step=False, on_epoch=True, batch_size=len(reached), sync_dist=True)
+
+
+__all__ = ["TurnEvaluation", "turn_means", "turn_sums"]

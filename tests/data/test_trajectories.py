@@ -1,0 +1,116 @@
+"""Trajectories sampled turn by turn: who samples what, the transition's turns, early stop, pairs."""
+
+from __future__ import annotations
+
+import pytest
+
+from comlrl_lightning.data.oracle import Oracle
+from comlrl_lightning.data.trajectories import pairs_against, pairs_within, sample_trajectories
+from comlrl_lightning.data.turns import TransitionError, Turns
+from comlrl_lightning.generation.base import Completion
+from comlrl_lightning.runtime.rng import RandomStream
+
+
+class ScriptedSampler:
+    """Completions named after the call, agent, item and sample; records every call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, items, prompts, count):
+        self.calls.append((len(items), [list(map(str, p)) for p in prompts], count))
+        call = len(self.calls) - 1
+        agents = len(prompts[0])
+        return [
+            [
+                [Completion(ids=[call, a, k, j], text=f"c{call}a{a}i{k}s{j}") for j in range(count)]
+                for k in range(len(items))
+            ]
+            for a in range(agents)
+        ]
+
+
+def digit_reward(a, b):
+    """The sample index of agent 0's completion, plus 10 per turn (the call index)."""
+    text = a[0]
+    return [float(text[text.index("s") + 1 :]) + 10 * float(text[1 : text.index("a")])]
+
+
+def feedback(item, turn, history):
+    return [f"t{turn}r{history.rewards[-1]:g}"] * 2
+
+
+ITEMS = [{"prompt": "x"}, {"prompt": "y"}]
+PROMPTS = [["x0", "x1"], ["y0", "y1"]]
+
+
+def test_trajectory_j_starts_from_candidate_j_and_continues_one_sample_per_turn():
+    sampler = ScriptedSampler()
+    turns = Turns(num_turns=3, external_transition=feedback)
+    sampled = sample_trajectories(sampler, Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None)
+    assert [call[0] for call in sampler.calls] == [2, 4, 4] and [call[2] for call in sampler.calls] == [2, 1, 1]
+    trajectory = sampled[1][1]  # item 1, trajectory 1
+    assert [c.text for c in trajectory.completions[0]] == ["c0a0i1s1", "c0a1i1s1"]
+    assert [c.text for c in trajectory.completions[1]] == ["c1a0i3s0", "c1a1i3s0"]  # the 4th trajectory of turn 1
+    assert trajectory.rewards == [1.0, 10.0, 20.0]
+    assert trajectory.prompts[1][0] == "y0c0a0i1s1\n\nt0r1\n"
+    assert trajectory.prompts[2][1] == "y0c0a1i1s1\n\nt0r1\n".replace("y0", "y1") + "c1a1i3s0\n\nt1r10\n"
+
+
+def test_a_trajectory_stops_early_when_its_reward_reaches_the_threshold():
+    sampler = ScriptedSampler()
+    turns = Turns(num_turns=3, external_transition=feedback, early_termination_threshold=1.0)
+    sampled = sample_trajectories(sampler, Oracle(digit_reward), turns, ITEMS[:1], PROMPTS[:1], 2, lambda: None)
+    assert len(sampled[0][1].rewards) == 1  # candidate 1 scored 1.0 at turn 0
+    assert len(sampled[0][0].rewards) == 2  # candidate 0 scored 0.0, then 10.0 at turn 1: stopped there
+    assert [call[0] for call in sampler.calls] == [1, 1]
+
+
+def test_a_bad_transition_fails_before_the_next_turn_is_sampled():
+    sampler = ScriptedSampler()
+    turns = Turns(num_turns=2, external_transition="tests.helpers.turn_helpers.one_message")
+    with pytest.raises(TransitionError, match=r"one_message \(item 0, after turn 0\)"):
+        sample_trajectories(sampler, Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None)
+    assert len(sampler.calls) == 1
+
+
+def _encode(agent, prompt):
+    return [len(prompt), agent]
+
+
+def test_pairs_compare_returns_and_hold_every_turn():
+    turns = Turns(num_turns=2, external_transition=feedback, discount=0.5)
+    sampled = sample_trajectories(ScriptedSampler(), Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None)
+    result = pairs_within(sampled, turns, _encode, "reward_gap", None, RandomStream(0))
+    pair = result.item_pairs[0][0]
+    assert result.scores[0] == [0 + 0.5 * 10, 1 + 0.5 * 10]  # every turn-1 sample is s0
+    assert (pair.winner_reward, pair.loser_reward) == (6.0, 5.0)
+    assert pair.winner_turns.rewards == [1.0, 10.0] and pair.loser_turns.rewards == [0.0, 10.0]
+    assert pair.winner_turns.ids[0] == [[0, 0, 0, 1], [1, 0, 1, 0]]
+    assert pair.winner_turns.prompt_ids[1][1] == [len(pair.winner_turns.prompts[1][1]), 1]
+    assert pair.winner_completions == ["c0a0i0s1", "c0a1i0s1"] and pair.prompts == ["x0", "x1"]
+
+
+def test_pairs_against_the_comparator_compare_trajectory_j_with_trajectory_j():
+    turns = Turns(num_turns=2, external_transition=feedback)
+    mine = sample_trajectories(ScriptedSampler(), Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None)
+    theirs = sample_trajectories(ScriptedSampler(), Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None)
+    theirs[0][0].rewards[-1] = 99.0
+    result = pairs_against(mine, theirs, turns, _encode, "reward_gap", None, RandomStream(0))
+    assert len(result.item_pairs[0]) == 1 and not result.item_pairs[1]  # every other trajectory ties
+    pair = result.item_pairs[0][0]
+    assert (pair.winner_reward, pair.loser_reward) == (99.0, 10.0)
+    assert pair.target_raw_reward == 10.0 and pair.comparator_raw_reward == 10.0  # raw rewards untouched
+
+
+def test_a_trajectory_the_source_returns_nothing_for_ends_at_its_last_turn():
+    class ShortSampler(ScriptedSampler):
+        def __call__(self, items, prompts, count):
+            result = super().__call__(items, prompts, count)
+            if len(self.calls) > 1:
+                result[1][0] = []  # agent 1 got no answer for the first trajectory of turn 1
+            return result
+
+    turns = Turns(num_turns=2, external_transition=feedback)
+    sampled = sample_trajectories(ShortSampler(), Oracle(digit_reward), turns, ITEMS[:1], PROMPTS[:1], 2, lambda: None)
+    assert [len(t.rewards) for t in sampled[0]] == [1, 2]

@@ -1,0 +1,28 @@
+"""Transitions for the multi-turn tests: a plain one, and ones that break the convention."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from comlrl_lightning.data.turns import TurnHistory
+
+
+def reward_feedback(item: Dict[str, Any], turn: int, history: TurnHistory) -> List[str]:
+    """Each agent is told the last turn's reward and the other agent's answer."""
+    responses = history.responses[-1]
+    return [
+        f"turn {turn} scored {history.rewards[-1]:.2f}; your partner wrote {responses[1 - agent]}"
+        for agent in range(len(responses))
+    ]
+
+
+def raising(item, turn, history):
+    raise RuntimeError("feedback service down")
+
+
+def one_message(item, turn, history):
+    return ["only one"]
+
+
+def not_text(item, turn, history):
+    return ["fine", 7]

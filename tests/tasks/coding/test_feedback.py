@@ -1,0 +1,69 @@
+"""The coding task's transition: what each agent reads after a turn (the tests by a trusted fake runner)."""
+
+from __future__ import annotations
+
+from comlrl_lightning.data.turns import TurnHistory, Turns, call_transition
+from comlrl_lightning.tasks.coding import CodeFeedback, CooperativeCodeReward, code_feedback, cooperative_code_reward
+from comlrl_lightning.tasks.coding.feedback import syntax_problem
+from tests.tasks.coding.test_reward import AUX, ITEM, MAIN_USES_AUX, FakeRunner, Report
+
+
+class FailingRunner(FakeRunner):
+    def __call__(self, programs, items, timeout=10.0):
+        self.calls.append(list(programs))
+        return [Report(1, 2, "finished", "assert candidate([]) == 0 -> got 5") for _ in programs]
+
+
+def _history(aux, main):
+    return TurnHistory(prompts=[["a", "m"]], responses=[[aux, main]], raw_rewards=[0.0], rewards=[0.0])
+
+
+def _messages(aux, main, runner=None):
+    reward = CooperativeCodeReward(run_tests_batch=runner or FailingRunner(0))
+    return CodeFeedback(reward)(ITEM, 0, _history(aux, main)), reward
+
+
+def test_each_agent_reads_its_functions_the_tests_and_how_aux_is_used():
+    (aux_message, main_message), _ = _messages(AUX, MAIN_USES_AUX)
+    assert aux_message.splitlines() == [
+        "Functions found in your code: `aux`.",
+        "1/2 tests passed; first failure: assert candidate([]) == 0 -> got 5.",
+        "`total` calls `aux` and uses its result.",
+        "Revise `aux`. Answer with one revised Python code block and nothing else.",
+    ]
+    assert main_message.splitlines()[0] == "Functions found in your code: `total`."
+    assert main_message.splitlines()[-1].startswith("Revise `total`.")
+    assert AUX not in main_message and MAIN_USES_AUX not in aux_message  # nobody sees the partner's code
+
+
+def test_a_syntax_error_is_reported_with_its_line_and_the_tests_did_not_run():
+    broken = "```python\ndef total(xs):\n    return (1 +\n```"
+    (aux_message, main_message), _ = _messages(AUX, broken)
+    assert syntax_problem(broken) is not None and syntax_problem(broken).startswith("line 3:")
+    assert "Your code does not parse: line 3:" in main_message
+    assert "The tests did not run" in main_message and "Your code does not parse" not in aux_message
+
+
+def test_a_missing_function_and_a_function_that_drops_aux_are_named():
+    (aux_message, main_message), _ = _messages("def helper(x):\n    return x\n", "def total(xs):\n    return 0\n")
+    assert "Functions found in your code: `helper`. `aux` is missing." in aux_message
+    assert "`total` does not call `aux`." in main_message
+    (_, main_message), _ = _messages(AUX, "def total(xs):\n    aux(xs)\n    return 0\n")
+    assert "`total` calls `aux` but ignores its return value." in main_message
+
+
+def test_all_tests_passed_and_the_turns_report_is_reused_not_run_again():
+    runner = FakeRunner(2, 2)
+    reward = CooperativeCodeReward(run_tests_batch=runner)
+    reward([AUX], [MAIN_USES_AUX], [ITEM])  # the turn's scoring
+    messages = call_transition(CodeFeedback(reward), ITEM, 0, _history(AUX, MAIN_USES_AUX), 2, 0)
+    assert "2/2 tests passed." in messages[0] and len(runner.calls) == 1
+    CodeFeedback(reward)(ITEM, 0, _history(AUX, "def total(xs):\n    return 1\n"))
+    assert len(runner.calls) == 2  # an answer not scored last runs its tests
+
+
+def test_the_default_transition_uses_the_tasks_reward_and_is_importable_by_path():
+    assert code_feedback.reward is cooperative_code_reward
+    assert Turns(num_turns=2, external_transition="comlrl_lightning.tasks.coding.code_feedback").transition is (
+        code_feedback
+    )
