@@ -12,12 +12,13 @@ team being trained, or any comparator (every later turn asks for one sample per 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from comlrl_lightning.data.collection import CollectionResult, mean_like_numpy, select_against
 from comlrl_lightning.data.oracle import score_requests
-from comlrl_lightning.data.pairs import select_pairs
+from comlrl_lightning.data.pairs import PairSelection, select_pairs
 from comlrl_lightning.data.trajectory_pairs import SideTurns, TrajectoryPair
 from comlrl_lightning.data.turns import TurnHistory, Turns, call_transition, next_prompt
 from comlrl_lightning.generation.base import Completion, GenerationSettings, Generator, sample_team
@@ -109,6 +110,10 @@ def sample_trajectories(
     return trajectories
 
 
+def _agent_tokenizer(tokenizers: Callable[[], Sequence[Any]], agent: int) -> Any:
+    return tokenizers()[agent]
+
+
 def _next_prompts(
     turns: Turns,
     item: Dict[str, Any],
@@ -118,10 +123,13 @@ def _next_prompts(
     num_agents: int,
     tokenizers: Callable[[], Sequence[Any]],
 ) -> List[str]:
-    messages = call_transition(turns.transition, item, turn, trajectory.history(), num_agents, index)
+    transition = turns.transition
+    if transition is None:  # Turns refuses num_turns > 1 without one; a single turn never comes here
+        raise ValueError("a second turn needs the task's external_transition")
+    messages = call_transition(transition, item, turn, trajectory.history(), num_agents, index)
     return [
         next_prompt(
-            lambda agent=agent: tokenizers()[agent],
+            functools.partial(_agent_tokenizer, tokenizers, agent),
             trajectory.prompts[-1][agent],
             trajectory.completions[-1][agent].text,
             messages[agent],
@@ -178,7 +186,7 @@ def pairs_within(
     trajectories: List[List[Trajectory]],
     turns: Turns,
     encode: Callable[[int, str], List[int]],
-    pair_selection: str,
+    pair_selection: PairSelection,
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:
@@ -203,7 +211,7 @@ def pairs_against(
     comparator: List[List[Trajectory]],
     turns: Turns,
     encode: Callable[[int, str], List[int]],
-    pair_selection: str,
+    pair_selection: PairSelection,
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:

@@ -89,13 +89,13 @@ class TrajectoryPair(PreferencePair):
     def from_record(cls, record: Dict[str, Any], num_agents: int) -> "TrajectoryPair":
         """Read a multi-turn record back (no token ids)."""
         base = PreferencePair.from_record(record, num_agents)
-        sides = {
-            f"{side}_turns": SideTurns.from_record(
+        winner, loser = (
+            SideTurns.from_record(
                 record.get(f"{side}_turns") or [], record.get(f"{side}_turn_rewards") or [], num_agents
             )
             for side in SIDES
-        }
-        return cls(**{name: getattr(base, name) for name in PREFERENCE_FIELDS}, **sides)
+        )
+        return cls(**{name: getattr(base, name) for name in PREFERENCE_FIELDS}, winner_turns=winner, loser_turns=loser)
 
     def turn_rows(self, agent: int, side: str) -> List[Tuple[List[int], List[int]]]:
         """``(prompt ids, completion ids)`` of every turn of agent ``agent`` on ``side``, in order."""

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from comlrl_lightning.comparators import CentralizedComparator, Comparator
 from comlrl_lightning.data.collection import CollectionResult
 from comlrl_lightning.data.contract import TeamSide
+from comlrl_lightning.data.pairs import PairSelection
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.data.trajectories import (
     Sampler,
@@ -81,7 +82,7 @@ def collect_within(
     task: Task,
     items: Sequence[Dict[str, Any]],
     num_candidates: int,
-    pair_selection: str,
+    pair_selection: PairSelection,
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:
@@ -102,7 +103,7 @@ def collect_against(
     comparator: Comparator,
     items: Sequence[Dict[str, Any]],
     counts: List[int],
-    pair_selection: str,
+    pair_selection: PairSelection,
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:

@@ -10,7 +10,7 @@ the whole trajectory: the expected return from turn 1 on). A single-turn task ne
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 
@@ -45,6 +45,32 @@ def turn_means(parts: Sequence[Sequence[Tuple[float, int]]]) -> Dict[str, float]
     return metrics
 
 
+class _TeamModuleParts(Protocol):
+    """What :class:`TurnEvaluation` reads of the team module it is mixed into."""
+
+    team: Any
+    generator: Any
+    generation_settings: Any
+    evaluation_record: Any
+    eval_metrics: Dict[str, Any]
+    evaluated_turns: Optional[List[List[float]]]
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def generation_context(self) -> ContextManager[None]: ...
+
+    def log(self, name: str, value: Any, **options: Any) -> None: ...
+
+    def sample_turns(
+        self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
+    ) -> Tuple[List[List[float]], List[float]]: ...
+
+    def evaluate_turns(
+        self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
+    ) -> List[float]: ...
+
+
 class TurnEvaluation:
     """A team module's evaluation samples: one joint answer per item, or trajectories and per-turn
     metrics for a multi-turn task."""
@@ -52,7 +78,9 @@ class TurnEvaluation:
     evaluated_turns: Optional[List[List[float]]] = None
     """Per-turn rewards of every item evaluated outside the validation loop since the last summary."""
 
-    def evaluate_items(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream) -> List[float]:
+    def evaluate_items(
+        self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
+    ) -> List[float]:
         """Processed task reward of one joint sample per item, drawn from ``stream`` (a multi-turn
         task: the return of one joint trajectory per item, :meth:`evaluate_turns`)."""
         if task.turns.multi:
@@ -67,7 +95,9 @@ class TurnEvaluation:
             self.evaluation_record.add(task, items, texts, rewards)
         return rewards
 
-    def sample_turns(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream):
+    def sample_turns(
+        self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
+    ) -> Tuple[List[List[float]], List[float]]:
         """One joint trajectory per item: ``(per-turn rewards per item, returns)``, recorded as evaluation samples."""
         sampler = team_sampler(self.generator, self.team, self.generation_settings, stream)
         prompts = [task.prompts(item) for item in items]
@@ -82,7 +112,9 @@ class TurnEvaluation:
             self.evaluation_record.add(task, items, texts, returns)
         return [list(t.rewards) for t in trajectories], returns
 
-    def evaluate_turns(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream) -> List[float]:
+    def evaluate_turns(
+        self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
+    ) -> List[float]:
         """The returns of one trajectory per item; the per-turn rewards wait for :meth:`turn_summary`."""
         per_turn, returns = self.sample_turns(items, task, stream)
         self.evaluated_turns = (self.evaluated_turns or []) + per_turn
@@ -95,7 +127,7 @@ class TurnEvaluation:
         per_turn, self.evaluated_turns = self.evaluated_turns, None
         return turn_means(gather_objects(turn_sums(per_turn), world))
 
-    def validate_turns(self, batch: List[Dict[str, Any]], task: Any, stream: RandomStream) -> None:
+    def validate_turns(self: _TeamModuleParts, batch: List[Dict[str, Any]], task: Any, stream: RandomStream) -> None:
         """A validation step of a multi-turn task: turn 1's reward and the return in the module's exact
         metrics, later turns' rewards averaged over the trajectories that reached them."""
         per_turn, returns = self.sample_turns(batch, task, stream)
