@@ -182,6 +182,14 @@ def side_turns(trajectory: Trajectory, encode: Callable[[int, str], List[int]]) 
     )
 
 
+def turn_reward_means(trajectories: Sequence[Trajectory]) -> List[float]:
+    """Per turn ``t``, the mean processed reward of the ``trajectories`` that reached it (:func:`mean_like_numpy`)."""
+    longest = max((len(t.rewards) for t in trajectories), default=0)
+    return [
+        mean_like_numpy([t.rewards[turn] for t in trajectories if len(t.rewards) > turn]) for turn in range(longest)
+    ]
+
+
 def pairs_within(
     trajectories: List[List[Trajectory]],
     turns: Turns,
@@ -196,10 +204,13 @@ def pairs_within(
     for per_item in trajectories:
         returns = [turns.trajectory_return(t.rewards) for t in per_item]
         result.scores.append(returns)
-        mean = mean_like_numpy(returns)
+        means = {
+            "candidate_reward_mean": mean_like_numpy(returns),
+            "candidate_turn_reward_means": turn_reward_means(per_item),
+        }
         result.item_pairs.append(
             [
-                trajectory_pair(per_item[w], per_item[lose], turns, encode, candidate_reward_mean=mean)
+                trajectory_pair(per_item[w], per_item[lose], turns, encode, **means)
                 for w, lose in select_pairs(returns, pair_selection, pairs_per_sample, stream.python)
             ]
         )
@@ -225,7 +236,10 @@ def pairs_against(
         result.scores.append(scores["current"] + scores["comparator"])
         result.target_raw_rewards.append(raw["current"])
         result.comparator_raw_rewards.append(raw["comparator"])
-        mean = mean_like_numpy(scores["current"] + scores["comparator"])
+        means = {
+            "candidate_reward_mean": mean_like_numpy(scores["current"] + scores["comparator"]),
+            "candidate_turn_reward_means": turn_reward_means(mine + theirs),
+        }
         result.item_pairs.append(
             [
                 trajectory_pair(
@@ -233,7 +247,7 @@ def pairs_against(
                     sides[loser][j],
                     turns,
                     encode,
-                    candidate_reward_mean=mean,
+                    **means,
                     raw_rewards=[raw[winner][j], raw[loser][j]],
                     target_raw_reward=raw["current"][j],
                     comparator_raw_reward=raw["comparator"][j],

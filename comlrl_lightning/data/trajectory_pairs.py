@@ -5,10 +5,12 @@ and loser are joint trajectories of several turns. Its first-turn fields keep th
 meaning (``prompts``: the agents' first prompts; ``winner_completions``: the winner's first-turn
 answers...), ``winner_reward`` / ``loser_reward`` are the trajectories' returns, and per agent the
 record adds every turn in order (the prompt the agent read and its completion) and each turn's
-reward::
+reward, and the mean reward of each turn over the item's trajectories that reached it (what
+training logs as ``turn_<t>/reward_mean``)::
 
     {..., "winner_turns": [{"prompts": [p_0, p_1], "completions": [c_0, c_1]}, ...one per agent],
-          "loser_turns": [...], "winner_turn_rewards": [r_0, r_1], "loser_turn_rewards": [r_0]}
+          "loser_turns": [...], "winner_turn_rewards": [r_0, r_1], "loser_turn_rewards": [r_0],
+          "candidate_turn_reward_means": [m_0, m_1]}
 
 The two sides may have different numbers of turns (a trajectory that ended early). A single-turn
 run never makes one: its records are exactly the single-turn records.
@@ -63,10 +65,12 @@ class SideTurns:
 @dataclass
 class TrajectoryPair(PreferencePair):
     """A winner/loser pair of joint trajectories (see the module's docstring): the single-turn
-    fields of the first turn, and each side's turns (:class:`SideTurns`)."""
+    fields of the first turn, each side's turns (:class:`SideTurns`), and per turn the mean processed
+    reward of the item's trajectories that reached it (``candidate_reward_mean`` is their returns' mean)."""
 
     winner_turns: SideTurns = field(default_factory=SideTurns)
     loser_turns: SideTurns = field(default_factory=SideTurns)
+    candidate_turn_reward_means: List[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,6 +86,7 @@ class TrajectoryPair(PreferencePair):
         record.update(
             winner_turn_rewards=[float(v) for v in self.winner_turns.rewards],
             loser_turn_rewards=[float(v) for v in self.loser_turns.rewards],
+            candidate_turn_reward_means=[float(v) for v in self.candidate_turn_reward_means],
         )
         return record
 
@@ -95,7 +100,12 @@ class TrajectoryPair(PreferencePair):
             )
             for side in SIDES
         )
-        return cls(**{name: getattr(base, name) for name in PREFERENCE_FIELDS}, winner_turns=winner, loser_turns=loser)
+        return cls(
+            **{name: getattr(base, name) for name in PREFERENCE_FIELDS},
+            winner_turns=winner,
+            loser_turns=loser,
+            candidate_turn_reward_means=[float(v) for v in record.get("candidate_turn_reward_means") or []],
+        )
 
     def turn_rows(self, agent: int, side: str) -> List[Tuple[List[int], List[int]]]:
         """``(prompt ids, completion ids)`` of every turn of agent ``agent`` on ``side``, in order."""

@@ -78,6 +78,7 @@ class MADPOModule(TeamModule):
             "agents": agents,
             "owners": owners,
             "candidate_reward_mean": torch.tensor([pair.candidate_reward_mean for pair in pairs], dtype=torch.float32),
+            "candidate_turn_reward_means": padded_turn_means(pairs),
         }
 
     def scored_length(self, agent: int, completion: List[int]) -> int:
@@ -132,6 +133,8 @@ class MADPOModule(TeamModule):
             "turn_1/reward_mean": reward_mean,
             "turn_1/expected_return": reward_mean,
         }
+        if "candidate_turn_reward_means" in batch:  # multi-turn: turn t's own reward, the return beside
+            metrics.update(turn_reward_metrics(batch["candidate_turn_reward_means"]))
         metrics.update({f"train/agent_{i}/margin": margins[:, i].detach().mean() for i in range(margins.shape[1])})
         self.log_dict(metrics, batch_size=size, prog_bar=False)
         self.log("train/loss_step", loss.detach(), batch_size=size, prog_bar=True, logger=False)
@@ -154,3 +157,25 @@ def recomputed_sequence_logprobs(team, agent: int, batch: Dict[str, Any]) -> tor
         batch["score_mask"],
         use_reentrant=False,
     )
+
+
+def padded_turn_means(pairs: List[PreferencePair]) -> torch.Tensor:
+    """``[B, H]``: each pair's per-turn candidate reward means (``candidate_turn_reward_means``; a
+    single-turn pair's one turn is its ``candidate_reward_mean``), ``NaN`` past a pair's last turn."""
+    rows = [getattr(pair, "candidate_turn_reward_means", None) or [pair.candidate_reward_mean] for pair in pairs]
+    means = torch.full((len(rows), max(len(row) for row in rows)), float("nan"))
+    for p, row in enumerate(rows):
+        means[p, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return means
+
+
+def turn_reward_metrics(means: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """``turn_<t>/reward_mean``: the mean of column ``t - 1`` of ``means`` (``[B, H]``, ``NaN`` where a
+    pair's item had no trajectory reaching that turn) over the pairs that have it."""
+    metrics = {}
+    for turn in range(means.shape[1]):
+        column = means[:, turn]
+        reached = column[~torch.isnan(column)]
+        if reached.numel():
+            metrics[f"turn_{turn + 1}/reward_mean"] = reached.mean()
+    return metrics

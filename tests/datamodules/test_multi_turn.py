@@ -36,7 +36,8 @@ def test_base_madpo_trains_on_two_turn_trajectories_and_evaluates_every_turn(tmp
 
     module = MADPOModule(**TINY_MODEL)
     data = PreferenceDataModule(**{**TINY_DATA, "task": tiny_task(turns=TWO_TURNS), "num_train_epochs": 1})
-    trainer = tiny_trainer(tmp_path, max_epochs=1, logger=CSVLogger(str(tmp_path)), val_check_interval=2)
+    logger = CSVLogger(str(tmp_path))
+    trainer = tiny_trainer(tmp_path, max_epochs=1, logger=logger, val_check_interval=2, log_every_n_steps=1)
     trainer.fit(module, data)
     assert data.pairs and all(isinstance(pair, TrajectoryPair) for pair in data.pairs)
     pair = data.pairs[0]
@@ -50,6 +51,14 @@ def test_base_madpo_trains_on_two_turn_trajectories_and_evaluates_every_turn(tmp
     assert len(evaluated) >= 2  # before training, every 2 updates
     for row in evaluated:
         assert row["eval/turn_1/reward_mean"] and row["eval/turn_1/expected_return"]
+    trained = [row for row in rows if row.get("train/loss")]
+    assert trained and all(row["turn_1/reward_mean"] and row["turn_2/reward_mean"] for row in trained)
+    # training logs each turn's own reward: turn 1's differs from the return (turn 2's reward) here
+    means = [pair.candidate_turn_reward_means for pair in data.pairs]
+    assert all(len(m) == 2 for m in means) and any(m[0] != m[1] for m in means)
+    assert {round(float(row["turn_1/expected_return"]), 5) for row in trained} != {
+        round(float(row["turn_1/reward_mean"]), 5) for row in trained
+    }
     final = evaluated[-1]
     # one turn-2 trajectory per item, no early stop: the return is the last turn's reward
     assert float(final["eval/turn_1/expected_return"]) == pytest.approx(float(final["eval/turn_2/reward_mean"]))
@@ -60,7 +69,14 @@ def test_iterative_round_files_hold_every_agents_turns_and_replay_retokenizes_th
     module, datamodule, trainer = make_run(tmp_path, data=data, max_epochs=2, val_check_interval=100)
     trainer.fit(module, datamodule)
     record = _records(tmp_path)[0]
-    assert list(record)[-4:] == ["winner_turns", "loser_turns", "winner_turn_rewards", "loser_turn_rewards"]
+    assert list(record)[-5:] == [
+        "winner_turns",
+        "loser_turns",
+        "winner_turn_rewards",
+        "loser_turn_rewards",
+        "candidate_turn_reward_means",
+    ]
+    assert len(record["candidate_turn_reward_means"]) == 2
     assert len(record["winner_turns"]) == 2 and len(record["winner_turns"][0]["completions"]) == 2
     assert record["winner_turns"][0]["prompts"][0] == record["prompts"][0]
     assert record["winner_reward"] == record["winner_turn_rewards"][-1]
