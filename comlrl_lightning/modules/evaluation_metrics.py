@@ -33,17 +33,29 @@ class EvaluationSamples:
         role_prompts: ``role_prompts[k][r]``: role ``r``'s prompt for item ``k`` (as its formatter built it).
         completions: ``completions[k][r]``: role ``r``'s completion (a centralized team's joint
             completion split into roles; ``""`` for a role it could not split).
-        rewards: the processed task reward of each item's joint sample.
+        rewards: the processed task reward of each item's joint sample (a multi-turn task's: the return).
+        earlier_turns: ``earlier_turns[k][t][r]``: with several turns, role ``r``'s completion at turn
+            ``t`` before the last (``completions[k]`` holds the last turn's); empty lists for one turn.
     """
 
     items: List[Dict[str, Any]] = field(default_factory=list)
     role_prompts: List[List[str]] = field(default_factory=list)
     completions: List[List[str]] = field(default_factory=list)
     rewards: List[float] = field(default_factory=list)
+    earlier_turns: List[List[List[str]]] = field(default_factory=list)
 
-    def add(self, task: Any, items: Sequence[Dict[str, Any]], texts: Sequence[Sequence[str]], rewards: Sequence[float]):
-        """Record ``items`` with ``texts[k]`` (each agent's completion for item ``k``) and their rewards."""
-        for item, agent_texts, reward in zip(items, texts, rewards):
+    def add(
+        self,
+        task: Any,
+        items: Sequence[Dict[str, Any]],
+        texts: Sequence[Sequence[str]],
+        rewards: Sequence[float],
+        earlier_turns: Optional[Sequence[Sequence[Sequence[str]]]] = None,
+    ):
+        """Record ``items`` with ``texts[k]`` (each agent's completion for item ``k``; a multi-turn
+        task's last turn, its earlier turns in ``earlier_turns[k]``) and their rewards."""
+        earlier = earlier_turns if earlier_turns is not None else [[] for _ in items]
+        for item, agent_texts, reward, before in zip(items, texts, rewards, earlier):
             if task.centralized:
                 roles = parse_roles(task.adapter, agent_texts[0], item, task.num_roles)
                 self.role_prompts.append(task.role_prompts(item))
@@ -53,6 +65,12 @@ class EvaluationSamples:
                 self.completions.append(list(agent_texts))
             self.items.append(item)
             self.rewards.append(float(reward))
+            self.earlier_turns.append([list(turn) for turn in before])
+
+    def turns_of(self, role: int) -> List[List[str]]:
+        """Role ``role``'s completions of every turn, item by item: ``[k] -> [turn 1, ..., last turn]``."""
+        earlier = self.earlier_turns + [[] for _ in range(len(self.completions) - len(self.earlier_turns))]
+        return [[turn[role] for turn in before] + [last[role]] for before, last in zip(earlier, self.completions)]
 
     def merged(self, world: int) -> "EvaluationSamples":
         """Every process's samples, in rank order (the same on every rank)."""
@@ -62,6 +80,7 @@ class EvaluationSamples:
             merged.role_prompts += part.role_prompts
             merged.completions += part.completions
             merged.rewards += part.rewards
+            merged.earlier_turns += part.earlier_turns
         return merged
 
 

@@ -109,7 +109,8 @@ class TurnEvaluation:
         returns = [task.turns.trajectory_return(t.rewards) for t in trajectories]
         if self.evaluation_record is not None:
             texts = [[c.text for c in t.completions[-1]] for t in trajectories]
-            self.evaluation_record.add(task, items, texts, returns)
+            earlier = [[[c.text for c in turn] for turn in t.completions[:-1]] for t in trajectories]
+            self.evaluation_record.add(task, items, texts, returns, earlier)
         return [list(t.rewards) for t in trajectories], returns
 
     def evaluate_turns(

@@ -2,8 +2,9 @@
 
 * ``eval_logger`` + ``eval_aggregator`` (MADPO and the MAGRPO-family MARLHF): called once per
   evaluation as ``eval_aggregator(eval_logger(agent_completions_turns=..., batch_items=...,
-  prompts=...), num_turns=1)``; ``agent_completions_turns[i][k]`` is agent ``i``'s list of turn
-  completions (one turn) for item ``k``, ``prompts[k]`` is ``item.get("prompt", "")``.
+  prompts=...), num_turns=H)``; ``agent_completions_turns[i][k]`` is agent ``i``'s list of turn
+  completions for item ``k`` (one per turn its trajectory had), ``prompts[k]`` is
+  ``item.get("prompt", "")``, ``H`` the longest trajectory's turns (1 for a single-turn task).
 * ``metrics_callback`` (MARLHF with ``maac`` / ``iac``): called once per item with that item's
   rollout samples (``agent_idx``, ``prompt``, ``completion``, ``reward``, ``returns``,
   ``metadata`` with ``turn_idx``, ``generation_idx`` and ``batch_item``): in an update, ``G`` per
@@ -31,17 +32,17 @@ from comlrl_lightning.validation import OptionError, at_least, require
 
 
 class EvalLoggerMetrics:
-    """``eval_aggregator(eval_logger(...), num_turns=1)`` over one evaluation's samples."""
+    """``eval_aggregator(eval_logger(...), num_turns=H)`` over one evaluation's samples (every turn of each)."""
 
     def __init__(self, eval_logger: Callable[..., Any], eval_aggregator: Callable[..., Any]) -> None:
         self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
 
     def __call__(self, samples: EvaluationSamples) -> Dict[str, Any]:
         roles = len(samples.completions[0])
-        turns = [[[completions[role]] for completions in samples.completions] for role in range(roles)]
+        turns = [samples.turns_of(role) for role in range(roles)]
         prompts = [item.get("prompt", "") for item in samples.items]
         detailed = self.eval_logger(agent_completions_turns=turns, batch_items=list(samples.items), prompts=prompts)
-        metrics = self.eval_aggregator(detailed, num_turns=1)
+        metrics = self.eval_aggregator(detailed, num_turns=max(len(per_item) for per_item in turns[0]))
         if not isinstance(metrics, Mapping):
             raise ConfigurationTypeError(
                 f"eval_aggregator must return a mapping of metric names to numbers (it returned {type(metrics).__name__})."

@@ -32,6 +32,25 @@ def test_eval_logger_gets_completions_per_agent_per_item_per_turn():
     assert metrics == {"mean": 2.0}
 
 
+def test_eval_logger_gets_every_turn_of_a_multi_turn_evaluation_and_the_number_of_turns():
+    seen = {}
+
+    def eval_logger(agent_completions_turns, batch_items, prompts):
+        seen.update(turns=agent_completions_turns)
+        return [{"n": 1.0}]
+
+    samples = EvaluationSamples()
+    task = type("Task", (), {"centralized": False, "agent_prompts": staticmethod(lambda item: ["w", "m"])})()
+    # item 0 had two turns, item 1 stopped after its first
+    samples.add(
+        task, [{"prompt": "sun"}, {"prompt": "moon"}], [["a2", "b2"], ["c", "d"]], [0.5, 1.0], [[["a", "b"]], []]
+    )
+    aggregated = {}
+    EvalLoggerMetrics(eval_logger, lambda m, num_turns: aggregated.update(num_turns=num_turns) or {})(samples)
+    assert seen["turns"] == [[["a", "a2"], ["c"]], [["b", "b2"], ["d"]]] and aggregated == {"num_turns": 2}
+    assert samples.merged(1).earlier_turns == [[["a", "b"]], []]
+
+
 def test_metrics_callback_is_averaged_over_items_and_skips_non_numbers():
     calls = []
 

@@ -508,10 +508,18 @@ def test_the_seed_api_trains_madpo_on_two_turns_with_its_external_transition(tmp
     from tests.helpers.turn_helpers import reward_feedback
 
     args = MADPOConfig(**{**SMALL, "num_train_epochs": 1, "num_turns": 2, "discount": 0.5})
+    evaluated = []  # the reference's eval callbacks see every turn and num_turns=2
+
+    def eval_logger(agent_completions_turns, batch_items, prompts):
+        evaluated.append([len(turns) for turns in agent_completions_turns[0]])
+        return [{}]
+
     trainer = MADPOTrainer(
         agent_model="embedded",
         args=args,
         external_transition=reward_feedback,
+        eval_logger=eval_logger,
+        eval_aggregator=lambda metrics, num_turns: evaluated.append(num_turns) or {},
         wandb_config={"output_dir": str(tmp_path)},
     )
     turns = trainer.datamodule.task_options.turns
@@ -521,3 +529,4 @@ def test_the_seed_api_trains_madpo_on_two_turns_with_its_external_transition(tmp
     assert pairs and all(isinstance(pair, TrajectoryPair) for pair in pairs)
     rewards = pairs[0].winner_turns.rewards
     assert pairs[0].winner_reward == pytest.approx(rewards[0] + 0.5 * rewards[1])
+    assert evaluated and evaluated[:2] == [[2] * args.eval_num_samples, 2]
