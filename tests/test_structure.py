@@ -476,18 +476,9 @@ def package_classes() -> List[type]:
     return classes
 
 
-PRIVATE_OVERRIDES_LEFT = {
-    "comlrl_lightning.callbacks.checkpoints.ResumableCheckpoint._remove_checkpoint",
-}
-"""The override still to replace by a public hook (guarded by ``require_hook`` meanwhile; Lightning's
-``ModelCheckpoint`` has no public hook its removals go through): the list may only shrink; any
-other override fails."""
-
-
 def test_no_class_of_the_package_overrides_a_private_method_of_a_lightning_class():
-    overrides = {found.split(" (")[0] for cls in package_classes() for found in lightning_private_overrides(cls)}
-    assert overrides - PRIVATE_OVERRIDES_LEFT == set(), "private Lightning methods overridden (find a public hook)"
-    assert overrides == PRIVATE_OVERRIDES_LEFT, "one is gone: take it off PRIVATE_OVERRIDES_LEFT"
+    overrides = [found for cls in package_classes() for found in lightning_private_overrides(cls)]
+    assert overrides == [], "private Lightning methods overridden (find a public hook)"
 
 
 def test_the_private_override_check_finds_one():

@@ -34,7 +34,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     load_checkpoint_dict,
     run_record,
 )
-from comlrl_lightning.runtime.compat import enable_version_counter, require_hook, version_counter_enabled
+from comlrl_lightning.runtime.compat import enable_version_counter, version_counter_enabled
 from comlrl_lightning.runtime.paths import is_remote
 from comlrl_lightning.runtime.quiet import ResumeLines
 
@@ -228,6 +228,8 @@ class ResumableCheckpoint(ModelCheckpoint):
         self._record = any(isinstance(callback, CheckpointRecord) for callback in trainer.callbacks)  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
         # with a run record, files are told apart by it (file_exists); without one, a resume overwrites
         enable_version_counter(self, getattr(self, "_versions", True) and (self._record or not resumed))
+        if self._record and resumed:
+            self.forget_files_of_other_lines(trainer)
 
     def file_exists(self, filepath: Any, trainer: Trainer) -> bool:
         """Whether ``filepath`` is taken: it exists and is not a file this run may write over."""
@@ -236,17 +238,36 @@ class ResumableCheckpoint(ModelCheckpoint):
         taken = trainer.is_global_zero and os.path.lexists(filepath) and not written_on_this_line(trainer, filepath)
         return trainer.strategy.reduce_boolean_decision(bool(taken), all=False)
 
-    def _remove_checkpoint(self, trainer: Trainer, filepath: str) -> None:
-        """Remove a checkpoint this run wrote; a file of another run or line (or without a record) stays."""
-        if getattr(self, "_record", False) and not is_remote(str(filepath)) and not Path(filepath).is_dir():
-            keep = trainer.is_global_zero and os.path.lexists(filepath) and not written_on_this_line(trainer, filepath)
-            if trainer.strategy.broadcast(bool(keep)):
-                return
-        super()._remove_checkpoint(trainer, filepath)
+    def forget_files_of_other_lines(self, trainer: Trainer) -> None:
+        """Forget the restored bookkeeping's files that this run no longer owns, so that ``save_top_k``
+        and ``save_last`` never remove or write over them.
+
+        A resumed callback's state names the files it kept (``best_k_models``, ``last_model_path``,
+        ``best_model_path``); since that checkpoint, another line of the run (a resume from an older
+        checkpoint) or another run may have written a file of the same name. Such a file stays where
+        it is; the part this callback runs in versions its own name beside it.
+        """
+        paths = sorted({*self.best_k_models, self.last_model_path, self.best_model_path} - {""})
+        foreign = [str(p) for p in paths if trainer.is_global_zero and _owned_by_another(trainer, p)]
+        foreign = set(trainer.strategy.broadcast(foreign))
+        if not foreign:
+            return
+        self.best_k_models = {path: score for path, score in self.best_k_models.items() if path not in foreign}
+        self.last_model_path = "" if self.last_model_path in foreign else self.last_model_path
+        if self.best_model_path in foreign:
+            best = (min if self.mode == "min" else max)(self.best_k_models, key=self.best_k_models.get, default="")
+            self.best_model_path = best
+            self.best_model_score = self.best_k_models.get(best)
+        if self.kth_best_model_path in foreign:  # refilled (and recomputed) before top-k removes again
+            self.kth_best_model_path = ""
 
 
-# the hook Lightning's ModelCheckpoint removes files through; renamed, the override would silently stop running
-require_hook(ModelCheckpoint, "_remove_checkpoint", "lightning")
+def _owned_by_another(trainer: Trainer, path: Any) -> bool:
+    """Whether the local checkpoint file ``path`` exists and was not written on this run's line."""
+    if is_remote(str(path)) or Path(path).is_dir() or not os.path.lexists(path):
+        return False
+    return not written_on_this_line(trainer, path)
+
 
 __all__ = [
     "CheckpointRecord",

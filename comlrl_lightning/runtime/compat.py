@@ -121,13 +121,6 @@ def enable_version_counter(callback: Any, enabled: bool) -> None:
     callback._enable_version_counter = enabled
 
 
-def require_hook(base: type, name: str, library: str) -> None:
-    """Check that ``library``'s class ``base`` still has the private method ``name`` a class here
-    overrides (renamed, the override would silently stop running)."""
-    if not callable(getattr(base, name, None)):
-        raise unsupported(library, f"{base.__name__}.{name}")
-
-
 def wandb_run_active(logger: Any) -> bool:
     """Whether a ``WandbLogger``'s run is started and not finished (``wandb.run`` is it)."""
     import wandb

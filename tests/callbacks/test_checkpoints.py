@@ -152,3 +152,31 @@ def test_two_runs_sharing_a_checkpoint_folder_never_overwrite_or_remove_each_oth
     }
     assert torch.load(shared / "last.ckpt", weights_only=True)["global_step"] == 16
     assert torch.load(shared / "last-v1.ckpt", weights_only=True)["global_step"] == 16
+
+
+@pytest.mark.slow  # trains and resumes
+def test_files_a_resumed_bookkeeping_names_but_the_run_no_longer_owns_are_never_removed_or_overwritten(tmp_path):
+    def callback():
+        return ResumableCheckpoint(
+            dirpath=tmp_path / "ckpt",
+            save_top_k=1,
+            monitor="step",
+            mode="max",
+            save_last=True,
+            save_on_train_epoch_end=True,
+        )
+
+    run(tmp_path, max_epochs=1, checkpoint=callback())
+    folder, old = tmp_path / "ckpt", tmp_path / "old.ckpt"
+    (folder / "last.ckpt").replace(old)  # its state names epoch=0-step=8.ckpt (top 1) and last.ckpt
+    for name in ("last.ckpt", "epoch=0-step=8.ckpt"):  # since then, a user's files took both names
+        (folder / name).write_bytes(b"a user's file")
+    run(tmp_path, ckpt_path=str(old), checkpoint=callback(), max_epochs=2)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "epoch=0-step=8.ckpt",
+        "epoch=1-step=16.ckpt",
+        "last-v1.ckpt",
+        "last.ckpt",
+    ]
+    assert (folder / "last.ckpt").read_bytes() == (folder / "epoch=0-step=8.ckpt").read_bytes() == b"a user's file"
+    assert torch.load(folder / "last-v1.ckpt", weights_only=True)["global_step"] == 16

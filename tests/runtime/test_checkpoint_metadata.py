@@ -15,6 +15,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     CheckpointNotFoundError,
     NoRunRecordError,
     checkpoint_progress,
+    load_checkpoint_dict,
     newest_checkpoint,
     read_checkpoint_metadata,
     resolve_checkpoint,
@@ -132,6 +133,30 @@ def test_a_checkpoint_without_a_record_says_so(tmp_path):
     fake_checkpoint(tmp_path / "a.ckpt", epochs=1, step=1)
     with pytest.raises(NoRunRecordError, match="has no comlrl_lightning run record"):
         read_checkpoint_metadata(tmp_path / "a.ckpt")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"a user's file",  # IndexError inside torch.load
+        b"hello world\n" * 10,  # KeyError
+        b"\x80",  # IndexError
+        b"G\xae",  # struct.error
+        b"}cJ\xe9Y",  # UnicodeDecodeError
+        b"\x80\x02XA\xdf\x00\xff",  # EOFError
+        b"\x80\x02J\x95\x8f\x953.Q\x19\xba\x93J\xd1\xf4\xb5M3\x90",  # a torn legacy file: "Invalid magic number"
+        b"PK\x03\x04garbage",  # a torn zip archive
+        b"",
+    ],
+)
+def test_any_bytes_that_are_not_a_checkpoint_are_one_named_error_and_no_warning(tmp_path, content):
+    import warnings
+
+    (tmp_path / "x.ckpt").write_bytes(content)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DataError, match=r"'.*x\.ckpt' is not a Lightning checkpoint"):
+            load_checkpoint_dict(tmp_path / "x.ckpt")
 
 
 def test_code_in_a_checkpoint_is_never_run(tmp_path):

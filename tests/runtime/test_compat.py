@@ -12,7 +12,6 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
-from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.strategies import ModelParallelStrategy
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -72,7 +71,6 @@ def test_lightning_parts_read_on_the_installed_lightning(tmp_path):
     compat.enable_version_counter(checkpoint, False)
     assert compat.version_counter_enabled(checkpoint) is False
     assert compat.version_counter_enabled(ModelCheckpoint(enable_version_counter=False)) is False
-    compat.require_hook(ExperimentWriter, "_check_log_dir_exists", "lightning")
 
 
 def test_transformers_parts_read_and_switch_on_the_installed_transformers():
@@ -177,11 +175,6 @@ class Bare:
         (compat.epochs_processed, "lightning", "fit_loop"),
         (compat.version_counter_enabled, "lightning", "_enable_version_counter"),
         (lambda bare: compat.enable_version_counter(bare, False), "lightning", "_enable_version_counter"),
-        (
-            lambda bare: compat.require_hook(type(bare), "_check_log_dir_exists", "lightning"),
-            "lightning",
-            "_check_log_dir_exists",
-        ),
         (compat.version_counter, "torch", "_version"),
         (compat.lora_base_layer, "peft", "base_layer"),
         (compat.lora_plain, "peft", "merged"),
