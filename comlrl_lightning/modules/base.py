@@ -28,6 +28,7 @@ from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world,
 from comlrl_lightning.runtime.files import check_log_files
 from comlrl_lightning.runtime.hparams import PlainHyperparameters, builtin_values, set_hyperparameter
 from comlrl_lightning.runtime.paths import confine_checkpoint_callbacks
+from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import check_strategy, is_sharded
 from comlrl_lightning.team.lora import agent_parameters
@@ -309,9 +310,11 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
         self.start_evaluation()
         # sharded agents: every rank runs as many batches (an empty one samples in step with the others)
         length = -(-len(every_item) // world) if self.team.synced else len(items)
-        for index, start in enumerate(range(0, length, datamodule.eval_batch_size)):
-            batch = items[start : start + datamodule.eval_batch_size]
-            rewards += self.evaluate_items(batch, task, self._eval_stream(label, index))
+        with Progress.for_trainer(self.trainer, f"evaluation ({label})", len(items), "item") as progress:
+            for index, start in enumerate(range(0, length, datamodule.eval_batch_size)):
+                batch = items[start : start + datamodule.eval_batch_size]
+                rewards += self.evaluate_items(batch, task, self._eval_stream(label, index))
+                progress.advance(len(batch))
         totals = gather_objects((sum(rewards), len(rewards), task.unparsed_completions - unparsed_before), world)
         count = max(sum(t[1] for t in totals), 1)
         value = sum(t[0] for t in totals) / count

@@ -1,4 +1,4 @@
-"""Collection progress: a live bar with a time estimate on a terminal, periodic lines in a log.
+"""Collection and evaluation progress: a live bar with a time estimate on a terminal, periodic lines in a log.
 
 A collection has two phases, sampling (units: agent prompts, each sampled ``K`` times) and scoring
 (units: items). Each phase is one :class:`Progress`:
@@ -112,7 +112,7 @@ class Progress:
     @classmethod
     def for_trainer(cls, trainer: Any, label: str, total: int, unit: str) -> "Progress":
         """A phase shown the way ``trainer``'s run shows progress (:func:`show_bars`)."""
-        return cls(label, total, unit, bar=show_bars(trainer))
+        return cls(label, total, unit, bar=show_bars(trainer), interval=LINE_INTERVAL_S)
 
     def advance(self, count: int = 1) -> None:
         if count <= 0:

@@ -97,3 +97,19 @@ def test_a_bar_has_a_time_estimate_and_is_removed_when_done(monkeypatch):
     assert "round 1/2 sampling" in shown
     assert re.search(r"2/4 \[\d\d:\d\d<\d\d:\d\d", shown)  # [elapsed<remaining]
     assert shown.endswith("\r") and lines == []  # erased at the end (leave=False); no lines beside a bar
+
+
+def test_an_evaluation_outside_the_validation_loop_reports_its_progress(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from comlrl_lightning import MADPOModule, PreferenceDataModule
+    from comlrl_lightning.runtime import progress
+    from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
+
+    monkeypatch.setattr(progress, "LINE_INTERVAL_S", 0.0)  # a line after every batch
+    data = PreferenceDataModule(**{**TINY_DATA, "eval_num_samples": 4, "eval_batch_size": 2})
+    with caplog.at_level(logging.INFO):
+        tiny_trainer(tmp_path, max_steps=1).fit(MADPOModule(**TINY_MODEL), data)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluation (before training): ")]
+    assert len(lines) == 2  # one per batch of 2 items
+    assert re.match(r"evaluation \(before training\): 2/4 items \(\d+s elapsed, about \d+s left\)", lines[0])
