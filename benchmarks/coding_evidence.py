@@ -82,17 +82,27 @@ def problem_outcomes(record: Mapping, item: Optional[Mapping]) -> Dict[str, floa
     return outcome
 
 
-def evaluations(run: Path, items: Mapping[str, Mapping]) -> Dict[int, Dict[str, Dict[str, float]]]:
-    """``{step: {task_id: outcomes}}`` of every evaluation a run logged (the newest log version)."""
+def evaluations(
+    run: Path, items: Mapping[str, Mapping], turn: Optional[int] = None
+) -> Dict[int, Dict[str, Dict[str, float]]]:
+    """``{step: {task_id: outcomes}}`` of every evaluation a run logged (the newest log version).
+
+    A multi-turn run's records say their ``turn``: ``turn`` picks the answers after that turn,
+    ``None`` the final answers (the last turn's records; a single-turn run's only ones)."""
     files = sorted(run.glob("lightning_logs/version_*/evaluation_programs.jsonl"))
     if not files:
         raise SystemExit(f"{run}: no lightning_logs/version_*/evaluation_programs.jsonl")
-    found: Dict[int, Dict[str, Dict[str, float]]] = {}
+    chosen: Dict[Tuple[int, str], Tuple[int, Mapping]] = {}
     for line in files[-1].read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
-        found.setdefault(int(record["step"]), {})[record["task_id"]] = problem_outcomes(
-            record, items.get(record["task_id"])
-        )
+        key, record_turn = (int(record["step"]), record["task_id"]), int(record.get("turn", 1))
+        if turn is not None and record_turn != turn:
+            continue
+        if key not in chosen or record_turn >= chosen[key][0]:
+            chosen[key] = (record_turn, record)
+    found: Dict[int, Dict[str, Dict[str, float]]] = {}
+    for (step, task_id), (_, record) in chosen.items():
+        found.setdefault(step, {})[task_id] = problem_outcomes(record, items.get(task_id))
     return found
 
 
@@ -221,11 +231,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables here")
     parser.add_argument("--comparisons-per-item", type=int, default=4, help="preference_num_candidates")
     parser.add_argument("--items-per-round", type=int, default=16, help="training problems per round (limit)")
+    parser.add_argument(
+        "--turn", type=int, default=None, help="a multi-turn run's answers after this turn (default: final)"
+    )
     args = parser.parse_args(argv)
     from comlrl_lightning.tasks.coding.humaneval import load_humaneval
 
     items = {item["task_id"]: item for item in load_humaneval()}
-    runs = [evaluations(run, items) for run in args.runs]
+    runs = [evaluations(run, items, args.turn) for run in args.runs]
     rows, difference = summarize(runs), change(runs)
     text = markdown(
         rows, difference, [round_summary(run, args.items_per_round, args.comparisons_per_item) for run in args.runs]

@@ -80,3 +80,13 @@ def test_tables_from_a_run_folder(evidence, tmp_path, capsys):
     assert "| after - before (paired) | | +0.500 [+0.000, +1.000] | +1.500 [+1.000, +2.000] |" in text
     assert "| 0 | 1 | 1 | 1 | 88% | 3.000 | 1.000 |" in text  # 1 pair of 2 items x 4 comparisons
     assert (tmp_path / "e.png").stat().st_size > 1000
+
+
+def test_a_multi_turn_runs_final_answers_by_default_and_any_turns_on_request(evidence, tmp_path):
+    log = tmp_path / "lightning_logs" / "version_0"
+    log.mkdir(parents=True)
+    rows = [dict(record(0, "HumanEval/0", 0, 7, 1.0), turn=1), dict(record(0, "HumanEval/0", 7, 7, 2.0), turn=2)]
+    (log / "evaluation_programs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    final, first = evidence.evaluations(tmp_path, {}), evidence.evaluations(tmp_path, {}, turn=1)
+    assert final[0]["HumanEval/0"]["pass_at_1"] == 1.0 and final[0]["HumanEval/0"]["code_reward_mean"] == 2.0
+    assert first[0]["HumanEval/0"]["pass_at_1"] == 0.0 and first[0]["HumanEval/0"]["code_reward_mean"] == 1.0

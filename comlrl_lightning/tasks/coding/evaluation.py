@@ -10,6 +10,10 @@ runs each combined program once more) and logs, beside ``eval/turn_1/reward_mean
 * ``eval/parse_rate``: share of combined programs that parse;
 * ``eval/calls_aux_rate``: share where the entry point calls ``aux``.
 
+With several turns these are the final answers', and ``eval/turn_<t>/pass_at_1`` (and the other three)
+are the answers after turn ``t`` (a trajectory that ended earlier keeps its last answer); each
+sample record then says its ``turn``.
+
 The first ``sample_size`` programs, with both completions and their test reports, are appended to
 ``evaluation_programs.jsonl`` beside the CSV log (one JSON object per program, rewritten atomically),
 and logged as a W&B table ``eval/programs`` when a W&B logger is attached.
@@ -76,6 +80,18 @@ def sample_record(step: int, item: Dict[str, Any], completions: List[str], score
     }
 
 
+def answers_after_each_turn(samples: "EvaluationSamples") -> List[List[List[str]]]:
+    """``answers[t][k]``: item ``k``'s joint answer (one completion per role) after turn ``t + 1``; a
+    trajectory that ended before a turn keeps its last answer. One entry for a single-turn evaluation."""
+    roles = len(samples.completions[0]) if samples.completions else 0
+    per_role = [samples.turns_of(role) for role in range(roles)]
+    turns = max((len(texts) for texts in per_role[0]), default=1) if per_role else 1
+    return [
+        [[per_role[r][k][min(t, len(per_role[r][k]) - 1)] for r in range(roles)] for k in range(len(samples.items))]
+        for t in range(turns)
+    ]
+
+
 class CodingEvaluationLog(Callback):
     """Coding metrics of every evaluation and a sample of its programs (see the module's docstring).
 
@@ -102,16 +118,21 @@ class CodingEvaluationLog(Callback):
 
     def __call__(self, samples: "EvaluationSamples") -> Dict[str, Any]:
         items = list(samples.items)
-        scores = self.reward.score([c[0] for c in samples.completions], [c[1] for c in samples.completions], items)
         metrics: Dict[str, Any] = dict(self.previous(samples)) if self.previous is not None else {}
-        metrics.update(coding_metrics(scores))
+        answers = answers_after_each_turn(samples)
+        records = []
+        for turn, completions in enumerate(answers, start=1):
+            scores = self.reward.score([c[0] for c in completions], [c[1] for c in completions], items)
+            if turn == len(answers):
+                metrics.update(coding_metrics(scores))
+            if len(answers) > 1:
+                metrics.update({f"turn_{turn}/{key}": value for key, value in coding_metrics(scores).items()})
+            shown = list(zip(items, completions, scores))[: self.sample_size]
+            turn_key = {"turn": turn} if len(answers) > 1 else {}
+            records += [{**sample_record(0, item, list(texts), score), **turn_key} for item, texts, score in shown]
         if self.trainer is not None and self.trainer.is_global_zero and self.sample_size:
             step = int(self.trainer.global_step)
-            records = [
-                sample_record(step, item, list(texts), score)
-                for item, texts, score in list(zip(items, samples.completions, scores))[: self.sample_size]
-            ]
-            self.write(records)
+            self.write([{**record, "step": step} for record in records])
         return metrics
 
     def folder(self) -> Path:
@@ -132,4 +153,4 @@ class CodingEvaluationLog(Callback):
                 logger.log_table("eval/programs", TABLE_COLUMNS, [[r[c] for c in TABLE_COLUMNS] for r in records])
 
 
-__all__ = ["CodingEvaluationLog", "coding_metrics", "sample_record"]
+__all__ = ["CodingEvaluationLog", "answers_after_each_turn", "coding_metrics", "sample_record"]

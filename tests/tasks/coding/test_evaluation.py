@@ -70,3 +70,27 @@ def test_a_users_own_evaluation_metrics_keep_being_logged(tmp_path):
 def test_a_negative_sample_size_is_refused():
     with pytest.raises(ConfigurationError, match="sample_size must be at least 0"):
         CodingEvaluationLog(sample_size=-1)
+
+
+def test_a_multi_turn_evaluation_logs_the_answers_after_each_turn_and_says_each_records_turn(tmp_path):
+    trainer = Trainer(logger=CSVLogger(tmp_path), default_root_dir=tmp_path, accelerator="cpu", devices=1)
+    module = MADPOModule()
+    log = CodingEvaluationLog(sample_size=2, reward=CooperativeCodeReward(run_tests_batch=FakeRunner(2)))
+    log.setup(trainer, module, "fit")
+    record = EvaluationSamples()
+    task = type("Task", (), {"centralized": False, "agent_prompts": staticmethod(lambda item: ["a", "m"])})()
+    broken = "def total(xs):\n    return sum(xs\n"
+    # problem 0 repaired its code in turn 2; problem 1 ended after a first turn that passed
+    record.add(task, [ITEM, SECOND], [[AUX, MAIN_USES_AUX], [AUX, MAIN_USES_AUX]], [0.0, 0.0], [[[AUX, broken]], []])
+    metrics = domain_metrics(module.evaluation_metrics, record)
+    assert metrics["eval/turn_1/pass_at_1"] == 0.5 and metrics["eval/turn_1/parse_rate"] == 0.5
+    assert metrics["eval/turn_2/pass_at_1"] == metrics["eval/pass_at_1"] == 1.0
+    path = tmp_path / "lightning_logs" / "version_0" / "evaluation_programs.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["turn"], r["task_id"], r["passed_all"]) for r in records] == [
+        (1, "Test/0", False),
+        (1, "Test/1", True),
+        (2, "Test/0", True),
+        (2, "Test/1", True),  # its turn-1 answer, kept
+    ]
+    assert list(records[0])[:2] == ["step", "task_id"] and records[0]["main_completion"] == broken
