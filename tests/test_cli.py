@@ -164,6 +164,28 @@ def test_marlhf_config_fits_the_reward_model_then_trains_the_policy(tmp_path):
     assert any(r.get("train/loss") for r in rows)
 
 
+@pytest.mark.slow  # trains and resumes
+@pytest.mark.parametrize("config", ["marlhf_maac.yaml", "marlhf_iac.yaml"])
+def test_an_actor_critic_run_from_the_command_line_writes_plain_checkpoints_and_resumes(tmp_path, config):
+    """The critics' learning rate comes from the command line typed as jsonargparse's PositiveFloat: in
+    the optimizer's state it made every checkpoint unreadable with ``weights_only=True`` (no resume)."""
+    from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict
+
+    def fit(epochs, *extra):
+        words = [*TINY, "--data.init_args.num_train_epochs", str(epochs), "--trainer.limit_train_batches", "1"]
+        words += ["--model.init_args.num_generations", "2", "--model.init_args.reward_model.num_train_epochs", "1"]
+        return main(
+            ["fit", "--config", f"configs/{config}", "--trainer.default_root_dir", str(tmp_path), *words, *extra]
+        )
+
+    fit(1)
+    (last,) = tmp_path.rglob("last.ckpt")
+    groups = load_checkpoint_dict(last)["optimizer_states"][0]["param_groups"]
+    assert [type(group["lr"]) for group in groups] == [float] * len(groups)
+    fit(2, "--ckpt_path", str(last))
+    assert load_checkpoint_dict(last)["epoch"] == 1
+
+
 def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
     from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.data.replay import ReplayBuffer
@@ -204,6 +226,11 @@ def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
     rows = _metrics(tmp_path)
     assert any(r.get("val/reward_model/accuracy") for r in rows)
     assert max(int(r["epoch"]) for r in rows) == 1  # num_train_epochs=2 set trainer.max_epochs
+    from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict
+
+    # plain data (the command line's PositiveFloat learning rate made it unreadable with weights_only)
+    (last,) = tmp_path.rglob("last.ckpt")
+    assert type(load_checkpoint_dict(last)["optimizer_states"][0]["param_groups"][0]["lr"]) is float
 
 
 def test_optimizer_and_scheduler_classes_get_one_group_per_agent(tmp_path, monkeypatch):

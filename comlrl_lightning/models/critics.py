@@ -141,7 +141,10 @@ class Critic(nn.Module):
         require(critic_type in CRITIC_TYPES, f"critic_type must be one of: {', '.join(CRITIC_TYPES)}.")
         positive("learning_rate", learning_rate, allow_none=True)
         positive("value_loss_coef", value_loss_coef)
-        self.critic_type, self.learning_rate, self.value_loss_coef = critic_type, learning_rate, float(value_loss_coef)
+        self.critic_type, self.value_loss_coef = critic_type, float(value_loss_coef)
+        # a plain float: the command line's PositiveFloat in the optimizer's state would make checkpoints
+        # unreadable with weights_only=True
+        self.learning_rate = None if learning_rate is None else float(learning_rate)
 
     @property
     def has_networks(self) -> bool:

@@ -141,6 +141,11 @@ class RewardModelOptions:
     def __post_init__(self) -> None:
         positive("reward_model.learning_rate", self.learning_rate)
         at_least("reward_model.max_length", self.max_length, 1, allow_none=True)
+        # plain numbers: the command line's PositiveFloat in an optimizer's state would make its
+        # checkpoints unreadable with weights_only=True
+        object.__setattr__(self, "learning_rate", float(self.learning_rate))
+        if self.max_length is not None:
+            object.__setattr__(self, "max_length", int(self.max_length))
 
 
 @dataclass(frozen=True)
