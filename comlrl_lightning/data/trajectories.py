@@ -72,12 +72,17 @@ def sample_trajectories(
     first_prompts: Sequence[Sequence[str]],
     num_candidates: int,
     tokenizers: Callable[[], Sequence[Any]],
+    progress: Optional[Any] = None,
 ) -> List[List[Trajectory]]:
     """``trajectories[item][j]``: ``num_candidates`` joint trajectories per item (see the module's docstring).
 
     ``tokenizers()`` gives each agent's tokenizer, needed only to render a conversation that went
-    through a chat template (:func:`~comlrl_lightning.data.turns.next_prompt`).
+    through a chat template (:func:`~comlrl_lightning.data.turns.next_prompt`). ``progress`` (anything
+    with ``advance(count)``, e.g. :class:`~comlrl_lightning.runtime.progress.Progress`) advances by one
+    per trajectory and turn sampled and scored, and by the turns left of a trajectory that ends early:
+    ``num_turns`` per trajectory in all.
     """
+    advance = progress.advance if progress is not None else (lambda count: None)
     first = sample(items, first_prompts, num_candidates)
     num_agents = len(first)
     trajectories = []
@@ -91,8 +96,11 @@ def sample_trajectories(
         )
     active = [(k, j) for k in range(len(items)) for j in range(len(trajectories[k]))]
     _score_turn(oracle, items, trajectories, active)
+    advance(len(active))
     for turn in range(1, turns.num_turns):
-        active = [(k, j) for k, j in active if not turns.stops(trajectories[k][j].rewards[-1])]
+        going_on = [(k, j) for k, j in active if not turns.stops(trajectories[k][j].rewards[-1])]
+        advance((len(active) - len(going_on)) * (turns.num_turns - turn))  # the turns they will not take
+        active = going_on
         if not active:
             break
         prompts = [
@@ -105,8 +113,10 @@ def sample_trajectories(
             k, j = active[m]
             trajectories[k][j].prompts.append(prompts[m])
             trajectories[k][j].completions.append([sampled[a][m][0] for a in range(num_agents)])
+        advance((len(active) - len(answered)) * (turns.num_turns - turn))
         active = [active[m] for m in answered]
         _score_turn(oracle, items, trajectories, active)
+        advance(len(active))
     return trajectories
 
 

@@ -277,7 +277,18 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             if self.task.turns.multi:
                 counts = [self.preference_num_candidates, num_comparator]
                 selection, per_sample = self.pair_selection, self.preference_pairs_per_sample
-                return collect_against(module, self.task, self.comparator, items, counts, selection, per_sample, stream)
+                return collect_against(
+                    module,
+                    self.task,
+                    self.comparator,
+                    items,
+                    counts,
+                    selection,
+                    per_sample,
+                    stream,
+                    self.trainer,
+                    label,
+                )
             with Progress.for_trainer(self.trainer, f"{label} sampling", 2 * per_side, "prompt") as sampling:
                 with module.generation_context():
                     current = sample_candidates(

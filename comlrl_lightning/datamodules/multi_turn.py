@@ -23,6 +23,7 @@ from comlrl_lightning.data.trajectories import (
     team_sampler,
 )
 from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
 
 
@@ -85,15 +86,19 @@ def collect_within(
     pair_selection: PairSelection,
     pairs_per_sample: Optional[int],
     stream: RandomStream,
+    trainer: Any = None,
 ) -> CollectionResult:
-    """Base collection: ``num_candidates`` trajectories per item from the team, paired within each item."""
+    """Base collection: ``num_candidates`` trajectories per item from the team, paired within each item
+    (its progress shown as ``trainer``'s run shows progress, in trajectory turns)."""
     prompts = [task.prompts(item) for item in items]
     oracle = module.collection_oracle(task)
     tokenizers = lambda: module.team.tokenizers
-    with module.generation_context():
-        sampled = sample_trajectories(
-            module_sampler(module, stream), oracle, task.turns, items, prompts, num_candidates, tokenizers
-        )
+    total = len(items) * num_candidates * task.turns.num_turns
+    with Progress.for_trainer(trainer, "collection sampling", total, "trajectory turn") as progress:
+        with module.generation_context():
+            sampled = sample_trajectories(
+                module_sampler(module, stream), oracle, task.turns, items, prompts, num_candidates, tokenizers, progress
+            )
     return pairs_within(sampled, task.turns, _encoder(module), pair_selection, pairs_per_sample, stream)
 
 
@@ -106,19 +111,31 @@ def collect_against(
     pair_selection: PairSelection,
     pairs_per_sample: Optional[int],
     stream: RandomStream,
+    trainer: Any = None,
+    label: str = "collection",
 ) -> CollectionResult:
     """Iterative collection: the team's ``counts[0]`` and the comparator's ``counts[1]`` trajectories per
-    item, trajectory ``j`` of each side compared with trajectory ``j`` of the other."""
+    item, trajectory ``j`` of each side compared with trajectory ``j`` of the other (its progress shown
+    as ``trainer``'s run shows progress, as ``<label> sampling`` in trajectory turns)."""
     prompts = [task.prompts(item) for item in items]
     oracle = module.collection_oracle(task)
     tokenizers = lambda: module.team.tokenizers
-    with module.generation_context():
-        current = sample_trajectories(
-            module_sampler(module, stream), oracle, task.turns, items, prompts, counts[0], tokenizers
-        )
-        other = sample_trajectories(
-            comparator_sampler(comparator, module), oracle, task.turns, items, prompts, counts[1], tokenizers
-        )
+    total = len(items) * sum(counts) * task.turns.num_turns
+    with Progress.for_trainer(trainer, f"{label} sampling", total, "trajectory turn") as progress:
+        with module.generation_context():
+            current = sample_trajectories(
+                module_sampler(module, stream), oracle, task.turns, items, prompts, counts[0], tokenizers, progress
+            )
+            other = sample_trajectories(
+                comparator_sampler(comparator, module),
+                oracle,
+                task.turns,
+                items,
+                prompts,
+                counts[1],
+                tokenizers,
+                progress,
+            )
     comparator.end_round()
     return pairs_against(current, other, task.turns, _encoder(module), pair_selection, pairs_per_sample, stream)
 

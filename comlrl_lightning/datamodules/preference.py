@@ -343,6 +343,7 @@ class PreferenceDataModule(TaskDataModule):
                     self.pair_selection,
                     self.preference_pairs_per_sample,
                     stream,
+                    self.trainer,
                 )
             with Progress.for_trainer(self.trainer, "collection sampling", prompts, "prompt") as sampling:
                 with module.generation_context():

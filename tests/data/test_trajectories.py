@@ -66,6 +66,24 @@ def test_a_trajectory_stops_early_when_its_reward_reaches_the_threshold():
     assert [call[0] for call in sampler.calls] == [1, 1]
 
 
+class Counted:
+    def __init__(self):
+        self.steps = []
+
+    def advance(self, count):
+        self.steps.append(count)
+
+
+def test_progress_counts_every_trajectory_turn_and_the_turns_an_early_stop_skips():
+    counted = Counted()
+    turns = Turns(num_turns=3, external_transition=feedback, early_termination_threshold=1.0)
+    sample_trajectories(
+        ScriptedSampler(), Oracle(digit_reward), turns, ITEMS[:1], PROMPTS[:1], 2, lambda: None, counted
+    )
+    # turn 0: both scored; candidate 1 stops (2 turns skipped); turn 1: candidate 0 scored, then stops (1 skipped)
+    assert [step for step in counted.steps if step] == [2, 2, 1, 1] and sum(counted.steps) == 2 * 3
+
+
 def test_a_bad_transition_fails_before_the_next_turn_is_sampled():
     sampler = ScriptedSampler()
     turns = Turns(num_turns=2, external_transition="tests.helpers.turn_helpers.one_message")
