@@ -444,7 +444,15 @@ def test_the_traceback_variable_shows_the_traceback_too(tmp_path, capsys, monkey
     monkeypatch.setenv("COMLRL_LIGHTNING_TRACEBACK", "1")
     with pytest.raises(SystemExit) as exit_info:
         main(
-            ["fit", "--config", "configs/madpo.yaml", "--data.init_args.task.train_dataset", str(tmp_path / "x.jsonl")]
+            [
+                "fit",
+                "--config",
+                "configs/madpo.yaml",
+                "--trainer.default_root_dir",
+                str(tmp_path / "run"),
+                "--data.init_args.task.train_dataset",
+                str(tmp_path / "x.jsonl"),
+            ]
         )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback (most recent call last)" in err and "MissingPathError" in err

@@ -48,10 +48,11 @@ def test_generate_options_reach_collection_the_comparator_and_evaluation(tmp_pat
     assert not any(vowel in text for text in texts + seen for vowel in VOWELS)
 
 
-def test_generate_options_reach_the_rollouts():
+def test_generate_options_reach_the_rollouts(tmp_path):
     rollouts = []
     trainer = MARLHFTrainer(
         agent_model="embedded",
+        wandb_config={"output_dir": str(tmp_path)},
         metrics_callback=lambda samples: rollouts.extend(s.completion for s in samples) or {},
         args=MARLHFConfig(
             rl_algorithm="maac", num_generations=2, num_train_epochs=1, eval_interval=0, train_batch_size=8, **SMALL
