@@ -66,8 +66,12 @@ from comlrl_lightning.trainers.configs import (
 )
 from comlrl_lightning.trainers.environment_steps import environment_steps_for
 from comlrl_lightning.trainers.eval_callbacks import ReferenceCallbacks, evaluate_now
-from comlrl_lightning.trainers.wandb_compat import finish_runs
-from comlrl_lightning.trainers.wandb_config import effective_sampling, logger_from_wandb_config, output_base
+from comlrl_lightning.trainers.wandb_compat import (
+    effective_sampling,
+    finish_runs,
+    logger_from_wandb_config,
+    output_base,
+)
 from comlrl_lightning.validation import OptionError, require
 
 
