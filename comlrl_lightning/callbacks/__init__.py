@@ -5,14 +5,15 @@ line of parameter counts), :class:`RewardDistributions` (per-round reward histog
 record and figures); :mod:`.curves` reads training curves from a CSV log and :mod:`.plots` draws
 a round's distributions and the replay rules' weights. For runs that resume:
 :class:`CheckpointRecord` (who wrote a checkpoint, how far it got; logs that continue),
-:class:`ResumableCheckpoint` (``ModelCheckpoint`` whose ``last.ckpt`` is always the newest) and
-:class:`ResumableCSVLogger` (one ``metrics.csv`` for the whole run).
+:class:`ResumableCheckpoint` (``ModelCheckpoint`` whose ``last.ckpt`` is always the newest),
+:class:`CommitCheckpoints` (self-contained ``checkpoint-{N}`` folders at commits, kept to a limit)
+and :class:`ResumableCSVLogger` (one ``metrics.csv`` for the whole run).
 
 Imports: :mod:`comlrl_lightning.data` and the layers below it; they see the modules and data
 modules only through :mod:`comlrl_lightning.data.contract`.
 """
 
-from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
+from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, CommitCheckpoints, ResumableCheckpoint
 from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger
 from comlrl_lightning.callbacks.parameter_summary import ParameterSummary
 from comlrl_lightning.callbacks.reward_curve import RewardCurvePlot
@@ -20,6 +21,7 @@ from comlrl_lightning.callbacks.reward_distributions import RewardDistributions
 
 __all__ = [
     "CheckpointRecord",
+    "CommitCheckpoints",
     "ParameterSummary",
     "ResumableCSVLogger",
     "ResumableCheckpoint",

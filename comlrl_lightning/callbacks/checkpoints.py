@@ -6,6 +6,8 @@ continues the run's CSV log and prints one line saying where the run continues.
 :class:`ResumableCheckpoint` is Lightning's ``ModelCheckpoint`` for runs that resume: a resumed run
 overwrites its own files (``last.ckpt`` stays the newest state, never ``last-v1.ckpt``) and is not
 warned that its own checkpoint folder is not empty. The seed API and the CLI add both.
+:class:`CommitCheckpoints` writes self-contained ``checkpoint-{N}`` folders at commits (the seed
+API's ``train(checkpoint_dir=...)``; :mod:`~comlrl_lightning.runtime.checkpoint_folders`).
 """
 
 from __future__ import annotations
@@ -15,16 +17,23 @@ import sys
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.callbacks.csv_logger import same_log_folder
-from comlrl_lightning.data.contract import ContinuableLog, RoundSchedule, offers
-from comlrl_lightning.errors import DataError
+from comlrl_lightning.data.contract import CollectedOnce, ContinuableLog, RoundSchedule, offers
+from comlrl_lightning.errors import DataError, RunStateError
+from comlrl_lightning.runtime.checkpoint_folders import (
+    CheckpointFolderError,
+    check_replaceable,
+    checkpoint_folder,
+    prune_folders,
+    save_checkpoint_folder,
+)
 from comlrl_lightning.runtime.checkpoint_lineage import Lineage, lineage_of, on_line
 from comlrl_lightning.runtime.checkpoint_metadata import (
     METADATA_KEY,
@@ -34,7 +43,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     load_checkpoint_dict,
     run_record,
 )
-from comlrl_lightning.runtime.compat import enable_version_counter, version_counter_enabled
+from comlrl_lightning.runtime.compat import enable_version_counter, epochs_processed, version_counter_enabled
 from comlrl_lightning.runtime.paths import is_remote
 from comlrl_lightning.runtime.quiet import ResumeLines
 
@@ -270,8 +279,90 @@ def _owned_by_another(trainer: Trainer, path: Any) -> bool:
     return not written_on_this_line(trainer, path)
 
 
+class CommitCheckpoints(Checkpoint):
+    """Counts commits and writes ``directory/checkpoint-{N}`` folders (each self-contained: the
+    checkpoint, its asset folder and an owner file; :mod:`~comlrl_lightning.runtime.checkpoint_folders`).
+
+    A commit is the end of every ``epochs_per_commit`` epochs and, with ``after_collection``, the
+    moment a data module that collects once has collected. Commit ``N`` is written when ``N`` is a
+    multiple of ``interval`` or it is the last one; ``limit`` keeps the run's newest ``limit``
+    (``None``: all) and never removes a folder with more progress than the one just written. Folders
+    the run did not write are never touched, and a run never writes over another run's ``checkpoint-N``.
+
+    Args:
+        directory: where the folders go.
+        record: the run record; its ``sequence`` is the commit count and goes into every checkpoint.
+        interval: commits between written folders.
+        limit: how many of the run's folders to keep (``None``: all).
+        epochs_per_commit: epochs between commits.
+        after_collection: also commit once the pairs are collected.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        record: CheckpointRecord,
+        interval: int = 1,
+        limit: Optional[int] = None,
+        epochs_per_commit: int = 1,
+        after_collection: bool = False,
+    ) -> None:
+        self.directory, self.record = Path(directory).absolute(), record
+        self.interval, self.limit = interval, limit
+        self.epochs_per_commit, self.after_collection = epochs_per_commit, after_collection
+        self.committed_at: Optional[Tuple[int, int]] = None  # where the last commit was (saved or not)
+        self.saved_at: Optional[Tuple[int, int]] = None
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
+        collected = offers(datamodule, CollectedOnce) and datamodule.last_collection is not None  # type: ignore[type-abstract]
+        if self.after_collection and trainer.current_epoch == 0 and trainer.global_step == 0 and collected:
+            self.commit(trainer, force=True)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        epochs = trainer.current_epoch + 1
+        if epochs % self.epochs_per_commit == 0:
+            last = trainer.should_stop or (trainer.max_epochs is not None and epochs >= trainer.max_epochs)
+            self.commit(trainer, force=last)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # A run that stopped early (no pairs: not one epoch ran) ends with a forced commit of where it
+        # stopped; one whose last commit fell between intervals has that commit written now.
+        position = _position(trainer)
+        if self.committed_at != position:
+            self.commit(trainer, force=True)
+        elif self.saved_at != position:
+            self.save(trainer)
+
+    def commit(self, trainer: Trainer, force: bool) -> None:
+        self.record.sequence += 1
+        self.committed_at = _position(trainer)
+        if force or self.record.sequence % self.interval == 0:
+            self.save(trainer)
+
+    def save(self, trainer: Trainer) -> None:
+        target = checkpoint_folder(self.directory, self.record.sequence)
+        try:  # every process checks (as it saves): none starts a save the others refuse
+            check_replaceable(target, self.record.run_id, "checkpoint_dir")
+        except CheckpointFolderError as error:
+            raise RunStateError(f"{target} belongs to another run; refusing to write over it ({error})") from None
+        save_checkpoint_folder(trainer, target, self.record.run_id, self.record.sequence)
+        self.saved_at = _position(trainer)
+        if trainer.is_global_zero and self.limit is not None:
+            prune_folders(self.directory, target, self.record.run_id, self.limit)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {}
+
+
+def _position(trainer: Trainer) -> Tuple[int, int]:
+    """Epochs finished (also inside the epoch-end hooks) and optimizer steps."""
+    return epochs_processed(trainer), trainer.global_step
+
+
 __all__ = [
     "CheckpointRecord",
+    "CommitCheckpoints",
     "ResumableCheckpoint",
     "csv_log_record",
     "fork_list",

@@ -30,7 +30,13 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     load_checkpoint_dict,
 )
 from comlrl_lightning.runtime.compat import epoch_batches_processed, epochs_processed
-from comlrl_lightning.runtime.files import read_bounded, swap_folder, write_atomically
+from comlrl_lightning.runtime.files import (
+    FileTooLargeError,
+    fsync_directory,
+    read_bounded,
+    swap_folder,
+    write_atomically,
+)
 from comlrl_lightning.validation import OptionError
 
 OWNER_FILE = "checkpoint_owner.json"
@@ -121,6 +127,42 @@ def checkpoint_folders(directory: Path) -> List[Tuple[int, Path]]:
         return []
     found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := CHECKPOINT_FOLDER.fullmatch(p.name))]
     return sorted((n, p) for n, p in found if p.is_dir() and not p.is_symlink())
+
+
+def checkpoint_folder(directory: Path, number: int) -> Path:
+    """``directory/checkpoint-{number}``: the name :data:`CHECKPOINT_FOLDER` reads back."""
+    return directory / f"checkpoint-{number}"
+
+
+def folder_beside(resume: Optional[Path], default: Path) -> Path:
+    """Where a run's ``checkpoint-N`` folders go: beside the checkpoint file ``resume`` (the folder
+    holding its ``checkpoint-N``, or the file's own folder), else ``default``."""
+    if resume is None:
+        return default
+    folder = resume.parent
+    return folder.parent if CHECKPOINT_FOLDER.fullmatch(folder.name) and resume.name == CHECKPOINT_FILE else folder
+
+
+def prune_folders(directory: Path, latest: Path, run_id: str, limit: int) -> None:
+    """Keep the run's newest ``limit`` folders of ``directory``, always including ``latest``: of the
+    folders the run wrote (:func:`owned_by`) with no more progress than ``latest``, the newest
+    ``limit - 1`` stay (by progress, then sequence). A folder with more progress than ``latest`` (a
+    later commit of the line a resume from an older checkpoint left) is never removed; nor is a
+    folder the run did not write, or what else a folder holds (:func:`remove_written`)."""
+    newest = owned_by(latest, run_id)
+    if newest is None:
+        return
+    mine = []
+    for _, folder in checkpoint_folders(directory):
+        try:
+            owned = owned_by(folder, run_id) if folder != latest else None
+        except FileTooLargeError:  # not the run's (it writes small owner files), and never read
+            owned = None
+        if owned is not None and owned.progress <= newest.progress:
+            mine.append((owned.progress, owned.sequence, folder))
+    for _, _, folder in sorted(mine, reverse=True)[max(limit - 1, 0) :]:
+        remove_written(folder)
+    fsync_directory(directory)
 
 
 def check_destination(directory: Path, run_id: str, after: int) -> None:
@@ -221,10 +263,13 @@ __all__ = [
     "WRITTEN",
     "check_destination",
     "check_replaceable",
+    "checkpoint_folder",
     "checkpoint_folders",
+    "folder_beside",
     "owned_by",
     "owner_of",
     "read_owner",
+    "prune_folders",
     "remove_written",
     "save_checkpoint_folder",
 ]

@@ -7,7 +7,8 @@ is built (:mod:`.scoring_plan`). The internals that make scoring fast and memory
 on one shared base (:mod:`.lora`), scored and sampled in one pass for all agents
 (:mod:`.lora_routing`), packed scoring without padding (:mod:`.packed_scoring`, rows laid out by :mod:`.batch_layout`), the
 fused, chunked LM head (:mod:`.fused_head`) and activation checkpointing
-(:mod:`.activation_checkpointing`). Sampling is not here: a generator
+(:mod:`.activation_checkpointing`). A team's agents are saved as Hugging Face folders by
+:mod:`.saving`. Sampling is not here: a generator
 (:mod:`comlrl_lightning.generation`) samples with a team's agents.
 
 Imports: :mod:`comlrl_lightning.runtime` and the foundation modules (``options``, ``losses``,

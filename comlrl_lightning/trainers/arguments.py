@@ -1,8 +1,8 @@
 """The seed API's constructor arguments: which the reference (CoMLRL) has that are not taken here, and why.
 
-A keyword the reference does not have is a ``TypeError`` (as Python gives it); one it has that this
-library does not take is an error with the reason and what to do instead; ``args`` of another
-trainer's kind is refused. Nothing is ever silently ignored.
+A keyword the reference does not have is a ``TypeError`` (as Python gives it); one it has that a
+trainer here does not take (MARLHF's ``external_transition``) is an error with the reason; ``args``
+of another trainer's kind is refused. Nothing is ever silently ignored.
 """
 
 from __future__ import annotations
@@ -21,14 +21,11 @@ from comlrl_lightning.trainers.configs import (
 )
 from comlrl_lightning.validation import OptionError, require
 
-UNSUPPORTED_ARGUMENTS: Dict[str, str] = {}
-"""Constructor arguments of the reference this library does not take, and what to do instead."""
-
-MARLHF_SINGLE_TURN = {
-    "external_transition": "MARLHF trains single-turn here (num_turns must be 1); multi-turn preference "
-    "training is MADPO's (MADPOTrainer, MADPOIterTrainer)",
-}
-"""Constructor arguments the MARLHF trainers refuse (the MADPO trainers take them)."""
+MARLHF_SINGLE_TURN = (
+    "MARLHF trains single-turn here (num_turns must be 1); multi-turn preference training is MADPO's "
+    "(MADPOTrainer, MADPOIterTrainer)"
+)
+"""Why the MARLHF trainers refuse ``external_transition`` (the MADPO trainers take it)."""
 
 MARLHF_ONLY = ("metrics_callback", "critic_model", "critics")
 """Keywords only the reference's MARLHF trainers have."""
@@ -38,21 +35,18 @@ CONFIG_KINDS = (MADPOConfig, MARLHFConfig, MADPOIterConfig, MARLHFIterConfig)
 
 def check_arguments(trainer: str, config_class: type, args: Any, marlhf: bool, given: Dict[str, Any]) -> None:
     """Refuse ``args`` of another kind than ``config_class``, keywords in ``given`` the reference's
-    ``trainer`` does not have, and given (not ``None``) ones listed in :data:`UNSUPPORTED_ARGUMENTS`."""
+    ``trainer`` does not have, and a given ``external_transition`` for MARLHF."""
     # MARLHFConfig and the iterative configs derive from MADPOConfig: each trainer takes its own kind only
     other_kinds = tuple(set(CONFIG_KINDS) - set(config_class.__mro__))
     require(
         isinstance(args, config_class) and not isinstance(args, other_kinds),
         f"args must be a {config_class.__name__} (got {type(args).__name__}).",
     )
-    known = set(MARLHF_ONLY) | set(UNSUPPORTED_ARGUMENTS) | set(MARLHF_SINGLE_TURN)
     for name, value in given.items():
-        if name in MARLHF_ONLY and not marlhf or name not in known:
+        if name in MARLHF_ONLY and not marlhf or name not in (*MARLHF_ONLY, "external_transition"):
             raise ConfigurationTypeError(f"{trainer}() got an unexpected keyword argument {name!r}")
-        if name in UNSUPPORTED_ARGUMENTS and value is not None:
-            raise OptionError(f"{name} is not supported: {UNSUPPORTED_ARGUMENTS[name]}.")
-        if name in MARLHF_SINGLE_TURN and value is not None and marlhf:
-            raise OptionError(f"{name} is not supported by {trainer}: {MARLHF_SINGLE_TURN[name]}.")
+        if name == "external_transition" and value is not None and marlhf:
+            raise OptionError(f"{name} is not supported by {trainer}: {MARLHF_SINGLE_TURN}.")
 
 
 def turns_for(config: MADPOConfig, external_transition: Any = None) -> Turns:
@@ -79,9 +73,6 @@ def check_argument_types(num_agents: Any, wandb_config: Any, model_config: Any) 
             raise ConfigurationTypeError(f"{name} must be a mapping (a dict) or None (got {type(value).__name__}).")
 
 
-__all__ = ["MARLHF_ONLY", "UNSUPPORTED_ARGUMENTS", "check_argument_types", "check_arguments"]
-
-
 def refuse_saved_keys(
     args: Any, wandb_config: Any, model_config: Any, agent_model: Any, agents: Any, given: Mapping[str, Any]
 ) -> None:
@@ -91,3 +82,6 @@ def refuse_saved_keys(
     saved: Dict[str, Any] = dict(args=dataclasses.asdict(args), wandb_config=dict(wandb_config or {}))
     saved.update(model_config=model_config or {}, agent_model=agent_model, agents=list(agents or []), **given)
     check_config_has_no_key(saved)
+
+
+__all__ = ["MARLHF_ONLY", "check_argument_types", "check_arguments", "refuse_saved_keys", "turns_for"]

@@ -34,13 +34,8 @@ def reference_task(datamodule: Any, module: Any, tokenizer: Any = None) -> Task:
     """The task of the data module's formatters and reward for the team's roles, built (so checked)
     in the trainer's constructor as the reference builds its formatters; a list of tokenizers must
     have one per agent."""
-    if isinstance(tokenizer, (list, tuple)):
-        require(
-            len(tokenizer) == module.num_agents,
-            "Centralized collaboration requires one actor tokenizer."
-            if module.collaboration.centralized
-            else "tokenizers length must match agents.",
-        )
+    if isinstance(tokenizer, (list, tuple)):  # a centralized team's one tokenizer is checked before
+        require(len(tokenizer) == module.num_agents, "tokenizers length must match agents.")
     return datamodule.task_options.build(module.num_roles)
 
 

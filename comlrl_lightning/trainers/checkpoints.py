@@ -9,12 +9,8 @@ Layout of one checkpoint (each is self-contained: copy the folder anywhere and r
         checkpoint_owner.json    {"run_id", "sequence", "file", "progress"}: whose checkpoint this is
 
 A *commit* is what the reference (CoMLRL) counts: the base trainers commit once the pairs are
-collected and after every epoch, the iterative trainers after every round. Commit ``N`` is written
-as ``checkpoint-N`` when ``N`` is a multiple of ``checkpoint_interval`` or it is the last one.
-``checkpoint_total_limit=L`` keeps this run's newest ``L`` (``None`` keeps all) and never removes a
-checkpoint with more progress than the one just written; folders the run did not write (another
-run's, a copy, a user's folder: :mod:`~comlrl_lightning.runtime.checkpoint_folders`) are never
-touched, and a run never writes over another run's ``checkpoint-N``.
+collected and after every epoch, the iterative trainers after every round; the folders are
+:class:`~comlrl_lightning.callbacks.checkpoints.CommitCheckpoints`'.
 """
 
 from __future__ import annotations
@@ -23,26 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch import Callback, Trainer
 
-from comlrl_lightning.callbacks.checkpoints import CheckpointRecord
-from comlrl_lightning.data.contract import CollectedOnce, offers
-from comlrl_lightning.errors import ConfigurationError, DataError, RunStateError
+from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, CommitCheckpoints
+from comlrl_lightning.errors import ConfigurationError, DataError
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.generation.extra_options import hf_generate_options
 from comlrl_lightning.runtime.checkpoint_folders import (
-    CheckpointFolderError,
     check_destination,
     check_replaceable,
-    checkpoint_folders,
-    owned_by,
-    remove_written,
+    folder_beside,
     save_checkpoint_folder,
 )
 from comlrl_lightning.runtime.checkpoint_metadata import (
-    CHECKPOINT_FILE,
-    CHECKPOINT_FOLDER,
     CheckpointNotFoundError,
     NoRunRecordError,
     checkpoint_progress,
@@ -50,8 +39,6 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     read_checkpoint_metadata,
     resolve_checkpoint,
 )
-from comlrl_lightning.runtime.compat import epochs_processed
-from comlrl_lightning.runtime.files import FileTooLargeError, fsync_directory
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers.mapping import SAMPLING_FIELDS
 from comlrl_lightning.validation import OptionError, require
@@ -96,106 +83,6 @@ def saved_generation_kwargs(checkpoint: Dict[str, Any], path: Any) -> Optional[D
     return saved
 
 
-def default_directory(resume: Optional[Path], output_dir: Path) -> Path:
-    """Where checkpoints go without ``checkpoint_dir``: beside the resumed one (the folder that holds its
-    ``checkpoint-N``, or its ``.ckpt`` file), else ``<output_dir>/checkpoints``."""
-    if resume is None:
-        return output_dir / "checkpoints"
-    folder = resume.parent
-    return folder.parent if CHECKPOINT_FOLDER.fullmatch(folder.name) and resume.name == CHECKPOINT_FILE else folder
-
-
-class CommitCheckpoints(Checkpoint):
-    """Counts the reference's commits and writes ``checkpoint-{N}`` folders (see the module docstring).
-
-    Args:
-        directory: ``checkpoint_dir``.
-        record: the run record; its ``sequence`` is the commit count and goes into every checkpoint.
-        interval: ``checkpoint_interval``.
-        limit: ``checkpoint_total_limit`` (``None``: keep all).
-        epochs_per_commit: epochs between commits (``num_train_epochs`` for the iterative trainers, else 1).
-        after_collection: also commit once the pairs are collected (the base trainers).
-    """
-
-    def __init__(
-        self,
-        directory: Path,
-        record: CheckpointRecord,
-        interval: int = 1,
-        limit: Optional[int] = None,
-        epochs_per_commit: int = 1,
-        after_collection: bool = False,
-    ) -> None:
-        self.directory, self.record = Path(directory).absolute(), record
-        self.interval, self.limit = interval, limit
-        self.epochs_per_commit, self.after_collection = epochs_per_commit, after_collection
-        self.committed_at: Optional[Tuple[int, int]] = None  # where the last commit was (saved or not)
-        self.saved_at: Optional[Tuple[int, int]] = None
-
-    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        datamodule = trainer.datamodule
-        collected = offers(datamodule, CollectedOnce) and datamodule.last_collection is not None  # type: ignore[type-abstract]
-        if self.after_collection and trainer.current_epoch == 0 and trainer.global_step == 0 and collected:
-            self.commit(trainer, force=True)
-
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        epochs = trainer.current_epoch + 1
-        if epochs % self.epochs_per_commit == 0:
-            last = trainer.should_stop or (trainer.max_epochs is not None and epochs >= trainer.max_epochs)
-            self.commit(trainer, force=last)
-
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        # A run that stopped early (no pairs: not one epoch ran) ends with a forced commit of where it
-        # stopped; one whose last commit fell between intervals has that commit written now.
-        position = _position(trainer)
-        if self.committed_at != position:
-            self.commit(trainer, force=True)
-        elif self.saved_at != position:
-            self.save(trainer)
-
-    def commit(self, trainer: Trainer, force: bool) -> None:
-        self.record.sequence += 1
-        self.committed_at = _position(trainer)
-        if force or self.record.sequence % self.interval == 0:
-            self.save(trainer)
-
-    def save(self, trainer: Trainer) -> None:
-        sequence = self.record.sequence
-        target = self.directory / f"checkpoint-{sequence}"
-        try:  # every process checks (as it saves): none starts a save the others refuse
-            check_replaceable(target, self.record.run_id, "checkpoint_dir")
-        except CheckpointFolderError as error:
-            raise RunStateError(f"{target} belongs to another run; refusing to write over it ({error})") from None
-        save_checkpoint_folder(trainer, target, self.record.run_id, sequence)
-        self.saved_at = _position(trainer)
-        if trainer.is_global_zero and self.limit is not None:
-            self.prune(target)
-
-    def prune(self, latest: Path) -> None:
-        """Keep this run's newest ``limit`` folders, always including ``latest``: of the folders this run
-        wrote (:func:`owned_by`) with no more progress than ``latest``, the newest ``limit - 1`` stay
-        (by progress, then sequence). A folder with more progress than ``latest`` (a later commit of
-        the line a resume from an older checkpoint left) is never removed; nor is a folder the run
-        did not write, or what else a folder holds (:func:`remove_written`)."""
-        newest = owned_by(latest, self.record.run_id)
-        if newest is None:
-            return
-        mine = []
-        for _, folder in checkpoint_folders(self.directory):
-            try:
-                owned = owned_by(folder, self.record.run_id) if folder != latest else None
-            except FileTooLargeError:  # not the run's (it writes small owner files), and never read
-                owned = None
-            if owned is not None and owned.progress <= newest.progress:
-                mine.append((owned.progress, owned.sequence, folder))
-        for _, _, folder in sorted(mine, reverse=True)[max(self.limit - 1, 0) :]:
-            remove_written(folder)
-        fsync_directory(self.directory)
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {}
-
-
 @dataclass
 class CheckpointPlan:
     """What ``train()`` does with checkpoints: the file it resumes (and its metadata), its callbacks,
@@ -236,7 +123,9 @@ class CheckpointMethods:
         tracking = resume is not None or checkpoint_dir is not None or interval != 1 or limit is not None
         plan = CheckpointPlan(str(resume) if resume else None, metadata, [self.record], tracking)
         if tracking:
-            directory = Path(checkpoint_dir) if checkpoint_dir else default_directory(resume, self.output_dir)
+            directory = (
+                Path(checkpoint_dir) if checkpoint_dir else folder_beside(resume, self.output_dir / "checkpoints")
+            )
             check_destination(directory.absolute(), self.record.run_id, (metadata or {}).get("sequence") or 0)
             per_commit = self.args.num_train_epochs if self.iterative else 1
             plan.callbacks.append(
@@ -279,16 +168,9 @@ class CheckpointMethods:
         return progress
 
 
-def _position(trainer: Trainer) -> Tuple[int, int]:
-    """Epochs finished (also inside the epoch-end hooks) and optimizer steps."""
-    return epochs_processed(trainer), trainer.global_step
-
-
 __all__ = [
     "CheckpointMethods",
     "CheckpointPlan",
-    "CommitCheckpoints",
-    "default_directory",
     "resume_source",
     "saved_generation_kwargs",
 ]

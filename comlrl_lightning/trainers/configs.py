@@ -22,8 +22,7 @@ from comlrl_lightning.losses import ADVANTAGE_BASELINES
 from comlrl_lightning.models.critics import CRITIC_TYPES
 from comlrl_lightning.modules.magrpo import GROUP_BASELINES, RL_ALGORITHMS, check_num_generations
 from comlrl_lightning.runtime.devices import resolve_devices
-from comlrl_lightning.trainers.field_types import check_field_types
-from comlrl_lightning.validation import OptionError, at_least, positive, require
+from comlrl_lightning.validation import OptionError, at_least, check_field_types, positive, require
 
 DeviceField = Optional[Union[str, Sequence[str]]]
 

@@ -49,6 +49,7 @@ from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_che
 from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.hparams import set_hyperparameter
+from comlrl_lightning.team.saving import save_team_folders
 from comlrl_lightning.trainers import mapping
 from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments, refuse_saved_keys, turns_for
 from comlrl_lightning.trainers.attributes import (
@@ -65,13 +66,13 @@ from comlrl_lightning.trainers.configs import (
 )
 from comlrl_lightning.trainers.environment_steps import environment_steps_for
 from comlrl_lightning.trainers.eval_callbacks import ReferenceCallbacks, evaluate_now
-from comlrl_lightning.trainers.saved_model import save_team_folders
-from comlrl_lightning.trainers.wandb_compat import finish_runs
-from comlrl_lightning.trainers.wandb_config import effective_sampling, logger_from_wandb_config, output_base
+from comlrl_lightning.trainers.wandb_compat import (
+    effective_sampling,
+    finish_runs,
+    logger_from_wandb_config,
+    output_base,
+)
 from comlrl_lightning.validation import OptionError, require
-
-GENERATION_KWARGS = mapping.SAMPLING_FIELDS
-"""The ``train(**generation_kwargs)`` that replace sampling settings (the others become ``extra`` options)."""
 
 
 class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
@@ -213,19 +214,18 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
 
         A commit is the end of pair collection and of every epoch (base trainers) or the end of a
         round (iterative trainers); commit ``N`` is written every ``checkpoint_interval`` commits and
-        at the last one, and ``checkpoint_total_limit`` keeps this run's newest ones (``None``: all).
-        Each ``checkpoint-N`` carries the files it needs (see :mod:`comlrl_lightning.trainers.checkpoints`).
-        ``resume_from_checkpoint`` is a ``checkpoint-N`` folder, a ``.ckpt`` file, or a folder of
-        checkpoints (the one with the most progress); the run continues exactly where it stopped
-        (raise ``num_iterations`` to extend a finished run), with the same logs and W&B run, and its
-        checkpoints go on beside the one it resumed unless ``checkpoint_dir`` says otherwise.
-        Checkpoint options may differ from the earlier parts of the run. ``generation_kwargs`` go to
-        every sampler (collection, comparators, evaluation, rollouts) as the reference forwards them
-        to Hugging Face ``generate()``: ``max_new_tokens``, ``temperature``, ``top_p`` and ``top_k``
-        replace the config's, any other ``generate()`` option (``repetition_penalty``,
-        ``suppress_tokens``...) is passed on (the vLLM generator maps those vLLM supports and
-        refuses the rest by name); ``do_sample=True`` is accepted. They are saved in checkpoints: a
-        resume given none continues with all the saved ones, one given some uses exactly those.
+        at the last one, and ``checkpoint_total_limit`` keeps this run's newest ones (``None``: all;
+        :mod:`comlrl_lightning.trainers.checkpoints`). ``resume_from_checkpoint`` is a
+        ``checkpoint-N`` folder, a ``.ckpt`` file, or a folder of checkpoints (the one with the most
+        progress); the run continues exactly where it stopped (raise ``num_iterations`` to extend a
+        finished run), with the same logs and W&B run, its checkpoints beside the one it resumed
+        unless ``checkpoint_dir`` says otherwise (checkpoint options may differ between the parts of a
+        run). ``generation_kwargs`` go to every sampler as the
+        reference forwards them to Hugging Face ``generate()``: ``max_new_tokens``,
+        ``temperature``, ``top_p`` and ``top_k`` replace the config's, any other ``generate()``
+        option is passed on (the vLLM generator maps those vLLM supports and refuses the rest by
+        name); ``do_sample=True`` is accepted. They are saved in checkpoints: a resume given none
+        continues with the saved ones, one given some uses exactly those.
         """
         plan = self.checkpoint_plan(resume_from_checkpoint, checkpoint_dir, checkpoint_interval, checkpoint_total_limit)
         loaded = resumable(load_checkpoint_dict(plan.resume), plan.resume) if plan.resume else None
@@ -289,27 +289,21 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         return evaluate_now(self, num_eval_samples)
 
     def _apply_generation_kwargs(self, kwargs: Dict[str, Any], saved: Optional[Dict[str, Any]] = None) -> None:
-        """``train(**generation_kwargs)`` onto the config's sampling settings (the four named ones replace
-        theirs, the others are ``extra``, checked now); a resume given none uses the ``saved`` ones, one
-        given some exactly those. They are the module's ``sampling`` and ``generation_kwargs`` hparams."""
+        """``train(**generation_kwargs)`` onto the config's sampling settings (see :meth:`train`), saved
+        as the module's ``sampling`` and ``generation_kwargs`` hparams."""
         if kwargs.pop("do_sample", True) is not True:
             raise OptionError("do_sample=False is not supported: preference collection samples.")
         kwargs = dict(kwargs) if kwargs or not saved else dict(saved)
-        named = {key: kwargs[key] for key in GENERATION_KWARGS if key in kwargs}
-        extra = {key: value for key, value in kwargs.items() if key not in GENERATION_KWARGS} or None
-        base = GenerationSettings(**{key: getattr(self.args, key) for key in GENERATION_KWARGS})
+        named = {key: kwargs[key] for key in mapping.SAMPLING_FIELDS if key in kwargs}
+        extra = {key: value for key, value in kwargs.items() if key not in mapping.SAMPLING_FIELDS} or None
+        base = GenerationSettings(**{key: getattr(self.args, key) for key in mapping.SAMPLING_FIELDS})
         self.module.use_sampling(dataclasses.replace(base, **named, extra=extra))
         set_hyperparameter(self.module, "generation_kwargs", kwargs)
 
     def save_model(self, output_dir: str) -> None:
-        """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder (``save_pretrained``) and tokenizer;
-        a LoRA agent's folder holds its base with the adapter merged in, and the adapter alone in ``adapter/``.
-
-        Each folder is written beside its final name and renamed into place, so an interrupted save
-        never leaves a half-written agent (nor its staging folder). An ``output_dir`` that is a file,
-        or an ``agent_{i}`` there that is a link or a file, is refused before anything is written.
-        The reward model is not saved (as the reference).
-        """
+        """Write ``output_dir/agent_{i}``: each agent's Hugging Face folder and tokenizer, written
+        atomically (:func:`~comlrl_lightning.team.saving.save_team_folders`; a LoRA agent merged, and
+        its adapter alone in ``adapter/``). The reward model is not saved (as the reference)."""
         save_team_folders(self.module.team, output_dir)
         if self.trainer is not None:  # as the reference: the W&B run ends with the saved model
             finish_runs(self.trainer.loggers, final_model_saved=str(output_dir))

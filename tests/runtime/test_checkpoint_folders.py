@@ -15,11 +15,14 @@ from comlrl_lightning.runtime.checkpoint_folders import (
     OWNER_FILE,
     CheckpointFolderError,
     check_destination,
+    checkpoint_folder,
+    folder_beside,
     owned_by,
+    prune_folders,
     remove_written,
 )
 from comlrl_lightning.runtime.checkpoint_lineage import SeveralLinesError
-from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
+from comlrl_lightning.runtime.checkpoint_metadata import CHECKPOINT_FOLDER, read_checkpoint_metadata
 from comlrl_lightning.runtime.files import FileTooLargeError
 from comlrl_lightning.validation import OptionError
 from tests.trainers.test_trainers_checkpoints import folders, madpo_iter
@@ -121,3 +124,27 @@ def test_a_resume_from_an_older_checkpoint_with_a_limit_keeps_newer_ones_and_for
     resumed = madpo_iter(tmp_path, 4)  # a path resumes: the branch goes on beside the old line
     resumed.train(resume_from_checkpoint=str(ckpt / "checkpoint-3"), checkpoint_dir=str(tmp_path / "more"))
     assert folders(tmp_path / "more") == ["checkpoint-4"]
+
+
+def test_a_commits_folder_name_is_the_one_the_pattern_reads_back(tmp_path):
+    folder = checkpoint_folder(tmp_path, 12)
+    assert folder == tmp_path / "checkpoint-12"
+    assert CHECKPOINT_FOLDER.fullmatch(folder.name).group(1) == "12"
+
+
+def test_folders_go_beside_the_resumed_checkpoint(tmp_path):
+    default = tmp_path / "out" / "checkpoints"
+    assert folder_beside(None, default) == default
+    # a checkpoint-N folder's checkpoint: its siblings go beside the folder
+    assert folder_beside(tmp_path / "ckpt" / "checkpoint-3" / "checkpoint.ckpt", default) == tmp_path / "ckpt"
+    # any other file (or another name inside a checkpoint-N folder): beside the file
+    assert folder_beside(tmp_path / "ckpt" / "last.ckpt", default) == tmp_path / "ckpt"
+    assert folder_beside(tmp_path / "checkpoint-3" / "last.ckpt", default) == tmp_path / "checkpoint-3"
+
+
+def test_pruning_never_touches_folders_the_run_did_not_write(tmp_path):
+    users = victim_folder(tmp_path / "checkpoint-1")
+    latest = tmp_path / "checkpoint-2"
+    latest.mkdir()
+    prune_folders(tmp_path, latest, "0" * 32, limit=1)  # latest is not the run's either: nothing to do
+    assert (users / "keep.txt").read_text() == "mine" and latest.is_dir()

@@ -1,4 +1,4 @@
-"""``save_model``'s folders: each agent of a team as a Hugging Face folder, written atomically."""
+"""A team's agents as Hugging Face folders (the seed API's ``save_model``), each written atomically."""
 
 from __future__ import annotations
 
