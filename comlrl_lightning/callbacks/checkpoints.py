@@ -248,14 +248,16 @@ class ResumableCheckpoint(ModelCheckpoint):
         it is; the part this callback runs in versions its own name beside it.
         """
         paths = sorted({*self.best_k_models, self.last_model_path, self.best_model_path} - {""})
-        foreign = [str(p) for p in paths if trainer.is_global_zero and _owned_by_another(trainer, p)]
-        foreign = set(trainer.strategy.broadcast(foreign))
+        found = [str(p) for p in paths if trainer.is_global_zero and _owned_by_another(trainer, p)]
+        foreign = set(trainer.strategy.broadcast(found))
         if not foreign:
             return
         self.best_k_models = {path: score for path, score in self.best_k_models.items() if path not in foreign}
         self.last_model_path = "" if self.last_model_path in foreign else self.last_model_path
         if self.best_model_path in foreign:
-            best = (min if self.mode == "min" else max)(self.best_k_models, key=self.best_k_models.get, default="")
+            best = (min if self.mode == "min" else max)(
+                self.best_k_models, key=self.best_k_models.__getitem__, default=""
+            )
             self.best_model_path = best
             self.best_model_score = self.best_k_models.get(best)
         if self.kth_best_model_path in foreign:  # refilled (and recomputed) before top-k removes again
