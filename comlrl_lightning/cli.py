@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
@@ -120,13 +120,13 @@ class PreferenceCLI(LightningCLI):
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         given = config["trainer"].get("callbacks") or []
         given = given if isinstance(given, list) else [given]
+        callbacks: List[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
         if not any(isinstance(callback, ModelCheckpoint) for callback in given):
-            trainer.callbacks = [
-                ResumableCheckpoint() if type(callback) is ModelCheckpoint else callback
-                for callback in trainer.callbacks
+            callbacks[:] = [
+                ResumableCheckpoint() if type(callback) is ModelCheckpoint else callback for callback in callbacks
             ]
-        if not any(isinstance(callback, CheckpointRecord) for callback in trainer.callbacks):
-            trainer.callbacks.insert(0, CheckpointRecord())
+        if not any(isinstance(callback, CheckpointRecord) for callback in callbacks):
+            callbacks.insert(0, CheckpointRecord())
         return trainer
 
     def instantiate_classes(self) -> None:
@@ -207,7 +207,7 @@ def _save_dir_not_given(init: Any, kind: type) -> bool:
     class's own default (``"."`` for ``WandbLogger``), and no W&B-style ``dir`` given instead."""
     if "save_dir" not in init or init.get("dir") is not None:
         return False
-    parameter = inspect.signature(kind.__init__).parameters.get("save_dir")
+    parameter = inspect.signature(kind.__init__).parameters.get("save_dir")  # type: ignore[misc]  # kind is a class: its own __init__
     default = parameter.default if parameter is not None else inspect.Parameter.empty
     return init["save_dir"] is None or (default is not inspect.Parameter.empty and init["save_dir"] == default)
 

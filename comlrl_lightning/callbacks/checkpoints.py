@@ -264,8 +264,9 @@ class ResumableCheckpoint(ModelCheckpoint):
         self.best_k_models = {path: score for path, score in self.best_k_models.items() if path not in foreign}
         self.last_model_path = "" if self.last_model_path in foreign else self.last_model_path
         if self.best_model_path in foreign:
-            ranked = sorted(self.best_k_models, key=lambda path: float(self.best_k_models[path]))
-            best = (ranked[0] if self.mode == "min" else ranked[-1]) if ranked else ""
+            best = (min if self.mode == "min" else max)(
+                self.best_k_models, key=self.best_k_models.__getitem__, default=""
+            )
             self.best_model_path = best
             self.best_model_score = self.best_k_models.get(best)
         if self.kth_best_model_path in foreign:  # refilled (and recomputed) before top-k removes again

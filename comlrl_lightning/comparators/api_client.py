@@ -227,17 +227,17 @@ class ApiClient:
                 status, text = response.status_code, data.decode("utf-8", errors="replace")
                 if status < 300:
                     return self._json(data, text, status)
-                body = snippet(text)  # redacted before it is cut
+                shown = snippet(text)  # redacted before it is cut
                 # OpenAI reports an empty account as 429 insufficient_quota: waiting will not help
                 no_quota = status == 429 and "insufficient_quota" in text
                 if no_quota or (status not in RETRY_STATUSES and status < 500):
                     raise ComparatorApiError(
                         f"Comparator API request to {self.shown_url} failed with HTTP {status} "
                         f"({self._hint(status, no_quota, response)}). "
-                        f"Provider response: {body}",
+                        f"Provider response: {shown}",
                         status,
                     ) from None
-                last_problem = f"HTTP {status}: {body}"
+                last_problem = f"HTTP {status}: {shown}"
             if attempt < self.max_retries:
                 stop.wait(self._delay(attempt, response))
         raise ComparatorApiError(
@@ -313,7 +313,7 @@ class ApiClient:
             try:
                 futures = [pool.submit(self.post, http, body, stop) for body in bodies]
                 wait(futures, return_when=FIRST_EXCEPTION)
-                errors = [f.exception() for f in futures if f.done() and f.exception() is not None]
+                errors = [e for e in (f.exception() for f in futures if f.done()) if e is not None]
                 if errors:  # the failure itself, not a sibling cancelled because of it
                     raise next((e for e in errors if not isinstance(e, _Cancelled)), errors[0])
                 return [future.result() for future in futures]

@@ -129,13 +129,17 @@ class HistoryComparator(Comparator):
         self._loaded: Optional[int] = None
         self._team: Optional[Team] = None
 
-    def snapshot_round(self, round_index: int) -> Optional[int]:
+    def snapshot_round(self, round_index: int) -> int:
         return max(round_index - self.k, 0)
 
     def start_round(self, round_index: int) -> None:
         wanted = self.snapshot_round(round_index)
         if self._team is None or self._loaded != wanted:
             context = self.context
+            if context.snapshots is None:
+                raise RuntimeError(
+                    "HistoryComparator needs the data module's round-start policy snapshots (ComparatorContext.snapshots)."
+                )
             actors = context.actors()
             team = context.snapshots.load(wanted, actors.tokenizers, context.agent_indices)
             for i, agent in enumerate(team.agents):

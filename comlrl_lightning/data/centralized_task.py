@@ -223,7 +223,7 @@ class CentralizedTask(Task):
         if tokenizers is not None:
             self.renderer = PromptRenderer(tokenizers, roles.chat_template, names=["the centralized team's model"])
             self.renderer.check()
-        self.oracle = CentralizedOracle(self)
+        self.oracle = CentralizedOracle(self)  # type: ignore[assignment]  # duck-typed: Oracle's score, score_many, reward_func
         self.scored_completions = 0
         self.unparsed_completions = 0
 

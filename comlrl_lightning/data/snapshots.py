@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, cast
 
 from comlrl_lightning.errors import DataError, MissingRunFileError, RunStateError
 from comlrl_lightning.runtime.checkpoint_assets import (
@@ -34,6 +34,9 @@ from comlrl_lightning.runtime.quiet import transformers_bars_off
 from comlrl_lightning.runtime.sharding import full_state_dict
 from comlrl_lightning.team.team import Team
 from comlrl_lightning.validation import OptionError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 _SNAPSHOT_NAME = re.compile(r"initial|iteration_\d{4,}")
 
@@ -92,9 +95,13 @@ class PolicySnapshots:
         try:
             with transformers_bars_off():  # a snapshot every round: no per-file bars
                 for index, (agent, tokenizer) in enumerate(zip(team.agents, team.tokenizers)):
-                    state = {"state_dict": states[index]} if states is not None else {}
-                    agent.save_pretrained(staging / f"agent_{index}", **state)
-                    tokenizer.save_pretrained(staging / f"agent_{index}")
+                    folder = staging / f"agent_{index}"
+                    saving = cast("PreTrainedModel", agent)  # a transformers model, or a LoRA view's save_pretrained
+                    if states is None:
+                        saving.save_pretrained(folder)
+                    else:  # a sharded team's gathered weights (never a LoRA team: refused above)
+                        saving.save_pretrained(folder, state_dict=states[index])
+                    tokenizer.save_pretrained(folder)
             files = tree_digests(staging)
             if target.exists():
                 shutil.rmtree(target)
@@ -174,8 +181,9 @@ class PolicySnapshots:
                 )
                 continue
             try:
-                for file, info in files.get(name, {}).items() if assets is not None else ():
-                    assets.ensure("policy_snapshots", f"{name}/{file}", str(info["sha256"]), self.directory)
+                for file, info in files.get(name, {}).items():
+                    if assets is not None:
+                        assets.ensure("policy_snapshots", f"{name}/{file}", str(info["sha256"]), self.directory)
             except AssetError as error:  # an error only if a resumed run needs it (require)
                 self.unrestorable[name] = str(error)
                 continue

@@ -8,7 +8,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Union, cast
 
 from comlrl_lightning.data.chat import (
     AgentPrompt,
@@ -33,6 +33,8 @@ from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.validation import require
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from comlrl_lightning.team.team import Team
 
 ItemSource = Union[str, HFDataset, ItemSet, List[Dict[str, Any]], None]
@@ -180,7 +182,9 @@ def resolve_formatter(spec: FormatterSpec) -> Callable[[Dict[str, Any]], AgentPr
         return default_formatter
     if isinstance(spec, str) and "{" in spec:
         return TemplateFormatter(spec)
-    return resolve_callable(spec, "formatters")
+    formatter = resolve_callable(spec, "formatters")
+    assert formatter is not None  # None only for a None spec (above)
+    return formatter
 
 
 def check_items(task: "Task", items: Sequence[Dict[str, Any]], role: str) -> None:
@@ -204,8 +208,9 @@ def check_prompts_fit(
     otherwise fail deep inside sampling; the error names the dataset, the item, the agent and the excess.
     """
     for agent in range(team.num_agents):
-        config = team.agents[agent].config
-        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        config = cast("PreTrainedModel", team.agents[agent]).config  # a transformers model's, or a LoRA view's
+        text_config_of = getattr(config, "get_text_config", None)
+        config = text_config_of() if text_config_of is not None else config
         context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         if not context:
             continue
@@ -251,7 +256,8 @@ class Task:
                 raise ConfigurationError("Number of formatters must match num_agents when providing a sequence.")
             self.formatters = [resolve_formatter(spec) for spec in formatters]
         else:
-            self.formatters = [resolve_formatter(formatters)] * num_agents
+            # one formatter for every agent (any other sequence is refused by resolve_callable)
+            self.formatters = [resolve_formatter(cast(FormatterSpec, formatters))] * num_agents
         self.oracle = Oracle(reward_func, reward_processor)
         self.chat_template = chat_template
         self.turns = turns if turns is not None else Turns()

@@ -72,7 +72,11 @@ class RoundFilesDataModule(LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         generator = torch.Generator().manual_seed(self.seed + 1)
         return DataLoader(
-            self.train_pairs, batch_size=self.batch_size, shuffle=True, generator=generator, collate_fn=list
+            self.train_pairs,  # type: ignore[arg-type]  # a list is a map-style dataset; torch's hint names only Dataset
+            batch_size=self.batch_size,
+            shuffle=True,
+            generator=generator,
+            collate_fn=list,
         )
 
     def val_dataloader(self):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, cast
 
 import torch
 from torch import nn
@@ -40,6 +40,9 @@ from comlrl_lightning.team.scoring_plan import SamplingPlan
 from comlrl_lightning.team.team import Team, left_pad
 from comlrl_lightning.validation import at_least, require
 
+if TYPE_CHECKING:
+    from transformers import GenerationMixin
+
 KV_CACHE_MEMORY_SHARE = 0.25
 """Automatic generation batches: one call's KV caches and logits may use this share of the memory
 the team's training state leaves free on the device."""
@@ -60,7 +63,7 @@ def batch_size_for_budget(per_sequence: int, budget: int) -> int:
     return max(1, budget // max(per_sequence, 1))
 
 
-def training_state_bytes(models: Sequence[nn.Module]) -> int:
+def training_state_bytes(models: Iterable[nn.Module]) -> int:
     """Bytes the models' training state holds: every parameter once (a shared base counted once),
     a trainable one :data:`TRAINING_STATE_COPIES` times (weight, gradient, AdamW's two moments)."""
     seen, total = set(), 0
@@ -78,7 +81,8 @@ def sequence_bytes(model: nn.Module, sequence_length: int) -> Optional[int]:
     model's config: its key/value cache (counted twice, as a growing cache is reallocated while the
     old one is alive) plus a few float32 logit rows; ``None`` when the config does not say."""
     config = getattr(model, "config", None)
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text_config_of = getattr(config, "get_text_config", None)
+    config = text_config_of() if text_config_of is not None else config
     layers, heads, hidden = (
         getattr(config, name, None) for name in ("num_hidden_layers", "num_attention_heads", "hidden_size")
     )
@@ -265,11 +269,14 @@ class HFGenerator(Generator):
         each prompt per sample) in lockstep on a sharded team and for beam search (its draws from
         ``beam_seed``), else each prompt prefilled once for all its samples."""
         if synced or PLAIN_GENERATE_ONLY & set(sampling):
+            generating = cast("GenerationMixin", caller)  # a transformers model, or a LoRA view with its generate()
             copies = torch.arange(input_ids.shape[0], device=input_ids.device).repeat_interleave(num_samples)
             sampling = {**sampling, "synced_gpus": True} if synced else sampling
             beams = beam_seed is not None or int(sampling.get("num_beams") or 1) > 1
             with request_rng(beam_seed or 0, input_ids.device) if beams else contextlib.nullcontext():
-                return caller.generate(input_ids=input_ids[copies], attention_mask=attention_mask[copies], **sampling)
+                return generating.generate(
+                    input_ids=input_ids[copies], attention_mask=attention_mask[copies], **sampling
+                )
         return sample_with_shared_prompts(caller, input_ids, attention_mask, num_samples, sampling)
 
     def auto_batch_size(self, team: Team, agent: int, sequence_length: int) -> int:

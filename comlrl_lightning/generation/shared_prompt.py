@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
 
 from comlrl_lightning.runtime.compat import compiles_fullgraph
 from comlrl_lightning.team.activation_checkpointing import base_model, is_checkpointing
+
+if TYPE_CHECKING:
+    from transformers import GenerationMixin
 
 
 def can_share_prompts(model: nn.Module) -> bool:
@@ -26,13 +30,17 @@ def can_share_prompts(model: nn.Module) -> bool:
 def _forward_keyword(model_type: type) -> str:
     """The forward() keyword of the KV cache: ``cache`` (recent transformers) or ``past_key_values``."""
     try:
-        return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+        forward = getattr(model_type, "forward", None)
+        if forward is None:
+            return "past_key_values"
+        return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
     except (TypeError, ValueError):
         return "past_key_values"
 
 
 def _cache_keyword(model: nn.Module) -> str:
-    return _forward_keyword(type(base_model(model)))
+    model_type: type = type(base_model(model))
+    return _forward_keyword(model_type)
 
 
 def sample_with_shared_prompts(
@@ -48,16 +56,17 @@ def sample_with_shared_prompts(
     when the model's cache cannot be reused that way. ``model`` may be a LoRA team's
     one-pass view (its prompts' agents routed per row).
     """
+    generating = cast("GenerationMixin", model)  # a transformers model, or a LoRA view with its generate()
     cache = _prompt_prefix_cache(model, input_ids, attention_mask) if num_samples > 1 else None
     rows = torch.arange(input_ids.shape[0], device=input_ids.device).repeat_interleave(num_samples)
     if cache is None:  # every copy of a prompt prefilled (as num_return_sequences would)
-        return model.generate(input_ids=input_ids[rows], attention_mask=attention_mask[rows], **sampling)
+        return generating.generate(input_ids=input_ids[rows], attention_mask=attention_mask[rows], **sampling)
     static = None
     if input_ids.device.type == "cpu":
         static = _static_copy(model, cache, num_samples, input_ids.shape[1] + sampling["max_new_tokens"])
     if static is None:
         cache.batch_repeat_interleave(num_samples)
-    return model.generate(
+    return generating.generate(
         input_ids=input_ids[rows],
         attention_mask=attention_mask[rows],
         **{_cache_keyword(model): static if static is not None else cache},

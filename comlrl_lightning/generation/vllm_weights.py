@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import weakref
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple, cast
 
 import torch
 from torch import nn
@@ -18,13 +18,16 @@ from comlrl_lightning.runtime.compat import version_counter
 from comlrl_lightning.team.lora import LoraAgent
 from comlrl_lightning.validation import require
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 IGNORED_CONFIG_KEYS = ("_name_or_path", "transformers_version", "torch_dtype", "dtype")
 """Config entries that do not change the network (where it was loaded from, the saved dtype's label)."""
 
 
-def transformers_model(agent: nn.Module) -> nn.Module:
+def transformers_model(agent: nn.Module) -> PreTrainedModel:
     """The transformers model whose architecture an engine runs (a LoRA agent's shared base)."""
-    return agent.get_base_model() if isinstance(agent, LoraAgent) else agent
+    return agent.get_base_model() if isinstance(agent, LoraAgent) else cast("PreTrainedModel", agent)
 
 
 def parameter_dtype(agent: nn.Module) -> torch.dtype:

@@ -17,12 +17,13 @@ the last non-padding hidden state of a backbone whose LM head is never computed.
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, Union, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Literal, Optional, Sequence, Union, cast, get_args
 
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
 from torch import nn
 
+from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.losses import value_loss
 from comlrl_lightning.models.joint_reward import hidden_size_of, last_token_states
 from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
@@ -30,6 +31,9 @@ from comlrl_lightning.runtime.rng import derived_seed
 from comlrl_lightning.team.loading import ModelSource, load_model, load_tokenizer
 from comlrl_lightning.team.team import Team
 from comlrl_lightning.validation import at_least, positive, require
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 CriticType = Literal["v", "q"]
 CRITIC_TYPES = get_args(CriticType)
@@ -92,11 +96,16 @@ class ValueModel(nn.Module):
         loading: Optional[Dict[str, Any]] = None,
     ) -> None:
         super().__init__()
-        causal = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source, **(loading or {}))
+        loaded = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source, **(loading or {}))
+        causal = cast("PreTrainedModel", loaded)  # a causal LM (a model object given is one too)
         self.backbone = causal.base_model
         self.head = ValueHead(hidden_size_of(causal.config), head_hidden_dim, seed)
         self.head.to(dtype=next(self.backbone.parameters()).dtype)
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(source)
+        if tokenizer is None:
+            if not isinstance(source, str):
+                raise ConfigurationError("ValueModel: a model object as the source needs its tokenizer.")
+            tokenizer = load_tokenizer(source)
+        self.tokenizer = tokenizer
 
     def forward(self, texts: Sequence[str]) -> torch.Tensor:
         batch = encode_texts(self.tokenizer, texts, next(self.parameters()).device)
@@ -113,7 +122,7 @@ def maac_critic_text(prompts: Sequence[str], completions: Optional[Sequence[str]
     return text + "\n\n" + "\n\n".join(actions)
 
 
-def _keep_source(critic: nn.Module, model_name: ModelSource) -> None:
+def _keep_source(critic: nn.Module, model_name: Union[ModelSource, Sequence[ModelSource], None]) -> None:
     """Keep the critic's model source as a plain attribute: a model object given from Python is a
     template copied by :meth:`Critic.build`, not a submodule (it would look built and be checkpointed)."""
     object.__setattr__(critic, "model_name", model_name)
@@ -192,6 +201,7 @@ class SharedCritic(Critic):
     """
 
     algorithm = "maac"
+    model_name: Optional[ModelSource]  # a plain attribute (_keep_source)
 
     def __init__(
         self,
@@ -216,6 +226,8 @@ class SharedCritic(Critic):
         )
 
     def place(self, team: Team) -> None:
+        if self.model is None:
+            raise RuntimeError("SharedCritic.place: build the critic first.")
         self.model.to(self.devices or team.device_of(0))
 
     def values(self, team, prompts, texts):
@@ -258,6 +270,7 @@ class IndividualCritics(Critic):
     """
 
     algorithm = "iac"
+    model_name: Union[ModelSource, List[ModelSource], None]  # a plain attribute (_keep_source)
 
     def __init__(
         self,

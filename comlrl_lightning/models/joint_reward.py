@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
@@ -14,6 +14,9 @@ from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.losses import bradley_terry_loss
 from comlrl_lightning.team.loading import ModelSource, load_model, load_tokenizer
 from comlrl_lightning.validation import at_least, positive
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 JOINT_HEADER = "Joint multi-agent response"
 SEPARATOR = "\n\n"
@@ -189,7 +192,8 @@ class JointRewardModel(nn.Module):
         self, source: ModelSource, freeze_backbone: bool = False, loading: Optional[Dict[str, Any]] = None
     ) -> None:
         super().__init__()
-        causal = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source, **(loading or {}))
+        loaded = load_model(copy.deepcopy(source) if isinstance(source, nn.Module) else source, **(loading or {}))
+        causal = cast("PreTrainedModel", loaded)  # a causal LM (a model object given is one too)
         self.backbone = causal.base_model  # the transformer without the LM head: no vocabulary logits
         self.head = nn.Linear(hidden_size_of(causal.config), 1)
         self.head.to(dtype=next(self.backbone.parameters()).dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union, cast
 
 import torch
 from lightning.pytorch import Callback, LightningModule
@@ -173,6 +173,8 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
         self.team.train(self.training)
         self.configure_parts()
         if attached_trainer(self) is not None and is_sharded(self.trainer.strategy) and not self.team.synced:
+            if self.device_mesh is None:
+                raise RuntimeError("configure_model: a sharded strategy set no device mesh on the module.")
             self.shard(self.device_mesh["data_parallel"])
 
     def configure_parts(self) -> None:
@@ -191,7 +193,8 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
     def configure_callbacks(self) -> List[Callback]:
         """The data module's own callbacks (its state's checkpointing): Lightning adds them before a restore."""
         trainer = attached_trainer(self)
-        offered = getattr(trainer.datamodule, "trainer_callbacks", None) if trainer is not None else None
+        datamodule = trainer.datamodule if trainer is not None else None  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
+        offered = getattr(datamodule, "trainer_callbacks", None)
         return list(offered()) if callable(offered) else []
 
     def on_fit_start(self) -> None:
@@ -283,26 +286,27 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
             return
         task = data_side(self.trainer).task
         unparsed_before = task.unparsed_completions
-        batch = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares
+        items = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares
         if task.turns.multi:
-            return self.validate_turns(batch, task, self._eval_stream(batch_idx))
-        rewards = self.evaluate_items(batch, task, self._eval_stream(batch_idx))
-        if not batch:
+            return self.validate_turns(items, task, self._eval_stream(batch_idx))
+        rewards = self.evaluate_items(items, task, self._eval_stream(batch_idx))
+        if not items:
             return
         values = torch.tensor(rewards, dtype=torch.float32, device=self.device)
         for key, metric in self.eval_metrics.items():
-            metric.update(values)
-            self.log(key, metric, on_step=False, on_epoch=True, batch_size=len(batch))
+            mean = cast(MeanMetric, metric)  # every evaluation metric is a MeanMetric (__init__)
+            mean.update(values)
+            self.log(key, mean, on_step=False, on_epoch=True, batch_size=len(items))
         if task.centralized:
-            rate = (task.unparsed_completions - unparsed_before) / len(batch)
-            self.unparsed_rate.update(torch.tensor(rate, device=self.device), weight=len(batch))
-            self.log("eval/unparsed_rate", self.unparsed_rate, on_step=False, on_epoch=True, batch_size=len(batch))
+            rate = (task.unparsed_completions - unparsed_before) / len(items)
+            self.unparsed_rate.update(torch.tensor(rate, device=self.device), weight=len(items))
+            self.log("eval/unparsed_rate", self.unparsed_rate, on_step=False, on_epoch=True, batch_size=len(items))
 
     def evaluate_now(self, label: str) -> Optional[float]:
         """Evaluate outside the validation loop (before the first and after the last update)."""
         datamodule = optional_data_side(self.trainer)
         every_item = datamodule.evaluation_items() if datamodule is not None else []
-        if not every_item or self.trainer.limit_val_batches == 0:
+        if datamodule is None or not every_item or self.trainer.limit_val_batches == 0:
             return None
         rank, world = rank_and_world(self.trainer)
         items, task = shard(every_item, rank, world), datamodule.task
@@ -383,7 +387,8 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
         if attached_trainer(self) is not None:
             confine_checkpoint_callbacks(checkpoint, self.trainer.checkpoint_callbacks)
             if not self.resume_checked:  # the resume rule: this run's options, the changes listed
-                apply_resume_rule(checkpoint, self, self.trainer.datamodule, self.trainer.ckpt_path)
+                datamodule = self.trainer.datamodule  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
+                apply_resume_rule(checkpoint, self, datamodule, self.trainer.ckpt_path)
         self.generator.weights_updated()
 
     def log_metrics_now(self, metrics: Dict[str, float]) -> None:

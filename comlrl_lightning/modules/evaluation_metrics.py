@@ -173,15 +173,17 @@ class DomainMetrics:
     def evaluation_domain_metrics(self, world: int) -> Dict[str, float]:
         """The domain metrics of the evaluation that just ended (every process's samples), then stop recording."""
         samples, self.evaluation_record = self.evaluation_record, None
-        return {} if samples is None else domain_metrics(self.evaluation_metrics, samples.merged(world))
+        if samples is None or self.evaluation_metrics is None:  # a record is kept only while metrics are set
+            return {}
+        return domain_metrics(self.evaluation_metrics, samples.merged(world))
 
     def on_validation_epoch_start(self) -> None:
         self.start_evaluation()
 
     def on_validation_epoch_end(self) -> None:
-        world = getattr(self.trainer, "world_size", 1)  # type: ignore[attr-defined]
+        world = getattr(self.trainer, "world_size", 1)  # type: ignore[attr-defined]  # a mixin: the LightningModule's
         for key, value in self.evaluation_domain_metrics(world).items():
-            self.log(key, value, on_step=False, on_epoch=True)  # type: ignore[attr-defined]
+            self.log(key, value, on_step=False, on_epoch=True)  # type: ignore[attr-defined]  # a mixin: the LightningModule's
 
 
 def renew_inference_states(module: torch.nn.Module) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Dict, List, Literal, Optional, Tuple, get_args
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union, get_args
 
 import torch
 
@@ -170,7 +170,7 @@ class MAGRPOModule(TeamModule):
         """The frozen initial policy of ``agent``: a copy, or for a LoRA team the base with adapters disabled."""
         if self.reference is not None:
             return self.reference.agents[agent]
-        return self.team.agents[agent].base_model_view()
+        return self.team.lora_agent(agent).base_model_view()
 
     # ------------------------------------------------------------------------------------------
     # Rollouts
@@ -234,21 +234,24 @@ class MAGRPOModule(TeamModule):
         texts = [[[c.text for c in row] for row in agent] for agent in samples]
         returns = self.joint_returns(items, prompts, texts)
         logprobs, kls = self.score_team(prompts, samples)
-        kls = [kl for kl in kls if kl is not None]
+        present = [kl for kl in kls if kl is not None]  # every agent's with the reference KL, else none
+        coef = self.reference_kl.coef if self.reference_kl is not None else 0.0
         # R̃_i: the joint return minus agent i's KL penalty, [N, items, G]
-        shaped = torch.stack(
-            [returns - self.reference_kl.coef * kl for kl in kls] if kls else [returns] * self.num_agents
-        )
+        shaped = torch.stack([returns - coef * kl for kl in present] if present else [returns] * self.num_agents)
+        metrics: Dict[str, Union[torch.Tensor, float]] = {}
         if self.critic is None:
+            baseline = self.baseline
+            assert baseline is not None  # without a critic the algorithm is a group-baseline one
             losses = [
                 policy_gradient_loss(
-                    logprobs[i], group_advantages(shaped[i], self.baseline, self.advantage_normalization).reshape(-1)
+                    logprobs[i], group_advantages(shaped[i], baseline, self.advantage_normalization).reshape(-1)
                 )
                 for i in range(self.num_agents)
             ]
-            loss, metrics = torch.stack(losses).sum(), {}
+            loss = torch.stack(losses).sum()
         else:
-            loss, metrics = self.actor_critic_loss(prompts, texts, logprobs, shaped)
+            loss, critic_metrics = self.actor_critic_loss(prompts, texts, logprobs, shaped)
+            metrics.update(critic_metrics)
         if self.skip_nonfinite(loss):
             return None
         if self.rollout_metrics is not None:
@@ -261,14 +264,9 @@ class MAGRPOModule(TeamModule):
                 "turn_1/expected_return": returns.mean(),
             }
         )
-        if kls:
-            kl_mean = torch.stack(kls).mean()
-            metrics.update(
-                {
-                    "turn_1/reference_kl_mean": kl_mean,
-                    "turn_1/reference_kl_penalty_mean": self.reference_kl.coef * kl_mean,
-                }
-            )
+        if present:
+            kl_mean = torch.stack(present).mean()
+            metrics.update({"turn_1/reference_kl_mean": kl_mean, "turn_1/reference_kl_penalty_mean": coef * kl_mean})
         self.log_dict(metrics, batch_size=len(items))
         return loss
 
@@ -280,6 +278,7 @@ class MAGRPOModule(TeamModule):
         self, prompts: List[List[str]], texts: List[List[List[str]]], logprobs: List[torch.Tensor], shaped: torch.Tensor
     ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         """``sum_i mean(-A_i log pi_i) + value_loss_coef * critic loss`` with ``A_i = R̃_i - V_i``, and its metrics."""
+        assert self.critic is not None  # training_step calls it only with a critic
         values = self.critic.values(self.team, prompts, texts).to(shaped.device)
         actor_losses, advantages = [], []
         for i in range(self.num_agents):

@@ -9,7 +9,7 @@ import torch
 
 from comlrl_lightning.data.contract import data_side
 from comlrl_lightning.losses import bradley_terry_metrics
-from comlrl_lightning.models.joint_reward import RewardModelFit, RewardModelOracle, RewardScorer
+from comlrl_lightning.models.joint_reward import JointRewardModel, RewardModelFit, RewardModelOracle, RewardScorer
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS
 from comlrl_lightning.modules.magrpo import MAGRPOModule
 from comlrl_lightning.modules.optim import adamw
@@ -52,7 +52,7 @@ class MARLHFModule(MAGRPOModule):
         self.preference_scoring_reward = choice("preference_scoring_reward", preference_scoring_reward, SCORING_REWARDS)
         self.reward_options = reward_model
         self.scorer: Optional[RewardScorer] = None
-        self.reward_model: Optional[torch.nn.Module] = None
+        self.reward_model: Optional[JointRewardModel] = None
         self.fitted_round: Optional[int] = None
         self._fresh_reward_state: Optional[Dict[str, torch.Tensor]] = None
         self.save_hyperparameters(ignore=NOT_HYPERPARAMETERS)
@@ -70,6 +70,12 @@ class MARLHFModule(MAGRPOModule):
             self.reward_model.requires_grad_(False).eval()
             self._fresh_reward_state = copy.deepcopy(self.reward_model.state_dict())
 
+    def built_scorer(self) -> RewardScorer:
+        """The reward model's scorer (:meth:`configure_parts` builds it)."""
+        if self.scorer is None:
+            raise RuntimeError("MARLHFModule: configure_model builds the reward model first.")
+        return self.scorer
+
     # ------------------------------------------------------------------------------------------
     # Reward model fit, once per round, before the round's first update
 
@@ -78,7 +84,7 @@ class MARLHFModule(MAGRPOModule):
         # round's last step reaches the next round's epoch start before its data module has built
         # the round, while a batch always comes from the built round.
         round_index, pairs = data_side(self.trainer).round_pairs()
-        if pairs and round_index != self.fitted_round:
+        if pairs and round_index is not None and round_index != self.fitted_round:
             self.fit_reward_model(pairs, round_index)
 
     def fit_reward_model(self, pairs: List, round_index: int = 0) -> Dict[str, float]:
@@ -90,8 +96,10 @@ class MARLHFModule(MAGRPOModule):
         happens between two updates, so its rows share one step and loggers keep a non-decreasing
         step. Returns the last epoch's metrics.
         """
-        model = self.reward_model
-        model.load_state_dict(self._fresh_reward_state)
+        model, fresh = self.reward_model, self._fresh_reward_state
+        if model is None or fresh is None:
+            raise RuntimeError("MARLHFModule.fit_reward_model: configure_model builds the reward model first.")
+        model.load_state_dict(fresh)
         generator = torch.Generator().manual_seed(derived_seed(self.seed, "reward_model_head", round_index))
         with torch.no_grad():
             model.head.weight.copy_(
@@ -124,7 +132,9 @@ class MARLHFModule(MAGRPOModule):
         for start in range(0, len(order), size):
             batch = [pairs[i] for i in order[start : start + size]]
             optimizer.zero_grad(set_to_none=True)
-            loss, chosen, rejected = self.scorer.accumulate_pair_loss(batch, self.reward_options.micro_batch_size)
+            loss, chosen, rejected = self.built_scorer().accumulate_pair_loss(
+                batch, self.reward_options.micro_batch_size
+            )
             optimizer.step()
             totals["loss"] += loss * len(batch)
             for key, per_pair in bradley_terry_metrics(chosen, rejected).items():
@@ -142,7 +152,7 @@ class MARLHFModule(MAGRPOModule):
         group = len(texts[0][0])
         joint_prompts = [prompts[k] for k in range(len(items)) for _ in range(group)]
         joint = [[texts[a][k][g] for a in range(len(texts))] for k in range(len(items)) for g in range(group)]
-        return self.scorer.score(joint_prompts, joint).view(len(items), group).to(self.device)
+        return self.built_scorer().score(joint_prompts, joint).view(len(items), group).to(self.device)
 
     def collection_oracle(self, task):
         if self.preference_scoring_reward == "reward_model" and self.fitted_round is not None:

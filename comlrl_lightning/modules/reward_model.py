@@ -48,6 +48,7 @@ class RewardModelModule(PlainHyperparameters, LightningModule):
         expect_eval_mode_parts(self)
 
     def _step(self, pairs: List[PreferencePair], prefix: str) -> torch.Tensor:
+        assert self.scorer is not None, "configure_model builds the scorer"
         loss, chosen, rejected = self.scorer.pair_loss(pairs)
         metrics = {"loss": loss.detach(), **{k: v.mean() for k, v in bradley_terry_metrics(chosen, rejected).items()}}
         self.log_dict(

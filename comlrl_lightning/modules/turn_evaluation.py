@@ -48,19 +48,30 @@ def turn_means(parts: Sequence[Sequence[Tuple[float, int]]]) -> Dict[str, float]
 class _TeamModuleParts(Protocol):
     """What :class:`TurnEvaluation` reads of the team module it is mixed into."""
 
-    team: Any
     generator: Any
     generation_settings: Any
     evaluation_record: Any
-    eval_metrics: Dict[str, Any]
+    eval_metrics: Any  # key -> torchmetrics MeanMetric (a ModuleDict)
     evaluated_turns: Optional[List[List[float]]]
+
+    @property
+    def team(self) -> Any: ...
 
     @property
     def device(self) -> torch.device: ...
 
     def generation_context(self) -> ContextManager[None]: ...
 
-    def log(self, name: str, value: Any, **options: Any) -> None: ...
+    def log(
+        self,
+        name: str,
+        value: Any,
+        *,
+        on_step: Optional[bool] = None,
+        on_epoch: Optional[bool] = None,
+        batch_size: Optional[int] = None,
+        sync_dist: bool = False,
+    ) -> None: ...
 
     def sample_turns(
         self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream

@@ -165,24 +165,24 @@ def _write_folders_atomically(strategy) -> None:
 
     def save_checkpoint(checkpoint: Dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
         target = Path(strategy.broadcast(str(filepath)))
-        staging = None
+        staging: Optional[str] = None
         if strategy.global_rank == 0:
             write_checkpoint_assets(checkpoint, target)
             target.parent.mkdir(parents=True, exist_ok=True)
             staging = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         root = Path(strategy.broadcast(staging))
-        staging = root / target.name  # inside a fresh folder: the strategy creates it, as it would the target
+        staged = root / target.name  # inside a fresh folder: the strategy creates it, as it would the target
         checkpoint.pop(ASSETS_KEY, None)  # every rank: the list is not part of the sharded state
         strategy.barrier()
         try:
-            save(checkpoint, staging, storage_options)
+            save(checkpoint, staged, storage_options)
         except BaseException:
             if strategy.global_rank == 0:  # the staging folder is the run's own, created fresh above
                 shutil.rmtree(root, ignore_errors=False)
             raise
         strategy.barrier()
         if strategy.global_rank == 0:
-            swap_folder(staging, target)
+            swap_folder(staged, target)
             root.rmdir()
         strategy.barrier()
 

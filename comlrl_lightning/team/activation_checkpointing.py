@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, ContextManager, Iterator
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, cast
 
 from torch import nn
 
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.runtime.compat import checkpoint_functions_wrapped, checkpointed_layers
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-def base_model(model: nn.Module) -> nn.Module:
+
+def base_model(model: nn.Module) -> PreTrainedModel:
     """The transformers model under ``model``'s adapters (``model`` itself without any)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_base_model = getattr(model, "get_base_model", None)  # a peft model's, a LoRA view's
+    return get_base_model() if get_base_model is not None else cast("PreTrainedModel", model)
 
 
 def is_checkpointing(model: nn.Module) -> bool:

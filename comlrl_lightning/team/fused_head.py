@@ -17,10 +17,12 @@ matrix product is left out; :func:`fusable_head` says when that is exact.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, List, Optional
+from typing import ContextManager, Iterator, List, Optional
 
 import torch
 from torch import nn
+
+from comlrl_lightning.team.activation_checkpointing import base_model
 
 CHUNK_ELEMENTS = 1 << 24
 """Logit elements per chunk (64 MiB in float32): about 110 positions of a 151,936-token vocabulary."""
@@ -115,8 +117,7 @@ def linear_logprobs(
 
 def output_head(model: nn.Module) -> Optional[nn.Module]:
     """The model's LM head module (through peft and LoRA-agent wrappers), or ``None``."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    getter = getattr(inner, "get_output_embeddings", None)
+    getter = getattr(base_model(model), "get_output_embeddings", None)
     return getter() if callable(getter) else None
 
 
@@ -124,7 +125,8 @@ def fusable_head(model: nn.Module) -> Optional[nn.Linear]:
     """The LM head when the fused path is exact: a plain ``nn.Linear`` and no logit soft-capping or scale."""
     head = output_head(model)
     config = getattr(model, "config", None)
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text_config_of = getattr(config, "get_text_config", None)
+    text_config = text_config_of() if text_config_of is not None else config
     if type(head) is not nn.Linear:  # noqa: E721 - a subclass (e.g. a LoRA layer) computes more than x W^T + b
         return None
     for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
@@ -145,11 +147,16 @@ def captured_head(head: nn.Linear) -> Iterator[List[torch.Tensor]]:
         inputs.append(hidden)
         return hidden.new_zeros(*hidden.shape[:-1], 1)
 
-    head.forward = record  # an instance attribute wins over the class's forward
+    head.forward = record  # type: ignore[method-assign, assignment]  # an instance attribute wins over the class's forward
     try:
         yield inputs
     finally:
         del head.forward
 
 
-__all__ = ["CHUNK_ELEMENTS", "captured_head", "fusable_head", "linear_logprobs", "output_head"]
+def captured_head_if(head: Optional[nn.Linear]) -> ContextManager[List[torch.Tensor]]:
+    """:func:`captured_head` of ``head``; without a head nothing is captured (the list stays empty)."""
+    return captured_head(head) if head is not None else contextlib.nullcontext([])
+
+
+__all__ = ["CHUNK_ELEMENTS", "captured_head", "captured_head_if", "fusable_head", "linear_logprobs", "output_head"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union, cast
 
 import torch
 from torch import nn
@@ -18,6 +18,9 @@ from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.quiet import transformers_bars_off
 from comlrl_lightning.team.gguf import gguf_folder, is_gguf
 from comlrl_lightning.team.offline_models import is_offline_model, offline_model_file
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 ModelSource = Union[str, nn.Module]
 """A model given by hub id, local path (a folder or a ``.gguf`` file), ``"embedded"``, an offline
@@ -123,9 +126,10 @@ def fit_embeddings(model: nn.Module, tokenizer: Any) -> None:
     """Grow ``model``'s token embeddings (and tied output head) to ``len(tokenizer)`` rows when the
     tokenizer has more tokens (added special tokens): their ids must index a row. The reference
     (CoMLRL) does not resize, so a sampled or encoded new token would index past the table."""
-    embeddings = model.get_input_embeddings()
+    causal_lm = cast("PreTrainedModel", model)  # a transformers model (or one of its API)
+    embeddings = cast(Optional[nn.Embedding], causal_lm.get_input_embeddings())  # transformers: a Module
     if embeddings is not None and embeddings.num_embeddings < len(tokenizer):
-        model.resize_token_embeddings(len(tokenizer))
+        causal_lm.resize_token_embeddings(len(tokenizer))
 
 
 def encode_prompt(tokenizer, prompt: str) -> List[int]:

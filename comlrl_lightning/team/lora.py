@@ -17,16 +17,19 @@ import dataclasses
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, cast
 
 import torch
-from peft import LoraConfig
+from peft import LoraConfig, PeftModel
 from torch import nn
 
 from comlrl_lightning.runtime.quiet import peft_wrapping_quiet
 from comlrl_lightning.team.activation_checkpointing import recomputed_inside
 from comlrl_lightning.team.loading import ModelSource, load_model
 from comlrl_lightning.validation import require
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def adapter_name(agent_index: int) -> str:
@@ -36,7 +39,7 @@ def adapter_name(agent_index: int) -> str:
 class SharedModelView:
     """What every view of the shared peft model reports as its own: the config and the device."""
 
-    shared: nn.Module
+    shared: PeftModel
 
     @property
     def config(self):
@@ -46,15 +49,15 @@ class SharedModelView:
     def device(self) -> torch.device:
         return next(self.shared.parameters()).device
 
-    def get_base_model(self) -> nn.Module:
+    def get_base_model(self) -> PreTrainedModel:
         """The transformers model under the adapters (its forward signature, generation config, LM head)."""
-        return self.shared.get_base_model()
+        return cast("PreTrainedModel", self.shared.get_base_model())  # peft types it as a torch Module
 
 
 class LoraAgent(SharedModelView, nn.Module):
     """Agent ``adapter``'s view of a shared peft model."""
 
-    def __init__(self, shared: nn.Module, adapter: str) -> None:
+    def __init__(self, shared: PeftModel, adapter: str) -> None:
         super().__init__()
         self.shared = shared  # registered in every view; parameters() and state saving de-duplicate it
         self.adapter = adapter
@@ -105,7 +108,7 @@ class LoraAgent(SharedModelView, nn.Module):
 class BaseModelView(SharedModelView):
     """Calls the shared model with its adapters disabled."""
 
-    def __init__(self, shared: nn.Module) -> None:
+    def __init__(self, shared: PeftModel) -> None:
         self.shared = shared
 
     def __call__(self, *args: Any, **kwargs: Any):
@@ -130,7 +133,7 @@ def adapter_parameters(shared: nn.Module) -> List[nn.Parameter]:
     return [p for name, p in shared.named_parameters() if any(tag in name for tag in names)]
 
 
-def _merged_copy(shared: nn.Module, adapter: str) -> nn.Module:
+def _merged_copy(shared: PeftModel, adapter: str) -> PreTrainedModel:
     import copy
 
     clone = copy.deepcopy(shared)

@@ -26,6 +26,7 @@ import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
+from peft import PeftModel
 from torch import nn
 
 from comlrl_lightning.errors import ConfigurationError
@@ -144,7 +145,7 @@ def cast_input(layer: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.T
 
 
 @contextlib.contextmanager
-def routed(shared: nn.Module, routing: Routing) -> Iterator[None]:
+def routed(shared: PeftModel, routing: Routing) -> Iterator[None]:
     """Inside the block every LoRA layer of ``shared`` routes its rows by ``routing``."""
 
     def count_tokens(module, args, kwargs) -> None:
@@ -180,7 +181,7 @@ class MixedAdapters(SharedModelView, nn.Module):
     ``token_groups``. Checkpointed layers recompute through the same routing in backward.
     """
 
-    def __init__(self, shared: nn.Module, adapters: Sequence[str], groups: torch.Tensor) -> None:
+    def __init__(self, shared: PeftModel, adapters: Sequence[str], groups: torch.Tensor) -> None:
         super().__init__()
         self.shared = shared
         self.adapters, self.groups = list(adapters), groups

@@ -24,7 +24,6 @@ from comlrl_lightning.team.loading import (
     check_attention,
     check_dtype,
     fit_embeddings,
-    load_tokenizer,
 )
 from comlrl_lightning.team.lora import build_lora_agents, lora_for_agents
 from comlrl_lightning.team.team import Team
@@ -137,7 +136,8 @@ class TeamOptions:
         if self.lora is None:
             tokenizers = Team.resolve_tokenizers(sources, self.tokenizers)
         else:
-            shared = self.tokenizers if self.tokenizers is not None else load_tokenizer(sources[0])
+            # the base's tokenizer (a model object's is an error saying to pass tokenizers, as without LoRA)
+            shared = self.tokenizers if self.tokenizers is not None else Team.resolve_tokenizers(sources[:1], None)[0]
             tokenizers = Team.resolve_tokenizers(sources, shared)
         add_special_tokens(tokenizers, self.special_tokens)
         return tokenizers

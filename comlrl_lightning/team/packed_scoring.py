@@ -41,7 +41,7 @@ from comlrl_lightning.losses import gathered_logprobs
 from comlrl_lightning.runtime.compat import attention_implementation, switches_attention
 from comlrl_lightning.team.activation_checkpointing import base_model, recomputed_inside
 from comlrl_lightning.team.batch_layout import completion_groups
-from comlrl_lightning.team.fused_head import captured_head, linear_logprobs
+from comlrl_lightning.team.fused_head import captured_head_if, linear_logprobs
 
 ATTENTION_NAME = "comlrl_packed"
 _UNSUPPORTED: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
@@ -155,15 +155,21 @@ def build_layout(
         targets=completion_ids[target_present],
         owner=owner[target_present],
         column=columns.expand(rows_count, width)[target_present],
-        token_groups=None if row_groups is None else _token_groups(distinct_groups, prompt_present, row_groups, fed),
+        token_groups=_token_groups(distinct_groups, prompt_present, row_groups, fed),
     )
 
 
 def _token_groups(
-    prompt_groups: torch.Tensor, prompt_present: torch.Tensor, row_groups: torch.Tensor, fed: torch.Tensor
-) -> torch.Tensor:
+    prompt_groups: Optional[torch.Tensor],
+    prompt_present: torch.Tensor,
+    row_groups: Optional[torch.Tensor],
+    fed: torch.Tensor,
+) -> Optional[torch.Tensor]:
     """The group of every packed token, in the packed order: each distinct prompt's tokens (its
-    group ``prompt_groups[p]``), then each row's fed completion tokens (its group ``row_groups[row]``)."""
+    group ``prompt_groups[p]``), then each row's fed completion tokens (its group ``row_groups[row]``);
+    ``None`` without row groups (the prompts then have none either)."""
+    if prompt_groups is None or row_groups is None:
+        return None
     prompts = prompt_groups.unsqueeze(1).expand_as(prompt_present)[prompt_present]
     return torch.cat([prompts, row_groups.to(fed.device).unsqueeze(1).expand_as(fed)[fed]])
 
@@ -348,7 +354,7 @@ def packed_token_logprobs(
     try:
         with (
             _packed_attention(model, model.config),
-            captured_head(head) if head is not None else contextlib.nullcontext() as captured,
+            captured_head_if(head) as captured,
         ):
             output = model(
                 input_ids=layout.input_ids,

@@ -8,7 +8,6 @@ where models and tokenizers come from lives in :mod:`comlrl_lightning.team.loadi
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -19,7 +18,7 @@ from comlrl_lightning.losses import gathered_logprobs
 from comlrl_lightning.runtime.sharding import shard_model
 from comlrl_lightning.team.batch_layout import left_pad, pack_sequences, stack_batches, unstack_rows
 from comlrl_lightning.team.fused_head import (
-    captured_head,
+    captured_head_if,
     fusable_head,
     linear_logprobs,
     output_head,
@@ -31,7 +30,7 @@ from comlrl_lightning.team.loading import (
     load_tokenizer,
     prepare_tokenizer,
 )
-from comlrl_lightning.team.lora import BaseModelView
+from comlrl_lightning.team.lora import BaseModelView, LoraAgent
 from comlrl_lightning.team.lora_routing import MixedAdapters
 from comlrl_lightning.team.packed_scoring import packed_token_logprobs
 from comlrl_lightning.team.scoring_plan import SamplingPlan, ScoringPlan, decide_scoring_plan
@@ -100,12 +99,14 @@ class Team(nn.Module):
         """One prepared tokenizer per agent: ``tokenizers`` (one for all, or one per agent), else
         each loaded from the agent's source (one load per distinct source)."""
         if tokenizers is None:
-            if not all(isinstance(source, str) for source in agents):
+            names = [source for source in agents if isinstance(source, str)]
+            if len(names) != len(agents):
                 raise ConfigurationError("Tokenizer(s) must be provided when agents are model objects.")
-            cache = {}
-            for source in agents:
-                cache.setdefault(source, load_tokenizer(source))
-            return [cache[source] for source in agents]
+            cache: Dict[str, Any] = {}
+            for name in names:
+                if name not in cache:
+                    cache[name] = load_tokenizer(name)
+            return [cache[name] for name in names]
         if not isinstance(tokenizers, (list, tuple)):
             tokenizers = [tokenizers] * len(agents)
         if len(tokenizers) != len(agents):
@@ -115,6 +116,13 @@ class Team(nn.Module):
     @property
     def num_agents(self) -> int:
         return len(self.agents)
+
+    def lora_agent(self, agent_index: int) -> LoraAgent:
+        """Agent ``agent_index`` of a LoRA team (:attr:`is_lora`): a view of the one shared peft model."""
+        agent = self.agents[agent_index]
+        if not isinstance(agent, LoraAgent):
+            raise TypeError(f"agent {agent_index} is not a LoRA agent (a {type(agent).__name__}).")
+        return agent
 
     def device_of(self, agent_index: int) -> torch.device:
         return next(self.agents[agent_index].parameters()).device
@@ -200,7 +208,7 @@ class Team(nn.Module):
             if packed is not None:
                 return packed.to(home)
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        with captured_head(head) if head is not None else contextlib.nullcontext() as captured:
+        with captured_head_if(head) as captured:
             output = model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -235,10 +243,10 @@ class Team(nn.Module):
         team's base with its adapters disabled. Otherwise agent by agent.
         """
         adapters = self.plan.adapters
-        shared = self.agents[0].shared if adapters is not None else None
+        shared = self.lora_agent(0).shared if adapters is not None else None
         if models is not None and not all(isinstance(m, BaseModelView) and m.shared is shared for m in models):
             adapters = None
-        if adapters is None:
+        if adapters is None or shared is None:  # shared: None exactly when the plan has no adapters
             return [
                 self.token_logprobs(
                     i,
@@ -284,7 +292,7 @@ class Team(nn.Module):
         """The shared model with each unit (row or prompt) through the adapter of agent ``groups[unit]``."""
         if self.plan.adapters is None:
             raise ValueError("one_pass_model needs a LoRA team that runs in one pass (see one_pass_adapters).")
-        return MixedAdapters(self.agents[0].shared, self.plan.adapters, groups)
+        return MixedAdapters(self.lora_agent(0).shared, self.plan.adapters, groups)
 
     def sampling_plan(self, prompts: Sequence[Sequence[str]]) -> SamplingPlan:
         """How a generator samples every agent's ``prompts[agent]``: the encoded prompts and, for a
@@ -300,7 +308,7 @@ class Team(nn.Module):
     def shard(self, mesh, precision: str = "32-true") -> None:
         """FSDP2 over ``mesh``: every agent per decoder layer and root. A LoRA team's one shared model is
         sharded at the transformers model under peft, whose forward every call (``generate()`` too) runs."""
-        models = [self.agents[0].get_base_model()] if self.plan.lora else list(self.agents)
+        models = [self.lora_agent(0).get_base_model()] if self.plan.lora else list(self.agents)
         for model in models:
             shard_model(model, mesh, precision)
         self._synced = True

@@ -9,6 +9,7 @@ import pytest
 import torch
 from peft import LoraConfig
 
+from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.trainers.mapping import model_loading
 from comlrl_lightning.validation import OptionError
@@ -136,3 +137,13 @@ def test_the_reward_model_and_the_critics_load_as_the_team():
     critic.build(team, ["embedded"] * 2)
     assert next(critic.model.parameters()).dtype == torch.bfloat16
     assert critic.model.backbone.config._attn_implementation == "eager"
+
+
+def test_a_lora_team_of_a_model_object_without_tokenizers_says_to_pass_them():
+    from comlrl_lightning.team.loading import load_model
+
+    options = TeamOptions(
+        agents=[load_model("embedded")], num_agents=1, lora=LoraConfig(r=2, target_modules=["c_attn"])
+    )
+    with pytest.raises(ConfigurationError, match="Tokenizer\\(s\\) must be provided when agents are model objects"):
+        options.load_tokenizers(options.sources(centralized=False))

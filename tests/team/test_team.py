@@ -95,3 +95,13 @@ def test_score_last_token_cuts_at_the_first_pad_like_the_references_full_complet
     assert team.scored_length(0, [pad, 7], score_last_token=True) == (1 if pad_is_eos else 0)
     assert team.scored_length(0, [5, 6, 7], score_last_token=True) == 3  # no pad: every token
     assert team.scored_length(0, [5, 6, eos], score_last_token=True) == 3  # the EOS ends the completion, scored
+
+
+def test_tokenizers_are_loaded_once_per_distinct_source(monkeypatch):
+    import comlrl_lightning.team.team as team_module
+
+    loaded = []
+    monkeypatch.setattr(team_module, "load_tokenizer", lambda source: loaded.append(source) or f"tokenizer of {source}")
+    tokenizers = Team.resolve_tokenizers(["a", "b", "a", "a"], None)
+    assert tokenizers == ["tokenizer of a", "tokenizer of b", "tokenizer of a", "tokenizer of a"]
+    assert loaded == ["a", "b"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, cast
 
 from comlrl_lightning.errors import DataError
 
@@ -119,14 +119,14 @@ def _recorded(index: int, test: ast.Assert) -> ast.stmt:
         f"try:\n    {VALUE} = (CONDITION)\nexcept Exception as {ERROR}:\n    {RECORD}({index}, False, {ERROR})\n"
         f"else:\n    {RECORD}({index}, {VALUE}, None)\n"
     )
-    statement = ast.parse(template).body[0]
-    statement.body[0].value = test.test
+    statement = cast(ast.Try, ast.parse(template).body[0])
+    cast(ast.Assign, statement.body[0]).value = test.test
     return ast.copy_location(statement, test)
 
 
 def _skipping(statement: ast.stmt) -> ast.stmt:
     """``statement`` inside ``try: ... except Exception: pass``."""
-    wrapper = ast.parse("try:\n    pass\nexcept Exception:\n    pass\n").body[0]
+    wrapper = cast(ast.Try, ast.parse("try:\n    pass\nexcept Exception:\n    pass\n").body[0])
     wrapper.body = [statement]
     return ast.copy_location(wrapper, statement)
 

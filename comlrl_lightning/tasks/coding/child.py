@@ -22,13 +22,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from types import ModuleType
+from typing import Any, Dict, Optional, Tuple
 
 from comlrl_lightning.tasks.coding import launcher, plain_data
 from comlrl_lightning.tasks.coding.plain_data import HEADER, NotPlainData
 from comlrl_lightning.tasks.coding.sandbox import RunLimits, end_processes_of, environment, readable_paths, run_folder
 
-LAUNCHER_SOURCE = "\n".join(Path(module.__file__).read_text(encoding="utf-8") for module in (plain_data, launcher))
+
+def _source_of(module: ModuleType) -> str:
+    if module.__file__ is None:
+        raise ImportError(f"{module.__name__} has no source file for the launcher")
+    return Path(module.__file__).read_text(encoding="utf-8")
+
+
+LAUNCHER_SOURCE = "\n".join(_source_of(module) for module in (plain_data, launcher))
 """What the fresh interpreter runs: plain_data's source, then the launcher's."""
 LAUNCHER_CODE = marshal.dumps(compile(LAUNCHER_SOURCE, "<comlrl-test-runner>", "exec", dont_inherit=True)).hex()
 """That source compiled once here, for this same interpreter (a fresh interpreter spends about 6 ms
@@ -61,11 +69,14 @@ def _text(value: Any, limit: int = DETAIL_CHARS) -> str:
     return value[:limit] if isinstance(value, str) else ""
 
 
-def _exit_reason(code: Optional[int]) -> tuple:
+def _exit_reason(code: Optional[int]) -> Tuple[str, str]:
     """A launcher's exit code (the program's, 128 + a signal's number) as a status and detail."""
     if code is None:
         return "crash", "the program closed its reply pipe"
-    signals = {signal.SIGXCPU: ("timeout", "CPU time limit"), signal.SIGXFSZ: ("output_limit", "file size limit")}
+    signals: Dict[int, Tuple[str, str]] = {
+        signal.SIGXCPU: ("timeout", "CPU time limit"),
+        signal.SIGXFSZ: ("output_limit", "file size limit"),
+    }
     if code > 128 and code - 128 in signals:
         return signals[code - 128]
     if code > 128:
@@ -143,8 +154,10 @@ class ChildProcess:
         os.set_blocking(self.requests, False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.replies, selectors.EVENT_READ, "reply")
-        self.selector.register(self.process.stdout, selectors.EVENT_READ, "output")
-        self.selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
+        stdout, stderr = self.process.stdout, self.process.stderr
+        assert stdout is not None and stderr is not None  # both are pipes (PIPE above)
+        self.selector.register(stdout, selectors.EVENT_READ, "output")
+        self.selector.register(stderr, selectors.EVENT_READ, "stderr")
         self._send(plain_data.frame(self._config(work)))
         self._ready()
 
@@ -156,7 +169,8 @@ class ChildProcess:
             self.reported_layers = {str(k)[:40]: v is True for k, v in list(layers.items())[:16]}
             return
         if kind == "stopped":
-            status = message.get("status") if message.get("status") in STOP_STATUSES else "crash"
+            reported = message.get("status")
+            status = reported if isinstance(reported, str) and reported in STOP_STATUSES else "crash"
             self._stop(status, _text(message.get("detail")) or status)
         if kind == "setup_error":
             self._stop("crash", "the runner's setup failed: " + _text(message.get("detail")))
@@ -245,6 +259,7 @@ class ChildProcess:
     # -- the end --------------------------------------------------------------------------------
 
     def _finish_after_exit(self) -> None:
+        assert self.process is not None  # the launcher exited: it was started
         code = None
         try:
             code = self.process.wait(timeout=max(0.0, min(1.0, self.deadline - time.monotonic())))
@@ -284,8 +299,9 @@ class ChildProcess:
         if self.process is not None:
             self.process.wait()
             self.selector.close()
-            self.process.stdout.close()
-            self.process.stderr.close()
+            for pipe in (self.process.stdout, self.process.stderr):
+                if pipe is not None:  # both are pipes (start)
+                    pipe.close()
             for fd in (self.requests, self.replies):
                 if fd >= 0:
                     os.close(fd)

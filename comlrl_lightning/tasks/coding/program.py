@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, List, Mapping, NamedTuple, Optional, Union
 
 from comlrl_lightning.tasks.coding.prompts import AUX_NAME
@@ -130,18 +130,21 @@ def is_thin_wrapper(function: FunctionNode, name: str = AUX_NAME) -> bool:
         return True
     if len(body) == 1:
         return isinstance(body[0], ast.Return) and body[0].value is not None and calls(body[0].value, name)
-    if len(body) == 2 and isinstance(body[0], ast.Assign) and isinstance(body[1], ast.Return):
-        assign, result = body
-        target = assign.targets[0] if len(assign.targets) == 1 else None
-        direct = isinstance(assign.value, ast.Call) and isinstance(assign.value.func, ast.Name)
-        return (
-            isinstance(target, ast.Name)
-            and direct
-            and assign.value.func.id == name  # type: ignore[union-attr]
-            and isinstance(result.value, ast.Name)
-            and result.value.id == target.id
-        )
-    return False
+    if len(body) != 2:
+        return False
+    assign, result = body
+    if not isinstance(assign, ast.Assign) or not isinstance(result, ast.Return):
+        return False
+    target = assign.targets[0] if len(assign.targets) == 1 else None
+    call = assign.value
+    return (
+        isinstance(target, ast.Name)
+        and isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == name
+        and isinstance(result.value, ast.Name)
+        and result.value.id == target.id
+    )
 
 
 def ignores_result(function: FunctionNode, name: str = AUX_NAME) -> bool:
@@ -193,25 +196,26 @@ def combine(aux_completion: str, main_completion: str, item: Mapping[str, Any]) 
     parts = ["\n".join(problem_imports(item.get("prompt", "")))] + [d.source for d in helper + main]
     program = "\n\n\n".join(part for part in parts if part.strip()) + "\n"
     aux_definition, main_definition = _last(helper, AUX_NAME), _last(main, entry_point)
-    joint = dict(
+    joint = JointProgram(
         program=program,
         aux_defined=aux_definition is not None,
         aux_returns=aux_definition is not None and returns_value(aux_definition),
         main_defined=main_definition is not None,
         main_returns=main_definition is not None and returns_value(main_definition),
+        parses=False,
     )
     try:
         tree = ast.parse(program)
     except (SyntaxError, ValueError):
-        return JointProgram(**joint, parses=False)
+        return joint
     functions = [
         n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point
     ]
     if not functions:
-        return JointProgram(**joint, parses=True)
+        return replace(joint, parses=True)
     function = functions[-1]
-    return JointProgram(
-        **joint,
+    return replace(
+        joint,
         parses=True,
         calls_aux=calls(function, AUX_NAME),
         thin_wrapper=is_thin_wrapper(function),

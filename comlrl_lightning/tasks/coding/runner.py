@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, cast
 
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
 from comlrl_lightning.tasks.coding.check_transform import CheckOutcome, compile_check, run_check
@@ -138,7 +138,7 @@ def _isolation(slot: int) -> Dict[str, Any]:
 
 
 def _report(outcome: CheckOutcome, total: int, stopped: Optional[ChildStopped], memory: bool) -> TestReport:
-    status = stopped.status if stopped is not None else ("memory" if memory else "finished")
+    status = cast(Status, stopped.status) if stopped is not None else ("memory" if memory else "finished")
     parts = [stopped.detail] if stopped is not None else []
     if outcome.first_failure and (stopped is None or ChildStopped.__name__ not in outcome.first_failure):
         parts.append(outcome.first_failure)

@@ -22,7 +22,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, TypedDict
 
 from comlrl_lightning.errors import ConfigurationError
 
@@ -97,8 +97,19 @@ def _stdlib_folders() -> List[str]:
     return list(dict.fromkeys(found))
 
 
+class ReadablePaths(TypedDict):
+    """What :func:`readable_paths` returns (the launcher's configuration lists)."""
+
+    path: List[str]
+    reads: List[str]
+    listings: List[str]
+    files: List[str]
+    devices: List[str]
+    packages: List[Tuple[str, str]]
+
+
 @functools.lru_cache(maxsize=8)
-def readable_paths(packages: Tuple[str, ...]) -> Dict[str, object]:
+def readable_paths(packages: Tuple[str, ...]) -> ReadablePaths:
     """The paths the launcher opens for the program: ``path`` (its ``sys.path``), ``reads`` (read
     beneath), ``listings`` (list only), ``files``, ``devices``, and ``packages`` (name, folder)."""
     folders = _stdlib_folders()
@@ -111,15 +122,15 @@ def readable_paths(packages: Tuple[str, ...]) -> Dict[str, object]:
         else:
             reads.append(folder)
     reads += [os.path.realpath(path) for path in SHARED_LIBRARIES if os.path.isdir(path)]
-    found = []
+    found: List[Tuple[str, str]] = []
     for name in packages:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             raise ConfigurationError(f"RunLimits.packages: {name!r} is not an installed package")
-        folder = Path(list(spec.submodule_search_locations)[0]).resolve()
-        found.append((name, str(folder)))
-        if (folder.parent / f"{name}.libs").is_dir():  # the wheel's bundled shared libraries
-            found.append((f"{name}.libs", str(folder.parent / f"{name}.libs")))
+        package = Path(list(spec.submodule_search_locations)[0]).resolve()
+        found.append((name, str(package)))
+        if (package.parent / f"{name}.libs").is_dir():  # the wheel's bundled shared libraries
+            found.append((f"{name}.libs", str(package.parent / f"{name}.libs")))
     return {
         "path": folders,
         "reads": reads,
