@@ -66,6 +66,7 @@ def round_files(folder: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # 6 rounds, 768 updates: about 10 CPU minutes on a 2-core AMD EPYC (AVX2)
 def test_the_seeds_example_runs_unchanged_but_for_the_import(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the reference writes its outputs under the working directory
     from comlrl_lightning.trainers.configs import MADPOIterConfig
