@@ -155,9 +155,12 @@ class CooperativeCodeReward:
         self,
         aux_completions: Sequence[str],
         main_completions: Sequence[str],
+        *,
         batch_items: Optional[Sequence[Mapping[str, Any]]] = None,
     ) -> List[float]:
-        """One reward per joint answer (the reference's convention: one list per agent)."""
+        """One reward per joint answer (the reference's convention: one list per agent, the items as
+        the keyword ``batch_items``; keyword-only, so that the reference (CoMLRL), which counts
+        positional parameters, passes the two lists and no prompts)."""
         return [score.reward for score in self.score(aux_completions, main_completions, batch_items)]
 
     def __repr__(self) -> str:

@@ -55,7 +55,7 @@ def test_a_missing_function_and_a_function_that_drops_aux_are_named():
 def test_all_tests_passed_and_the_turns_report_is_reused_not_run_again():
     runner = FakeRunner(2, 2)
     reward = CooperativeCodeReward(run_tests_batch=runner)
-    reward([AUX], [MAIN_USES_AUX], [ITEM])  # the turn's scoring
+    reward([AUX], [MAIN_USES_AUX], batch_items=[ITEM])  # the turn's scoring
     messages = call_transition(CodeFeedback(reward), ITEM, 0, _history(AUX, MAIN_USES_AUX), 2, 0)
     assert "2/2 tests passed." in messages[0] and len(runner.calls) == 1
     CodeFeedback(reward)(ITEM, 0, _history(AUX, "def total(xs):\n    return 1\n"))

@@ -46,7 +46,7 @@ class FakeRunner:
 
 
 def reward(aux: str, main: str, passed: int = 2, total: int = 2) -> float:
-    return CooperativeCodeReward(run_tests_batch=FakeRunner(passed, total))([aux], [main], [ITEM])[0]
+    return CooperativeCodeReward(run_tests_batch=FakeRunner(passed, total))([aux], [main], batch_items=[ITEM])[0]
 
 
 def test_the_maximum_is_four_and_training_shifts_by_minus_four():
@@ -73,7 +73,7 @@ def test_aux_without_a_return_is_optional():
 def test_a_program_that_does_not_parse_stops_before_the_tests():
     runner = FakeRunner(2)
     main = "def total(xs):\n    return sum(xs\n"  # the whole text does not parse; its def line is found
-    value = CooperativeCodeReward(run_tests_batch=runner)([AUX], [main], [ITEM])[0]
+    value = CooperativeCodeReward(run_tests_batch=runner)([AUX], [main], batch_items=[ITEM])[0]
     assert value == pytest.approx(0.4 + 0.6) and runner.calls == []
 
 
@@ -111,7 +111,7 @@ def test_agent_one_cannot_write_its_own_aux():
 def test_the_runner_gets_the_combined_programs_of_a_whole_batch_at_once():
     runner = FakeRunner(2)
     values = CooperativeCodeReward(timeout=3.0, run_tests_batch=runner)(
-        [AUX, AUX, AUX], [MAIN_USES_AUX, "nothing", MAIN_USES_AUX], [ITEM]
+        [AUX, AUX, AUX], [MAIN_USES_AUX, "nothing", MAIN_USES_AUX], batch_items=[ITEM]
     )
     assert values == pytest.approx([4.0, 0.4, 4.0])
     [(programs, items, timeout)] = runner.calls
@@ -130,7 +130,22 @@ def test_bad_batches_and_items_are_data_errors_naming_the_task():
     with pytest.raises(DataError, match="needs batch_items"):
         cooperative_code_reward([AUX], [MAIN_USES_AUX])
     with pytest.raises(DataError, match="2 joint answers but 3 batch_items"):
-        cooperative_code_reward([AUX] * 2, [AUX] * 2, [ITEM] * 3)
+        cooperative_code_reward([AUX] * 2, [AUX] * 2, batch_items=[ITEM] * 3)
     with pytest.raises(DataError, match="Test/0: entry_point"):
-        cooperative_code_reward([AUX], [AUX], [dict(ITEM, entry_point=None)])
+        cooperative_code_reward([AUX], [AUX], batch_items=[dict(ITEM, entry_point=None)])
     assert CooperativeCodeReward.accepts_batch is True
+
+
+def test_batch_items_is_keyword_only_so_the_references_trainer_passes_the_two_lists():
+    """The reference (CoMLRL) counts a reward's positional parameters: with ``batch_items`` among them
+    (three for two agents) it passes the prompts first, the call fails, and its retry leaves the items
+    out; keyword-only, the reward gets the agents' two lists and ``batch_items=``. Our oracle calls it
+    either way."""
+    import inspect
+
+    from comlrl_lightning.data.oracle import call_reward_function
+
+    parameter = inspect.signature(CooperativeCodeReward.__call__).parameters["batch_items"]
+    assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    reward = CooperativeCodeReward(run_tests_batch=FakeRunner(2))
+    assert call_reward_function(reward, [[AUX], [MAIN_USES_AUX]], ["p"], [ITEM]) == pytest.approx(4.0)
