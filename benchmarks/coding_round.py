@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -300,6 +301,11 @@ def reference_round(job: Dict[str, Any]) -> Dict[str, Any]:
     def chat(formatter):  # our prompts (conversations) in the model's chat template, as our side renders them
         return lambda item: tokenizer.apply_chat_template(formatter(item), tokenize=False, add_generation_prompt=True)
 
+    def reward(aux_completions, main_completions, *, batch_items=None):
+        # comlrl's call_reward_function counts positional parameters: our reward's batch_items (positional
+        # or keyword) would make it pass the prompts first, then call it without batch_items
+        return task.reward.cooperative_code_reward(aux_completions, main_completions, batch_items=batch_items)
+
     generate_completions = MAGRPOTrainer._generate_completions
 
     def forced(self, *args, **kwargs):  # every completion the full budget, evaluation's too
@@ -354,7 +360,7 @@ def reference_round(job: Dict[str, Any]) -> Dict[str, Any]:
             tokenizer=tokenizer,
             train_dataset=train,
             eval_dataset=held_out,
-            reward_func=task.reward.cooperative_code_reward,
+            reward_func=reward,
             reward_processor=lambda value: value + SETTINGS["shift"],
             formatters=[chat(task.prompts.aux_prompt), chat(task.prompts.main_prompt)],
             args=args,
@@ -386,7 +392,9 @@ JOBS = {"ours": ours_round, "reference": reference_round}
 
 def run_job(job: Dict[str, Any]) -> Dict[str, Any]:
     result = JOBS[job["side"]](job)
-    return dict(result, side=job["side"], versions=versions(job), load_average=os.getloadavg()[0])
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the test runner's programs
+    cpu = dict(process=time.process_time(), children=children.ru_utime + children.ru_stime)
+    return dict(result, side=job["side"], versions=versions(job), load_average=os.getloadavg()[0], cpu_seconds=cpu)
 
 
 if __name__ == "__main__":

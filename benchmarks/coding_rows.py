@@ -29,7 +29,7 @@ FULL = dict(items=8, candidates=4, max_new_tokens=128, eval_items=8)
 QUICK = dict(items=2, candidates=2, max_new_tokens=16, eval_items=2)
 TARGET = 3.0
 ROW = "real_coding_round_speedup"
-TIMEOUT_S = 4 * 3600
+TIMEOUT_S = 8 * 3600
 """Each side's process may run this long (a loaded machine's reference round at the full sizes is long)."""
 
 
