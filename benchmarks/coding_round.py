@@ -11,7 +11,10 @@ forced to ``max_new_tokens`` tokens (``min_new_tokens``), temperature 0.6 and to
 the same reward (``comlrl_lightning.tasks.coding.cooperative_code_reward``, shifted by -4), up to 4
 pairs per problem by reward gap, the round file, one epoch of MADPO updates (batch 4, lr 2e-5),
 and the first ``eval_items`` held-out problems (0-31) evaluated before the first update and after
-the round, one sample per agent.
+the round, one sample per agent. A side whose round builds no pair trains nothing and skips the
+evaluation before updates (ours then evaluates not at all: ``fit`` stops without training batches);
+the sides sample from different random streams, so their pairs (and updates) may differ in number:
+``coding_rows.py`` prints both and the training seconds per pair.
 
 * ours: ``comlrl-lightning fit`` (``run_cli``) on ``configs/coding_madpo_iter.yaml`` with those
   options (full copies instead of its LoRA team; no checkpoint and no callbacks: the reference
