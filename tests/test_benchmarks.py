@@ -33,6 +33,8 @@ MODULES = (
     "real_rows",
     "real_jobs",
     "gpu_real",
+    "coding_round",
+    "coding_rows",
 )
 
 
@@ -399,6 +401,138 @@ def test_the_gpu_script_plans_both_sides_and_divides_only_measured_rows(bench):
         gpu_real.summary({"ours_step_full": {"pairs_per_s": 6.0}, "reference_step_full": {"pairs_per_s": 2.0}})
     )
     assert lines["gpu_real_madpo_step_speedup"] == 3.0 and lines["gpu_real_collection_speedup"] is None
+
+
+# ------------------------------------------------------------------------------------------------
+# One round of the coding task, ours against the reference (coding_round.py, coding_rows.py)
+
+
+def test_the_coding_round_plan_refuses_sizes_outside_the_split(bench):
+    rows = importlib.import_module("coding_rows")
+    assert rows.plan(8, 4, 128, 8) == dict(items=8, candidates=4, max_new_tokens=128, eval_items=8, seed=0)
+    for sizes, option in (
+        ((0, 4, 128, 8), "items"),
+        ((131, 4, 128, 8), "items"),
+        ((8, 1, 128, 8), "candidates"),
+        ((8, 4, 0, 8), "max_new_tokens"),
+        ((8, 4, 128, 33), "eval_items"),
+    ):
+        with pytest.raises(ValueError, match=option):
+            rows.plan(*sizes)
+    assert rows.main.__module__ == "coding_rows" and rows.QUICK["items"] <= rows.FULL["items"]
+
+
+def test_the_phase_clock_charges_the_innermost_phase_and_evaluation_keeps_its_sampling(bench):
+    import torch
+
+    coding_round = importlib.import_module("coding_round")
+    ticks = iter(range(0, 1000))
+    clock = coding_round.PhaseClock(timer=lambda: float(next(ticks)))
+    clock.enter("collection")  # 0
+    clock.enter("sampling")  # 1: collection 1
+    output = torch.zeros(4, 7, dtype=torch.long)  # 2 prompts x 2 samples, 3 prompt columns + 4 new tokens
+    inputs = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [7, 8, 9]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1]])
+    clock.count_generate((None,), {"input_ids": inputs, "attention_mask": mask}, output)
+    clock.exit()  # 2: sampling 1
+    clock.enter("scoring")  # 3: collection 2
+    clock.count_scored((), {}, [0.5, 1.0, 0.0])
+    clock.exit()  # 4: scoring 1
+    clock.exit()  # 5: collection 3
+    clock.enter("evaluation")  # 6
+    clock.enter("sampling")  # 7: evaluation 1
+    clock.count_generate((None, inputs[:1]), {}, output[:1])
+    clock.exit()  # 8: evaluation/sampling 1
+    clock.exit()  # 9: evaluation 2
+    assert clock.charged == {"collection": 3, "sampling": 1, "scoring": 1, "evaluation": 2, "evaluation/sampling": 1}
+    assert clock.tokens == {"collection": 16, "evaluation": 4} and clock.scored == {"collection": 3}
+    assert clock.prompts["collection"] == {(5, 6), (7, 8, 9)}  # padding left out: the prompts as sent
+    report = clock.report(total=12.0)
+    assert report["phases"] == {
+        "sampling": 1,
+        "scoring": 1,
+        "pairs": 3,
+        "training": 0,
+        "evaluation": 3,
+        "load": 0,
+        "other": 4,
+    }
+    assert report["scored"] == {"collection": 3, "evaluation": 0} and report["prompts"] == {
+        "collection": 2,
+        "evaluation": 1,
+    }
+    assert len(report["prompt_digest"]["collection"]) == 16
+
+
+def _side(seconds: float, sampling: float, **work) -> dict:
+    phases = dict(sampling=sampling, scoring=1.0, pairs=0.5, training=2.0, evaluation=1.5, load=1.0)
+    phases["other"] = seconds - sum(phases.values())
+    side = dict(seconds=seconds, phases=phases, pairs=3, round_file_pairs=3, updates=1, eval_reward=[-3.5, -3.0])
+    side.update(tokens={"collection": 64, "evaluation": 16}, scored={"collection": 8, "evaluation": 4})
+    side.update(prompt_digest={"collection": "a", "evaluation": "b"})
+    side.update(work)
+    return side
+
+
+def test_the_coding_round_row_is_the_reference_over_ours_per_phase_and_names_differing_work(bench):
+    rows = importlib.import_module("coding_rows")
+    results = {"plan": rows.plan(2, 2, 16, 2), "ours": _side(10.0, 4.0), "reference": _side(35.0, 20.0)}
+    lines = dict(rows.summary(results))
+    assert lines["real_coding_round_speedup"] == pytest.approx(3.5)
+    assert lines["real_coding_round_speedup_sampling"] == pytest.approx(5.0)
+    assert lines["real_coding_round_speedup_scoring"] == pytest.approx(1.0)
+    assert lines["real_coding_round_speedup_training_per_pair"] == pytest.approx(1.0)  # 2 s for 3 pairs on both
+    assert len(lines) == 7 and all(name.startswith("real_coding_round_speedup") for name in lines)
+    table = rows.markdown(dict(results, checks=rows.checks(results)))
+    assert "| sampling | 4.0 | 20.0 | 5.00x |" in table and "| total | 10.0 | 35.0 | 3.50x |" in table
+    assert "| ours | 64 / 16 | 8 / 4 | 3 (3) | 1 | 0.7 | -3.500 / -3.000 |" in table
+    assert "Both sides did the same work." in table
+    results["reference"] = _side(35.0, 20.0, tokens={"collection": 60, "evaluation": 16}, eval_reward=[None, -3.0])
+    assert rows.checks(results) == ["tokens (collection): ours 64, reference 60"]
+    results["reference"].update(pairs=0, updates=0)
+    assert "| reference | 60 / 16 | 8 / 4 | 0 (3) | 0 | - | - / -3.000 |" in rows.markdown(results)
+    assert dict(rows.summary(results))["real_coding_round_speedup_training_per_pair"] is None
+    del results["reference"]  # one side only: no speed-up, no checks
+    assert dict(rows.summary(results))["real_coding_round_speedup"] is None and rows.checks(results) == []
+    assert "| total | 10.0 | - | - |" in rows.markdown(results)
+
+
+def test_both_coding_round_jobs_differ_only_in_their_side_and_our_config_is_full_copies(bench, tmp_path):
+    rows, coding_round = importlib.import_module("coding_rows"), importlib.import_module("coding_round")
+    seen = []
+    sizes = rows.plan(3, 2, 16, 2, seed=5)
+    results = rows.measure(lambda side, job: seen.append(job) or _side(1.0, 0.5), sizes, "/model", "/he.jsonl.gz")
+    assert [job.pop("side") for job in seen] == ["ours", "reference"] and seen[0] == seen[1]
+    assert seen[0]["items"] == 3 and seen[0]["humaneval"] == "/he.jsonl.gz" and results["checks"] == []
+    config = coding_round.our_config(seen[0], str(tmp_path))
+    model, data = config["model"]["init_args"], config["data"]["init_args"]
+    assert model["team"] == {"agent_model": "smollm2-135m-instruct", "num_agents": 2}  # no LoRA: as the reference
+    assert model["sampling"]["extra"] == {"min_new_tokens": 16} and model["sampling"]["max_new_tokens"] == 16
+    assert data["task"]["train_dataset"]["init_args"] == {"split": "train", "limit": 3}
+    assert data["task"]["eval_dataset"]["init_args"] == {"split": "eval", "limit": 2}
+    assert data["num_iterations"] == 1 and data["preference_num_candidates"] == 2 and data["eval_num_samples"] == 2
+    assert config["seed_everything"] == 5 and config["trainer"]["callbacks"] == []
+
+
+def test_the_coding_round_command_writes_the_table_and_the_results_of_both_sides(bench, tmp_path, monkeypatch, capsys):
+    import comlrl_lightning.tasks.coding.humaneval as humaneval
+
+    class FakeRunner:
+        def __init__(self, in_process, pythons):
+            assert not in_process and set(pythons) == {"reference"}
+
+        def __call__(self, side, job):
+            assert job["script"] == "coding_round.py" and job["max_new_tokens"] == 16
+            return _side(10.0 if side == "ours" else 30.0, 1.0)
+
+    monkeypatch.setattr(bench, "Runner", FakeRunner)
+    monkeypatch.setattr(importlib.import_module("refenv"), "ensure", lambda venv: Path("python"))
+    monkeypatch.setattr(importlib.import_module("real_rows"), "model_folder", lambda: "/model")
+    monkeypatch.setattr(humaneval, "humaneval_file", lambda: Path("/he.jsonl.gz"))
+    results = bench.main(["--only-coding-round", "--quick", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "coding_round.json").read_text())["reference"]["seconds"] == 30.0
+    assert "| total | 10.0 | 30.0 | 3.00x |" in (tmp_path / "CODING_ROUND.md").read_text()
+    assert "real_coding_round_speedup: 3.0" in capsys.readouterr().out and results["checks"] == []
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,206 @@
+"""One iterative MADPO round of the cooperative coding task, ours against the reference (comlrl 1.4.3).
+
+    python benchmarks/coding_rows.py              # 8 training problems, K = 4, 128 new tokens, 8 held out
+    python benchmarks/coding_rows.py --quick      # 2 problems, K = 2, 16 new tokens, 2 held out (a smoke run)
+    python benchmarks/run.py --only-coding-round  # the same (``--quick`` too)
+
+Each side runs ``coding_round.py``'s job in its own process with its own interpreter (the
+reference's venv: ``refenv.py``), ours first; ``CODING_ROUND.md`` and ``coding_round.json`` get the
+phase table (where each side's time goes) and what each side did, and the checks that both did the
+same work (the same prompts, tokens sampled and joint answers scored) are printed. The row
+``real_coding_round_speedup`` is the reference's wall seconds over ours (target: 3x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from coding_round import EVAL_COUNT, PHASES, TRAIN_COUNT  # noqa: E402
+
+FULL = dict(items=8, candidates=4, max_new_tokens=128, eval_items=8)
+QUICK = dict(items=2, candidates=2, max_new_tokens=16, eval_items=2)
+TARGET = 3.0
+ROW = "real_coding_round_speedup"
+TIMEOUT_S = 8 * 3600
+"""Each side's process may run this long (a loaded machine's reference round at the full sizes is long)."""
+
+
+def plan(items: int, candidates: int, max_new_tokens: int, eval_items: int, seed: int = 0) -> Dict[str, Any]:
+    """The round's sizes, checked against the split (a ``ValueError`` names the option)."""
+    if not 1 <= items <= TRAIN_COUNT:
+        raise ValueError(f"items: 1 to {TRAIN_COUNT} training problems (got {items})")
+    if not 1 <= eval_items <= EVAL_COUNT:
+        raise ValueError(f"eval_items: 1 to {EVAL_COUNT} held-out problems (got {eval_items})")
+    if candidates < 2:
+        raise ValueError(f"candidates: at least 2 per agent (got {candidates})")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: at least 1 (got {max_new_tokens})")
+    return dict(items=items, candidates=candidates, max_new_tokens=max_new_tokens, eval_items=eval_items, seed=seed)
+
+
+def ratio(reference: Optional[float], ours: Optional[float]) -> Optional[float]:
+    """Reference seconds over ours (``None`` when either is missing or ours is zero)."""
+    return reference / ours if reference is not None and ours else None
+
+
+def phase_rows(results: Dict[str, Any]) -> List[tuple]:
+    """``(phase, our seconds, reference seconds, speed-up)`` per phase, then ``total``."""
+    ours, theirs = results.get("ours"), results.get("reference")
+    rows = []
+    for phase in PHASES + ("total",):
+        mine = None if not ours else ours["seconds"] if phase == "total" else ours["phases"][phase]
+        other = None if not theirs else theirs["seconds"] if phase == "total" else theirs["phases"][phase]
+        rows.append((phase, mine, other, ratio(other, mine)))
+    return rows
+
+
+def training_per_pair(side: Optional[Dict[str, Any]]) -> Optional[float]:
+    """Training seconds per pair (``None`` without pairs): the sides sample different tokens, so their
+    rounds may build different numbers of pairs."""
+    return side["phases"]["training"] / side["pairs"] if side and side["pairs"] else None
+
+
+def summary(results: Dict[str, Any]) -> List[tuple]:
+    """``name: value`` rows: the speed-up of the whole round, of each phase, and of training per pair."""
+    rows = phase_rows(results)
+    lines = [(ROW, rows[-1][3])]
+    lines += [(f"{ROW}_{phase}", value) for phase, _, _, value in rows[:-1] if phase in PHASES[:5]]
+    per_pair = [training_per_pair(results.get(side)) for side in ("ours", "reference")]
+    lines.append((f"{ROW}_training_per_pair", ratio(per_pair[1], per_pair[0])))
+    return lines
+
+
+def _seconds(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def markdown(results: Dict[str, Any]) -> str:
+    """The phase table and what each side did (joint answers scored, tokens sampled, pairs, updates)."""
+    p = results["plan"]
+    lines = [
+        "### One round of the coding task: SmolLM2-135M-Instruct",
+        "",
+        f"One iterative MADPO round, 2 full copies on both sides: {p['items']} HumanEval training problems, "
+        f"K = {p['candidates']} per agent against the current policy, {p['max_new_tokens']} new tokens forced, "
+        f"{p['eval_items']} held-out problems evaluated before and after, seed {p['seed']}. Wall seconds "
+        f"(load average {results.get('load_average', ['?'])[0]}).",
+        "",
+        "| phase | ours (s) | reference (comlrl 1.4.3) (s) | speed-up |",
+        "|---|---|---|---|",
+    ]
+    for phase, mine, other, value in phase_rows(results):
+        shown = "-" if value is None else f"{value:.2f}x"
+        lines.append(f"| {phase} | {_seconds(mine)} | {_seconds(other)} | {shown} |")
+    lines += [
+        "",
+        "| side | tokens sampled (collection / evaluation) | joint answers scored (collection / evaluation) "
+        "| pairs (round file) | updates | training s per pair | held-out reward before / after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for side in ("ours", "reference"):
+        r = results.get(side)
+        if r:
+            tokens = f"{r['tokens']['collection']} / {r['tokens']['evaluation']}"
+            scored = f"{r['scored']['collection']} / {r['scored']['evaluation']}"
+            rewards = " / ".join("-" if v is None else f"{v:.3f}" for v in r["eval_reward"])
+            lines.append(
+                f"| {side} | {tokens} | {scored} | {r['pairs']} ({r['round_file_pairs']}) | {r['updates']} | {_seconds(training_per_pair(r))} | {rewards} |"
+            )
+    differing = results.get("checks")
+    if differing is not None:
+        lines += ["", "Both sides did the same work." if not differing else "Differs: " + "; ".join(differing) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def checks(results: Dict[str, Any]) -> List[str]:
+    """What differs between the work of the two sides (empty: the same prompts, as many tokens sampled
+    and joint answers scored in collection and evaluation)."""
+    ours, theirs = results.get("ours"), results.get("reference")
+    if not ours or not theirs:
+        return []
+    problems = []
+    for key in ("tokens", "scored", "prompt_digest"):
+        for context in ("collection", "evaluation"):
+            mine, other = ours[key].get(context), theirs[key].get(context)
+            if mine != other:
+                problems.append(f"{key} ({context}): ours {mine}, reference {other}")
+    return problems
+
+
+def measure(
+    run: Callable[[str, Dict[str, Any]], Dict[str, Any]],
+    sizes: Dict[str, Any],
+    model: str,
+    humaneval: str,
+    sides=("ours", "reference"),
+    save: Optional[Callable[[Dict[str, Any]], None]] = None,
+) -> Dict[str, Any]:
+    """Both sides' round through ``run(side, job)`` (``save`` after each)."""
+    job = dict(script="coding_round.py", job="coding_round", model=model, humaneval=humaneval, timeout_s=TIMEOUT_S)
+    job.update(sizes)
+    results: Dict[str, Any] = {"plan": sizes, "load_average": [round(os.getloadavg()[0], 1)]}
+    for side in sides:
+        results[side] = run(side, dict(job, side=side))
+        results["load_average"].append(round(os.getloadavg()[0], 1))
+        if save:
+            save(results)
+    results["checks"] = checks(results)
+    return results
+
+
+def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke sizes: " + str(QUICK))
+    for name in FULL:
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=f"default {FULL[name]}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sides", nargs="+", default=["ours", "reference"], choices=["ours", "reference"])
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for both sides")
+    parser.add_argument("--out", type=Path, default=HERE)
+    parser.add_argument("--reference-venv", type=Path, default=None)
+    args = parser.parse_args(argv)
+    chosen = dict(QUICK if args.quick else FULL)
+    chosen.update({k: getattr(args, k) for k in FULL if getattr(args, k) is not None})
+    sizes = plan(seed=args.seed, **chosen)
+    return run_round(sizes, args.out, args.sides, args.reference_venv, args.device)
+
+
+def run_round(sizes: Dict[str, Any], out: Path, sides=("ours", "reference"), venv=None, device="cpu") -> Dict[str, Any]:
+    """Both sides at ``sizes``: ``coding_round.json`` after each side, ``CODING_ROUND.md`` at the end."""
+    import real_rows
+    import refenv
+    from run import Runner
+
+    from comlrl_lightning.tasks.coding.humaneval import humaneval_file
+
+    pythons = {"reference": refenv.ensure(venv or refenv.DEFAULT_DIR)} if "reference" in sides else {}
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "coding_round.json"
+
+    def save(results: Dict[str, Any]) -> None:
+        saved.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+
+    print(f"one coding round ({sizes}):", flush=True)
+    sized = dict(sizes, device=device)
+    results = measure(Runner(False, pythons), sized, real_rows.model_folder(), str(humaneval_file()), sides, save)
+    save(results)
+    body = markdown(results)
+    (out / "CODING_ROUND.md").write_text(body, encoding="utf-8")
+    print("\n" + body)
+    for problem in results["checks"]:
+        print(f"differs: {problem}")
+    for name, value in summary(results):
+        print(f"{name}: {'n/a' if value is None else round(value, 4)}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
