@@ -11,8 +11,8 @@ forced to ``max_new_tokens`` tokens (``min_new_tokens``), temperature 0.6 and to
 the same reward (``comlrl_lightning.tasks.coding.cooperative_code_reward``, shifted by -4), up to 4
 pairs per problem by reward gap, the round file, one epoch of MADPO updates (batch 4, lr 2e-5),
 and the first ``eval_items`` held-out problems (0-31) evaluated before the first update and after
-the round, one sample per agent. A side whose round builds no pair trains nothing and skips the
-evaluation before updates (ours then evaluates not at all: ``fit`` stops without training batches);
+the round, one sample per agent. A side whose round builds no pair trains nothing (the reference
+then skips its evaluation before updates; ours still evaluates before and after the round);
 the sides sample from different random streams, so their pairs (and updates) may differ in number:
 ``coding_rows.py`` prints both and the training seconds per pair.
 

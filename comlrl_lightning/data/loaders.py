@@ -105,3 +105,28 @@ class EpochLoaders:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.restored = state or None
+
+
+class WithoutLength:
+    """A loader's batches, handed to Lightning without the loader's length.
+
+    Lightning ends ``Trainer.fit`` at an epoch whose training loader has length 0 ("No training
+    batches"), so an iterative run whose round built no pair would stop there, with rounds still to
+    come. Without a length, the epoch instead ends when the (no) batches run out and the next round
+    follows, as in the reference (CoMLRL). The loader's checkpoint state passes through.
+    """
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.loader)
+
+    def state_dict(self) -> Dict[str, Any]:
+        state_dict = getattr(self.loader, "state_dict", None)
+        return state_dict() if callable(state_dict) else {}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        load_state_dict = getattr(self.loader, "load_state_dict", None)
+        if callable(load_state_dict) and state:
+            load_state_dict(state)

@@ -24,7 +24,7 @@ from comlrl_lightning.data.collection import (
     sample_candidates,
 )
 from comlrl_lightning.data.contract import ConfiguredTeam, TeamSide, data_module_checks, offers, team_side
-from comlrl_lightning.data.loaders import EpochLoaders
+from comlrl_lightning.data.loaders import EpochLoaders, WithoutLength
 from comlrl_lightning.data.oracle import ScoringProgress
 from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
 from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
@@ -152,6 +152,13 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             )
         for callback in observers:
             callback.check_data_module(self)
+        fraction = getattr(self.trainer, "val_check_interval", None)  # absent when it is a time
+        if isinstance(fraction, float) and fraction != 1.0:
+            raise ConfigurationError(
+                f"trainer.val_check_interval: a fraction of an epoch ({fraction}) does not apply to rounds, whose "
+                "size is known only once collected (a round may have no pairs); give a number of updates (an int), "
+                "1.0 or a time."
+            )
         if self.built_round is None:  # nothing collected yet: the folders are this Trainer's
             self._make_folders(Path(self.trainer.default_root_dir))
         module = team_side(self.trainer)
@@ -194,14 +201,16 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             directory = Path(self.policy_checkpoint_dir) if self.policy_checkpoint_dir else root / "policy_snapshots"
             self.snapshots = PolicySnapshots(directory.absolute(), keep_all=self.policy_checkpoint_dir is not None)
 
-    def train_dataloader(self) -> Union[DataLoader, EpochLoaders]:
+    def train_dataloader(self) -> Union[DataLoader, EpochLoaders, WithoutLength]:
         """The epoch's round (collected at the first epoch of a round) as a loader. A Trainer that
         reloads its dataloaders every epoch (the command line's and the seed API's) asks for it at
         every epoch; any other Trainer (a plain ``Trainer()``) gets :class:`EpochLoaders`, which asks
         at every epoch itself, for the epoch the fit loop is about to train (also right after a
-        resume, before ``trainer.current_epoch`` has caught up)."""
+        resume, before ``trainer.current_epoch`` has caught up). An epoch without batches (a round
+        without pairs) gets its loader :class:`WithoutLength`, so the run goes on to the next round."""
         if reloads_every_epoch(self.trainer):
-            return self.epoch_loader(self.trainer.current_epoch)
+            loader = self.epoch_loader(self.trainer.current_epoch)
+            return loader if len(loader) else WithoutLength(loader)
         return EpochLoaders(self.epoch_loader, epoch=lambda: epochs_processed(self.trainer))
 
     def epoch_loader(self, epoch: int) -> DataLoader:

@@ -15,9 +15,11 @@ from comlrl_lightning import (
     CurrentComparator,
     CurrentReplay,
     IterativePreferenceDataModule,
+    MADPOModule,
     OptionError,
 )
-from tests.helpers.iterative_run import make_run
+from comlrl_lightning.errors import ConfigurationError
+from tests.helpers.iterative_run import ITER_MODEL, iter_data, make_run, make_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -272,3 +274,69 @@ def test_the_constructor_stays_small():
     import inspect
 
     assert len(inspect.signature(IterativePreferenceDataModule.__init__).parameters) - 1 <= 15
+
+
+class TiedRounds(IterativePreferenceDataModule):
+    """Every candidate of the rounds in ``tied`` gets the same reward: those rounds build no pair."""
+
+    def __init__(self, tied, **options):
+        super().__init__(**options)
+        self.tied, self.reward = tied, None
+
+    def build_round(self, round_index, module):
+        self.reward = self.reward or self.task.oracle.reward_func
+        tie = lambda *texts, **_: [0.0] * len(texts[0])  # noqa: E731
+        self.task.oracle.reward_func = tie if round_index in self.tied else self.reward
+        super().build_round(round_index, module)
+
+
+def _tied_run(root, tied, reload=1, **trainer_options):
+    module = MADPOModule(**ITER_MODEL)
+    options = iter_data(comparator=CurrentComparator(), replay=CurrentReplay(), num_train_epochs=1)
+    trainer = make_trainer(root, **{"max_epochs": 3, "reload_dataloaders_every_n_epochs": reload, **trainer_options})
+    return module, TiedRounds(tied, **options), trainer
+
+
+@pytest.mark.parametrize(
+    "tied, reload",
+    [
+        pytest.param({0}, 1, id="first-round-reloading-trainer"),
+        pytest.param({1}, 1, id="middle-round-reloading-trainer", marks=pytest.mark.slow),
+        pytest.param({0}, 0, id="first-round-plain-trainer", marks=pytest.mark.slow),
+        pytest.param({1}, 0, id="middle-round-plain-trainer", marks=pytest.mark.slow),
+    ],
+)
+def test_a_round_without_pairs_trains_nothing_and_the_run_goes_on(tmp_path, tied, reload):
+    """Lightning ends ``fit`` at a training loader of length 0: the empty round must not end the run."""
+    module, datamodule, trainer = _tied_run(tmp_path, tied, reload)
+    trainer.fit(module, datamodule)
+    counts = [json.loads(text)["num_pairs"] for text in _round_files(tmp_path).values()]
+    assert [count == 0 for count in counts] == [r in tied for r in range(3)]
+    assert trainer.current_epoch == 3 and datamodule.built_round == 2
+    assert trainer.global_step == sum(-(-count // 8) for count in counts)  # batches of 8, the empty round none
+
+
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
+def test_a_resume_after_a_round_without_pairs_equals_the_uninterrupted_run(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    module, datamodule, trainer = _tied_run(tmp_path / "whole", {1})
+    trainer.fit(module, datamodule)
+    whole = _weights(module), _round_files(tmp_path / "whole"), trainer.global_step
+    # mid-round 3: an epoch without batches adds no step, so Lightning writes no checkpoint after it
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1, every_n_train_steps=1)
+    module, datamodule, trainer = _tied_run(tmp_path / "parts", {1}, callbacks=[checkpoint], max_steps=whole[2] - 2)
+    trainer.fit(module, datamodule)
+    path = tmp_path / "ckpt" / f"epoch=2-step={whole[2] - 2}.ckpt"
+    module, datamodule, trainer = _tied_run(tmp_path / "parts", {1})
+    trainer.fit(module, datamodule, ckpt_path=str(path))
+    assert (_round_files(tmp_path / "parts"), trainer.global_step) == whole[1:]
+    for key, value in whole[0].items():
+        torch.testing.assert_close(_weights(module)[key], value, rtol=0, atol=0)
+
+
+def test_a_fraction_of_an_epoch_between_validations_is_refused_before_collection(tmp_path):
+    module, datamodule, trainer = make_run(tmp_path, val_check_interval=0.5, check_val_every_n_epoch=1)
+    with pytest.raises(ConfigurationError, match=r"trainer.val_check_interval: a fraction of an epoch \(0.5\)"):
+        trainer.fit(module, datamodule)
+    assert not list(tmp_path.rglob("iteration_*.json"))
