@@ -91,7 +91,12 @@ def markdown(results: Dict[str, Any]) -> str:
         f"One iterative MADPO round, 2 full copies on both sides: {p['items']} HumanEval training problems, "
         f"K = {p['candidates']} per agent against the current policy, {p['max_new_tokens']} new tokens forced, "
         f"{p['eval_items']} held-out problems evaluated before and after, seed {p['seed']}. Wall seconds "
-        f"(load average {results.get('load_average', ['?'])[0]}).",
+        f"(load average {results.get('load_average', ['?'])[0]})"
+        + (
+            f"; {' and '.join(results['kept'])} kept from an earlier run at these sizes."
+            if results.get("kept")
+            else "."
+        ),
         "",
         "| phase | ours (s) | reference (comlrl 1.4.3) (s) | speed-up |",
         "|---|---|---|---|",
@@ -142,12 +147,18 @@ def measure(
     humaneval: str,
     sides=("ours", "reference"),
     save: Optional[Callable[[Dict[str, Any]], None]] = None,
+    earlier: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """Both sides' round through ``run(side, job)`` (``save`` after each)."""
+    """Both sides' round through ``run(side, job)`` (``save`` after each); a side ``earlier`` results
+    of the same plan hold is kept, not run again."""
     job = dict(script="coding_round.py", job="coding_round", model=model, humaneval=humaneval, timeout_s=TIMEOUT_S)
     job.update(sizes)
     results: Dict[str, Any] = {"plan": sizes, "load_average": [round(os.getloadavg()[0], 1)]}
-    for side in sides:
+    if earlier and earlier.get("plan") == sizes:
+        results.update({side: earlier[side] for side in sides if earlier.get(side)})
+        results["kept"] = [side for side in sides if side in results]  # with the load average they ran at
+        results["load_average"] = earlier.get("load_average", []) + results["load_average"]
+    for side in [side for side in sides if side not in results]:
         results[side] = run(side, dict(job, side=side))
         results["load_average"].append(round(os.getloadavg()[0], 1))
         if save:
@@ -166,15 +177,21 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda for both sides")
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--reference-venv", type=Path, default=None)
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the sides that --out's coding_round.json already holds at these sizes"
+    )
     args = parser.parse_args(argv)
     chosen = dict(QUICK if args.quick else FULL)
     chosen.update({k: getattr(args, k) for k in FULL if getattr(args, k) is not None})
     sizes = plan(seed=args.seed, **chosen)
-    return run_round(sizes, args.out, args.sides, args.reference_venv, args.device)
+    return run_round(sizes, args.out, args.sides, args.reference_venv, args.device, args.keep)
 
 
-def run_round(sizes: Dict[str, Any], out: Path, sides=("ours", "reference"), venv=None, device="cpu") -> Dict[str, Any]:
-    """Both sides at ``sizes``: ``coding_round.json`` after each side, ``CODING_ROUND.md`` at the end."""
+def run_round(
+    sizes: Dict[str, Any], out: Path, sides=("ours", "reference"), venv=None, device="cpu", keep: bool = False
+) -> Dict[str, Any]:
+    """Both sides at ``sizes``: ``coding_round.json`` after each side, ``CODING_ROUND.md`` at the end
+    (``keep``: a side the existing ``coding_round.json`` holds at the same sizes is not run again)."""
     import real_rows
     import refenv
     from run import Runner
@@ -184,13 +201,15 @@ def run_round(sizes: Dict[str, Any], out: Path, sides=("ours", "reference"), ven
     pythons = {"reference": refenv.ensure(venv or refenv.DEFAULT_DIR)} if "reference" in sides else {}
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "coding_round.json"
+    earlier = json.loads(saved.read_text(encoding="utf-8")) if keep and saved.exists() else None
 
     def save(results: Dict[str, Any]) -> None:
         saved.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
 
     print(f"one coding round ({sizes}):", flush=True)
     sized = dict(sizes, device=device)
-    results = measure(Runner(False, pythons), sized, real_rows.model_folder(), str(humaneval_file()), sides, save)
+    model, problems = real_rows.model_folder(), str(humaneval_file())
+    results = measure(Runner(False, pythons), sized, model, problems, sides, save, earlier)
     save(results)
     body = markdown(results)
     (out / "CODING_ROUND.md").write_text(body, encoding="utf-8")

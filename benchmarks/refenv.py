@@ -8,6 +8,7 @@ model code. ``COMLRL_BENCH_TRL_VENV`` names an existing TRL venv to use instead 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -46,8 +47,18 @@ def _ready(venv: Path, side: str = "reference") -> bool:
 
 
 def ensure(venv: Path = DEFAULT_DIR, side: str = "reference") -> Path:
-    """The interpreter of ``side``'s venv, installing it when missing or incomplete."""
+    """The interpreter of ``side``'s venv, installing it when missing or incomplete (one process at a
+    time: parallel test workers wait for the first one's installation instead of mixing theirs in)."""
     if _ready(venv, side):
+        return _python(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install(venv, side)
+
+
+def _install(venv: Path, side: str) -> Path:
+    if _ready(venv, side):  # installed by the process that held the lock before
         return _python(venv)
     package = SIDES[side]["package"]
     print(f"preparing the {side} venv in {venv} ({TORCH}, then {package}) ...", flush=True)

@@ -57,7 +57,8 @@ class Runner:
 
     def __init__(self, in_process: bool, pythons: Optional[Dict[str, Path]] = None) -> None:
         self.in_process = in_process
-        self.pythons = dict(pythons or {}, ours=Path(sys.executable))  # side -> interpreter
+        # side -> interpreter, absolute: the jobs run in this folder, not in the caller's working directory
+        self.pythons = {side: Path(path).absolute() for side, path in dict(pythons or {}, ours=sys.executable).items()}
         self.env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         self.env.update({name: str(common.THREADS) for name in common.THREAD_VARIABLES})
         self.env["TOKENIZERS_PARALLELISM"] = "false"

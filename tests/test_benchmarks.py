@@ -512,6 +512,16 @@ def test_both_coding_round_jobs_differ_only_in_their_side_and_our_config_is_full
     assert data["task"]["eval_dataset"]["init_args"] == {"split": "eval", "limit": 2}
     assert data["num_iterations"] == 1 and data["preference_num_candidates"] == 2 and data["eval_num_samples"] == 2
     assert config["seed_everything"] == 5 and config["trainer"]["callbacks"] == []
+    # a side an earlier run measured at the same sizes is kept (--keep); at other sizes it runs again
+    seen.clear()
+    earlier = dict(results, load_average=[1.5, 2.0])
+    kept = rows.measure(lambda side, job: seen.append(job) or _side(2.0, 0.5), sizes, "/m", "/he", earlier=earlier)
+    assert seen == [] and kept["kept"] == ["ours", "reference"] and kept["ours"] == results["ours"]
+    assert kept["load_average"][:2] == [1.5, 2.0] and "kept from an earlier run" in rows.markdown(kept)
+    rows.measure(
+        lambda side, job: seen.append(job) or _side(2.0, 0.5), rows.plan(4, 2, 16, 2), "/m", "/he", earlier=earlier
+    )
+    assert [job["side"] for job in seen] == ["ours", "reference"]
 
 
 def test_the_coding_round_command_writes_the_table_and_the_results_of_both_sides(bench, tmp_path, monkeypatch, capsys):
