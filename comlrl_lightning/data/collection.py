@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from comlrl_lightning.data.oracle import Oracle, score_requests
+from comlrl_lightning.data.oracle import Scorer, score_requests
 from comlrl_lightning.data.pairs import PairSelection, PreferencePair, select_pairs
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.data.trajectory_pairs import TrajectoryPair, is_trajectory_record
@@ -101,7 +101,7 @@ class CollectionResult:
 
 def build_pairs_within(
     candidates: Candidates,
-    oracle: Oracle,
+    oracle: Scorer,
     items: Sequence[Dict[str, Any]],
     pair_selection: PairSelection,
     pairs_per_sample: Optional[int],
@@ -167,7 +167,7 @@ def select_against(
 def build_pairs_against(
     current: Candidates,
     comparator: List[List[List[Completion]]],
-    oracle: Oracle,
+    oracle: Scorer,
     items: Sequence[Dict[str, Any]],
     pair_selection: str,
     pairs_per_sample: Optional[int],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
@@ -51,14 +51,14 @@ class ResumablePairLoader(DataLoader):
 
     def __init__(
         self,
-        data: list,
+        data: Sequence[Any],
         batch_size: int,
         sampler: EpochShuffleSampler,
         collate_fn: Callable,
         batches_done: Callable[[], int],
     ) -> None:
         self.shuffle_sampler = sampler
-        super().__init__(data, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn)  # type: ignore[arg-type]  # a list is a map-style dataset; torch's hint names only Dataset
+        super().__init__(data, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn)  # type: ignore[arg-type]  # a sequence is a map-style dataset; torch's hint names only Dataset
         self._batches_done = batches_done
 
     def state_dict(self) -> Dict[str, int]:
@@ -130,3 +130,8 @@ class WithoutLength:
         load_state_dict = getattr(self.loader, "load_state_dict", None)
         if callable(load_state_dict) and state:
             load_state_dict(state)
+
+
+TrainLoader = Union[DataLoader, EpochLoaders, WithoutLength]
+"""What a data module's ``train_dataloader`` returns: a loader, or (rounds whose size is known only once
+collected) :class:`EpochLoaders` or :class:`WithoutLength`, which Lightning iterates like one."""

@@ -33,7 +33,7 @@ import inspect
 import math
 from collections.abc import Sequence as SequenceType
 from numbers import Real
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -283,6 +283,15 @@ class Oracle:
         if not math.isfinite(processed):
             raise DataError(f"reward_processor {function_name(self.reward_processor)} returned {processed!r}.")
         return processed
+
+
+class Scorer(Protocol):
+    """What pair building needs of an oracle (:class:`Oracle`, :class:`ScoringProgress`, a reward model's):
+    :meth:`Oracle.score`; ``score_many`` is used where it has one (:func:`score_requests`)."""
+
+    def score(
+        self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any
+    ) -> Tuple[List[float], List[float]]: ...
 
 
 def score_requests(oracle: Any, requests: Sequence[ScoreRequest]) -> List[Tuple[List[float], List[float]]]:

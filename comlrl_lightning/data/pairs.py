@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, get_args
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, TypeGuard, TypeVar, get_args
 
 from comlrl_lightning.validation import OptionError, choice, require
 
 PairSelection = Literal["reward_gap", "all", "random"]
 """How pairs within one side's candidates are chosen (``pair_selection`` of every data module)."""
-PAIR_SELECTIONS = get_args(PairSelection)
+PAIR_SELECTIONS: Tuple[PairSelection, ...] = get_args(PairSelection)
 
 IterativePairSelection = Literal[PairSelection, "comparator_reward"]
 """``pair_selection`` of an iterative run: also ``comparator_reward`` (highest comparator score first)."""
-ITERATIVE_PAIR_SELECTIONS = get_args(IterativePairSelection)
+ITERATIVE_PAIR_SELECTIONS: Tuple[IterativePairSelection, ...] = get_args(IterativePairSelection)
+
+Selection = TypeVar("Selection", bound=str)
 
 
 @dataclass
@@ -83,8 +85,8 @@ class PreferencePair:
 
 
 def check_pair_selection(
-    pair_selection: Optional[str], pairs_per_sample: Optional[int], allowed: Sequence[str] = PAIR_SELECTIONS
-) -> str:
+    pair_selection: Optional[str], pairs_per_sample: Optional[int], allowed: Sequence[Selection]
+) -> Selection:
     """``pair_selection`` normalised (``None``: ``reward_gap``) and one of ``allowed``; ``all`` keeps every
     pair, so ``preference_pairs_per_sample`` must then be ``None``."""
     selection = choice("pair_selection", pair_selection or "reward_gap", allowed)
@@ -92,7 +94,14 @@ def check_pair_selection(
         not (selection == "all" and pairs_per_sample is not None),
         "preference_pairs_per_sample must be null when pair_selection='all'.",
     )
-    return selection
+    # the entry of ``allowed`` equal to it: the same string, typed as one of ``allowed``
+    return next(option for option in allowed if option == selection)
+
+
+def is_pair_selection(selection: str) -> TypeGuard[PairSelection]:
+    """Whether ``selection`` chooses among one side's candidates (every selection but ``comparator_reward``,
+    which needs a comparator's)."""
+    return selection in PAIR_SELECTIONS
 
 
 def _optional_float(value: Any) -> Optional[float]:

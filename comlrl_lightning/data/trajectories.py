@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from comlrl_lightning.data.collection import CollectionResult, mean_like_numpy, select_against
 from comlrl_lightning.data.oracle import score_requests
-from comlrl_lightning.data.pairs import PairSelection, select_pairs
+from comlrl_lightning.data.pairs import IterativePairSelection, PairSelection, select_pairs
 from comlrl_lightning.data.trajectory_pairs import SideTurns, TrajectoryPair
 from comlrl_lightning.data.turns import TurnHistory, Turns, call_transition, next_prompt
 from comlrl_lightning.generation.base import Completion, GenerationSettings, Generator, sample_team
@@ -232,7 +232,7 @@ def pairs_against(
     comparator: List[List[Trajectory]],
     turns: Turns,
     encode: Callable[[int, str], List[int]],
-    pair_selection: PairSelection,
+    pair_selection: IterativePairSelection,
     pairs_per_sample: Optional[int],
     stream: RandomStream,
 ) -> CollectionResult:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from jsonargparse.typing import PositiveInt
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -24,7 +24,7 @@ from comlrl_lightning.data.collection import (
     sample_candidates,
 )
 from comlrl_lightning.data.contract import ConfiguredTeam, TeamSide, data_module_checks, offers, team_side
-from comlrl_lightning.data.loaders import EpochLoaders, WithoutLength
+from comlrl_lightning.data.loaders import EpochLoaders, TrainLoader, WithoutLength
 from comlrl_lightning.data.oracle import ScoringProgress
 from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
 from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
@@ -108,7 +108,9 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             num_train_epochs=num_train_epochs,
             preference_num_candidates=preference_num_candidates,
             preference_pairs_per_sample=preference_pairs_per_sample,
-            pair_selection=pair_selection,
+            # the base's hint is its own command-line choices; comparator_reward passes the base's check,
+            # which asks allowed_pair_selections() (this class's)
+            pair_selection=pair_selection,  # type: ignore[arg-type]
             **kwargs,
         )
         at_least("num_iterations", num_iterations, 1)
@@ -126,8 +128,15 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         self.folder_locks: List[FolderLock] = []
 
     @classmethod
-    def allowed_pair_selections(cls):
+    def allowed_pair_selections(cls) -> Sequence[IterativePairSelection]:
         return ITERATIVE_PAIR_SELECTIONS
+
+    @property
+    def built_replay(self) -> ReplayBuffer:
+        """The replay buffer :meth:`setup` makes (in this run's folder)."""
+        if self.replay is None:
+            raise RuntimeError(f"{type(self).__name__}.setup() makes the replay buffer first.")
+        return self.replay
 
     @property
     def total_epochs(self) -> int:
@@ -142,17 +151,18 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         without it): its callbacks' checks, the run's folders and their locks, and the comparator
         bound to this Trainer's team. The task is built once; the Trainer is left as given."""
         super().setup(stage)
+        trainer = self.running_trainer
         # Callbacks that observe the rounds check this run now, before the comparator binding below
         # loads the team: a callback that cannot work here fails before any model is loaded.
-        observers = data_module_checks(self.trainer.callbacks)
-        if observers and not reloads_every_epoch(self.trainer):
+        observers = data_module_checks(trainer.callbacks)  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
+        if observers and not reloads_every_epoch(trainer):
             raise ConfigurationError(
                 f"{type(observers[0]).__name__} reads each round when its epoch starts, which needs "
                 "Trainer(reload_dataloaders_every_n_epochs=1) (the command line and the seed API set it)."
             )
         for callback in observers:
             callback.check_data_module(self)
-        fraction = getattr(self.trainer, "val_check_interval", None)  # absent when it is a time
+        fraction = getattr(trainer, "val_check_interval", None)  # absent when it is a time
         if isinstance(fraction, float) and fraction != 1.0:
             raise ConfigurationError(
                 f"trainer.val_check_interval: a fraction of an epoch ({fraction}) does not apply to rounds, whose "
@@ -160,21 +170,21 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 "1.0 or a time."
             )
         if self.built_round is None:  # nothing collected yet: the folders are this Trainer's
-            self._make_folders(Path(self.trainer.default_root_dir))
-        module = team_side(self.trainer)
+            self._make_folders(Path(trainer.default_root_dir))
+        module = team_side(trainer)
         # before the folders are locked and the binding below loads the team: FSDP2 cannot gather a LoRA
         # team's snapshots (a module that is not built from TeamOptions is taken as full models)
         lora = module.team_options.lora if offers(module, ConfiguredTeam) else None  # type: ignore[type-abstract]
-        if self.snapshots is not None and is_sharded(self.trainer.strategy) and lora is not None:
+        if self.snapshots is not None and is_sharded(trainer.strategy) and lora is not None:
             raise OptionError(
                 "comparator / policy_checkpoint_dir: policy snapshots (HistoryComparator, policy_checkpoint_dir) "
                 "of a LoRA team are not supported under ModelParallelStrategy; use another comparator, "
                 "full models (no team.lora), or DDP for this team."
             )
-        if self.trainer.is_global_zero and not self.folder_locks:  # one run per folder; other ranks are this run
-            folders = [self.replay.directory] + ([self.snapshots.directory] if self.snapshots is not None else [])
+        if trainer.is_global_zero and not self.folder_locks:  # one run per folder; other ranks are this run
+            folders = [self.built_replay.directory] + ([self.snapshots.directory] if self.snapshots is not None else [])
             self.folder_locks = [FolderLock(folder).acquire() for folder in folders]
-        if self.task.centralized and isinstance(self.comparator, CentralizedComparator):
+        if self.built_task.centralized and isinstance(self.comparator, CentralizedComparator):
             raise OptionError(
                 "comparator: a centralized team already writes every role in one completion, and so "
                 "does every comparator of its joint prompt; give CentralizedComparator's source directly."
@@ -201,7 +211,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
             directory = Path(self.policy_checkpoint_dir) if self.policy_checkpoint_dir else root / "policy_snapshots"
             self.snapshots = PolicySnapshots(directory.absolute(), keep_all=self.policy_checkpoint_dir is not None)
 
-    def train_dataloader(self) -> Union[DataLoader, EpochLoaders, WithoutLength]:
+    def train_dataloader(self) -> TrainLoader:
         """The epoch's round (collected at the first epoch of a round) as a loader. A Trainer that
         reloads its dataloaders every epoch (the command line's and the seed API's) asks for it at
         every epoch; any other Trainer (a plain ``Trainer()``) gets :class:`EpochLoaders`, which asks
@@ -209,13 +219,13 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         resume, before ``trainer.current_epoch`` has caught up). An epoch without batches (a round
         without pairs) gets its loader :class:`WithoutLength`, so the run goes on to the next round."""
         if reloads_every_epoch(self.trainer):
-            loader = self.epoch_loader(self.trainer.current_epoch)
+            loader = self.epoch_loader(self.running_trainer.current_epoch)
             return loader if len(loader) else WithoutLength(loader)
-        return EpochLoaders(self.epoch_loader, epoch=lambda: epochs_processed(self.trainer))
+        return EpochLoaders(self.epoch_loader, epoch=lambda: epochs_processed(self.running_trainer))
 
     def epoch_loader(self, epoch: int) -> DataLoader:
         """Epoch ``epoch``'s batches: its round, built first when the epoch starts one."""
-        module = team_side(self.trainer)
+        module = team_side(self.running_trainer)
         self.check_context(module)
         round_index = epoch // self.num_train_epochs
         if round_index != self.built_round:
@@ -231,9 +241,14 @@ class IterativePreferenceDataModule(PreferenceDataModule):
 
     def teardown(self, stage: str) -> None:
         # The reference also snapshots the policy after the last round when asked to keep snapshots.
-        finished = self.trainer is not None and self.trainer.current_epoch >= self.total_epochs
-        if stage == "fit" and finished and self.policy_checkpoint_dir:
-            self.snapshots.save(self.num_iterations, team_side(self.trainer).team, write=self.trainer.is_global_zero)
+        trainer = self.trainer
+        if stage != "fit" or not self.policy_checkpoint_dir or trainer is None:
+            return
+        if trainer.current_epoch < self.total_epochs:  # not finished
+            return
+        if self.snapshots is None:  # _make_folders makes them whenever policy_checkpoint_dir is given
+            raise RuntimeError(f"{type(self).__name__}.setup() makes the policy snapshots first.")
+        self.snapshots.save(self.num_iterations, team_side(trainer).team, write=trainer.is_global_zero)
 
     # ------------------------------------------------------------------------------------------
     # One round
@@ -248,19 +263,22 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         started = time.perf_counter()
         result = self.collect_round(round_index, module)
         records = [pair.to_record() for pair in result.pairs]
-        path = self.replay.write_round(round_index + 1, records, publish=self.trainer.is_global_zero)
+        is_global_zero = self.running_trainer.is_global_zero
+        path = self.built_replay.write_round(round_index + 1, records, publish=is_global_zero)
         barrier(self.trainer)  # the round file is in place before any rank reads it
         if not self.replay_rule.uses_history:
             training = result.pairs
         else:
             replay_rng = RandomStream.derive(self.seed, "replay", round_index).python
-            training = [pair_from_record(r, module.team) for r in self.replay.sample(len(result.pairs), replay_rng)]
+            training = [
+                pair_from_record(r, module.team) for r in self.built_replay.sample(len(result.pairs), replay_rng)
+            ]
         needed = self.comparator.snapshot_round(round_index + 1)
-        if self.snapshots is not None and needed is not None and self.trainer.is_global_zero:
+        if self.snapshots is not None and needed is not None and is_global_zero:
             # keep what the next round needs, plus one round more so a resume from the previous round works
             self.snapshots.prune(needed - 1)
         self.last_collection, self.pairs, self.built_round = result, training, round_index
-        self.log_round(module, result, training)
+        self.log_round(module, round_index, result, training)
         rank_zero_info(
             f"round {round_index + 1}/{self.num_iterations}: {len(result.pairs)} pairs ({path.name}), "
             f"{len(training)} for training, candidate reward mean {result.reward_mean:.4f}, "
@@ -275,20 +293,21 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         stream = RandomStream.derive(self.seed, "collect", round_index, rank)
         self.comparator_stream.reseed(derived_seed(self.seed, "comparator", round_index, rank))
         if self.snapshots is not None:
-            self.snapshots.save(round_index, team, write=self.trainer.is_global_zero)
+            self.snapshots.save(round_index, team, write=self.running_trainer.is_global_zero)
             barrier(self.trainer)
         num_comparator = self.comparator.num_candidates or self.preference_num_candidates
         self.comparator.start_round(round_index)
         label = f"round {round_index + 1}/{self.num_iterations}"
         per_side = len(items) * team.num_agents  # agent prompts sampled by the team, and by the comparator
 
-        def collect_shard():
-            if self.task.turns.multi:
+        def collect_shard() -> CollectionResult:
+            task = self.built_task
+            if task.turns.multi:
                 counts = [self.preference_num_candidates, num_comparator]
                 selection, per_sample = self.pair_selection, self.preference_pairs_per_sample
                 return collect_against(
                     module,
-                    self.task,
+                    task,
                     self.comparator,
                     items,
                     counts,
@@ -302,7 +321,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 with module.generation_context():
                     current = sample_candidates(
                         team,
-                        self.task,
+                        task,
                         items,
                         self.preference_num_candidates,
                         module.generation_settings,
@@ -316,14 +335,16 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                         )
             self.comparator.end_round()
             with Progress.for_trainer(self.trainer, f"{label} scoring", len(items), "item") as scoring:
-                oracle = ScoringProgress(module.collection_oracle(self.task), scoring, calls_per_item=2)
+                oracle = ScoringProgress(module.collection_oracle(task), scoring, calls_per_item=2)
                 return build_pairs_against(
                     current, comparator, oracle, items, self.pair_selection, self.preference_pairs_per_sample, stream
                 )
 
         return merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
 
-    def log_round(self, module: TeamSide, result: CollectionResult, training: List[PreferencePair]) -> None:
+    def log_round(
+        self, module: TeamSide, round_index: int, result: CollectionResult, training: List[PreferencePair]
+    ) -> None:
         """The round's metrics (``iter/*``, ``collect/*`` and the comparator's, summed over the ranks)."""
         comparator_metrics: Dict[str, float] = {}
         for part in gather_objects(self.comparator.metrics(), rank_and_world(self.trainer)[1]):
@@ -331,9 +352,9 @@ class IterativePreferenceDataModule(PreferenceDataModule):
                 comparator_metrics[key] = comparator_metrics.get(key, 0.0) + value
         module.log_metrics_now(
             {
-                "iter/current_iteration": float(self.built_round + 1),
+                "iter/current_iteration": float(round_index + 1),
                 "iter/current_preference_pairs": float(len(result.pairs)),
-                "iter/total_preference_pairs": float(self.replay.total_pairs),
+                "iter/total_preference_pairs": float(self.built_replay.total_pairs),
                 "iter/train_preference_pairs": float(len(training)),
                 "collect/candidate_reward_mean": result.reward_mean,
                 **self.parse_metrics(result),
@@ -381,7 +402,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         path = self.trainer.ckpt_path if self.trainer is not None else None
         assets = CheckpointAssets.of_checkpoint(None if path is None or is_remote(str(path)) else path)
         if state.get("replay") is not None:
-            self.replay.load_state_dict(state["replay"], assets)
+            self.built_replay.load_state_dict(state["replay"], assets)
         self.comparator.load_state_dict(state.get("comparator") or {})
         if state.get("snapshots") is not None and self.snapshots is not None:
             self.snapshots.load_state_dict(state["snapshots"], assets)

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from comlrl_lightning.comparators import CentralizedComparator, Comparator
 from comlrl_lightning.data.collection import CollectionResult
 from comlrl_lightning.data.contract import TeamSide
-from comlrl_lightning.data.pairs import PairSelection
+from comlrl_lightning.data.pairs import IterativePairSelection, PairSelection
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.data.trajectories import (
     Sampler,
@@ -108,7 +108,7 @@ def collect_against(
     comparator: Comparator,
     items: Sequence[Dict[str, Any]],
     counts: List[int],
-    pair_selection: PairSelection,
+    pair_selection: IterativePairSelection,
     pairs_per_sample: Optional[int],
     stream: RandomStream,
     trainer: Any = None,

@@ -7,7 +7,7 @@ import inspect
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from lightning.pytorch import Callback, LightningDataModule
+from lightning.pytorch import Callback, LightningDataModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
@@ -18,9 +18,16 @@ from comlrl_lightning.data.collection import (
     sample_candidates,
 )
 from comlrl_lightning.data.contract import TeamSide, team_side
-from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoader
+from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoader, TrainLoader
 from comlrl_lightning.data.oracle import CallableSpec, ScoringProgress
-from comlrl_lightning.data.pairs import PAIR_SELECTIONS, PairSelection, PreferencePair, check_pair_selection
+from comlrl_lightning.data.pairs import (
+    PAIR_SELECTIONS,
+    IterativePairSelection,
+    PairSelection,
+    PreferencePair,
+    check_pair_selection,
+    is_pair_selection,
+)
 from comlrl_lightning.data.task import Task, TaskOptions, check_items, check_prompts_fit
 from comlrl_lightning.data.trajectory_pairs import pair_from_state
 from comlrl_lightning.datamodules.data_state import DataStateCallback
@@ -32,7 +39,7 @@ from comlrl_lightning.runtime.hparams import PlainHyperparameters, summarized
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import is_sharded
-from comlrl_lightning.validation import at_least, require
+from comlrl_lightning.validation import OptionError, at_least, require
 
 
 def total_epochs(num_train_epochs: int, num_iterations: int = 1) -> int:
@@ -105,10 +112,27 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         its ``hparams``: checkpoints save them (a resume lists what changed), the loggers do not (the
         module's hyperparameters are the run's). A dataset given as a long list is recorded by its
         length and digest."""
-        frame = inspect.currentframe().f_back  # TaskDataModule.__init__: its arguments and its callers'
+        current = inspect.currentframe()
+        if current is None:  # a Python without stack frames, where Lightning cannot read arguments either
+            raise RuntimeError("record_options reads the options from stack frames, which this Python lacks.")
+        frame = current.f_back  # TaskDataModule.__init__: its arguments and its callers'
         self.save_hyperparameters(frame=frame, logger=False)
         if isinstance(self.hparams.get("task"), dict):
             self.hparams["task"] = summarized(self.hparams["task"])
+
+    @property
+    def running_trainer(self) -> Trainer:
+        """The Trainer running this data module (Lightning attaches it before calling any hook that reads it)."""
+        if self.trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer: run it with one (fit, validate).")
+        return self.trainer
+
+    @property
+    def built_task(self) -> Task:
+        """The task :meth:`setup` builds."""
+        if self.task is None:
+            raise RuntimeError(f"{type(self).__name__}.setup() builds the task first.")
+        return self.task
 
     # ------------------------------------------------------------------------------------------
     # Lightning hooks
@@ -141,11 +165,11 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         check_items(self.task, self.train_items, "train")
         check_items(self.task, self.eval_items[: self.eval_num_samples], "eval")
         if module is not None:
-            sharded = is_sharded(self.trainer.strategy)
+            sharded = is_sharded(self.running_trainer.strategy)
             check_multi_turn(self.task, module, getattr(self, "comparator", None), sharded)
 
-    def train_dataloader(self) -> DataLoader:
-        self.check_context(team_side(self.trainer))
+    def train_dataloader(self) -> TrainLoader:
+        self.check_context(team_side(self.running_trainer))
         return self.item_loader(self.train_items)
 
     def check_context(self, module: TeamSide) -> None:
@@ -153,7 +177,7 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         (:func:`~comlrl_lightning.data.task.check_prompts_fit`)."""
         if not self._context_checked:
             items = {"train": self.train_items, "eval": self.evaluation_items()}
-            check_prompts_fit(self.task, module.team, module.generation_settings.max_new_tokens, items)
+            check_prompts_fit(self.built_task, module.team, module.generation_settings.max_new_tokens, items)
             self._context_checked = True
 
     def val_dataloader(self) -> Union[DataLoader, List]:
@@ -163,18 +187,18 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         rank, world = rank_and_world(self.trainer)
         # every rank evaluates its own items; no duplicates pad the last batch (sharded agents: the
         # ranks' shares are padded with None to one length, so every rank samples as often)
-        mine = shard(items, rank, world)
-        if team_side(self.trainer).team.synced:
+        mine: List[Optional[Dict[str, Any]]] = list(shard(items, rank, world))
+        if team_side(self.running_trainer).team.synced:
             mine += [None] * (-(-len(items) // world) - len(mine))
-        return DataLoader(mine, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)
+        return DataLoader(mine, batch_size=self.eval_batch_size, shuffle=False, collate_fn=list)  # type: ignore[arg-type]  # a list is a map-style dataset; torch's hint names only Dataset
 
-    def _loader(self, data: list, collate_fn: Callable) -> DataLoader:
-        batches_done = lambda: epoch_batches_processed(self.trainer)
+    def _loader(self, data: Sequence[Any], collate_fn: Callable) -> DataLoader:
+        batches_done = lambda: epoch_batches_processed(self.running_trainer)
         rank, world = rank_and_world(self.trainer)
         sampler = EpochShuffleSampler(len(data), self.seed, num_replicas=world, rank=rank)
         return ResumablePairLoader(data, self.train_batch_size, sampler, collate_fn, batches_done)
 
-    def item_loader(self, items: List[Dict[str, Any]]) -> DataLoader:
+    def item_loader(self, items: Sequence[Dict[str, Any]]) -> DataLoader:
         """Shuffled, resumable batches of task items (lists of dicts)."""
         return self._loader(items, list)
 
@@ -186,16 +210,16 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         """``collect`` that also records how many joint completions of this rank did not parse."""
 
         def counted() -> CollectionResult:
-            before = self.task.unparsed_completions
+            before = self.built_task.unparsed_completions
             result = collect()
-            result.unparsed = self.task.unparsed_completions - before
+            result.unparsed = self.built_task.unparsed_completions - before
             return result
 
         return counted
 
     def parse_metrics(self, result: CollectionResult) -> Dict[str, float]:
         """``collect/unparsed_completions`` for a centralized team (nothing otherwise)."""
-        return {"collect/unparsed_completions": float(result.unparsed)} if self.task.centralized else {}
+        return {"collect/unparsed_completions": float(result.unparsed)} if self.built_task.centralized else {}
 
     @property
     def total_epochs(self) -> int:
@@ -287,11 +311,12 @@ class PreferenceDataModule(TaskDataModule):
         self.last_collection: Optional[CollectionResult] = None
 
     @classmethod
-    def allowed_pair_selections(cls) -> Sequence[str]:
+    def allowed_pair_selections(cls) -> Sequence[IterativePairSelection]:
+        """The ``pair_selection`` values this data module takes (the iterative one's also ``comparator_reward``)."""
         return PAIR_SELECTIONS
 
-    def train_dataloader(self) -> DataLoader:
-        module = team_side(self.trainer)
+    def train_dataloader(self) -> TrainLoader:
+        module = team_side(self.running_trainer)
         self.check_context(module)
         if self.pairs is None:
             self.last_collection = self.collect(module)
@@ -305,7 +330,7 @@ class PreferenceDataModule(TaskDataModule):
             )
         if not self.pairs:
             rank_zero_warn("no non-tied preference pairs were generated; training ends without an update.")
-            self.trainer.should_stop = True
+            self.running_trainer.should_stop = True
         return self.round_loader(module)
 
     def round_pairs(self) -> Tuple[Optional[int], Optional[List[PreferencePair]]]:
@@ -334,13 +359,18 @@ class PreferenceDataModule(TaskDataModule):
         prompts = len(items) * module.team.num_agents
 
         def collect_shard() -> CollectionResult:
-            if self.task.turns.multi:
+            task, selection = self.built_task, self.pair_selection
+            if not is_pair_selection(selection):  # comparator_reward: the iterative data module's own collection
+                raise OptionError(
+                    f"pair_selection {selection!r} needs a comparator; choose one of: {', '.join(PAIR_SELECTIONS)}."
+                )
+            if task.turns.multi:
                 return collect_within(
                     module,
-                    self.task,
+                    task,
                     items,
                     self.preference_num_candidates,
-                    self.pair_selection,
+                    selection,
                     self.preference_pairs_per_sample,
                     stream,
                     self.trainer,
@@ -349,7 +379,7 @@ class PreferenceDataModule(TaskDataModule):
                 with module.generation_context():
                     candidates = sample_candidates(
                         module.team,
-                        self.task,
+                        task,
                         items,
                         self.preference_num_candidates,
                         module.generation_settings,
@@ -360,9 +390,9 @@ class PreferenceDataModule(TaskDataModule):
             with Progress.for_trainer(self.trainer, "collection scoring", len(items), "item") as scoring:
                 return build_pairs_within(
                     candidates,
-                    ScoringProgress(module.collection_oracle(self.task), scoring),
+                    ScoringProgress(module.collection_oracle(task), scoring),
                     items,
-                    self.pair_selection,
+                    selection,
                     self.preference_pairs_per_sample,
                     stream,
                 )

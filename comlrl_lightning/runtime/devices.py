@@ -9,7 +9,9 @@ from comlrl_lightning.validation import require
 DeviceSpec = Union[str, List[str], None]
 
 
-def resolve_devices(spec: DeviceSpec, count: int, option: str, default: Sequence[str]) -> List[str]:
+def resolve_devices(
+    spec: Union[str, Sequence[str], None], count: int, option: str, default: Sequence[str]
+) -> List[str]:
     """``None``/``auto`` -> ``default``; a string for every one of ``count``; a list of 1 (broadcast) or ``count``."""
     if spec is None or spec == "auto":
         return list(default)

@@ -21,6 +21,7 @@ from torch import nn
 
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.defaults import EMBEDDED
+from comlrl_lightning.trainers.configs import MADPOConfig
 from comlrl_lightning.trainers.environment_steps import EnvironmentSteps
 from comlrl_lightning.validation import require
 
@@ -43,11 +44,12 @@ class ReferenceAttributes:
     """The reference trainers' public attributes, read from the Lightning parts.
 
     Needs ``self.module`` (a team module), ``self.task`` (the :class:`Task` built in the
-    constructor, which checked the formatters and the reward function) and ``self.environment_steps``
-    (the :class:`EnvironmentSteps` callback ``train()`` runs with).
+    constructor, which checked the formatters and the reward function), ``self.environment_steps``
+    (the :class:`EnvironmentSteps` callback ``train()`` runs with) and ``self.args`` (the config).
     """
 
     module: Any
+    args: MADPOConfig
     trainer: Any
     task: Task
     environment_steps: EnvironmentSteps

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, overload
 
-from lightning.pytorch import Callback, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, CommitCheckpoints
 from comlrl_lightning.errors import ConfigurationError, DataError
@@ -40,8 +40,17 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     resolve_checkpoint,
 )
 from comlrl_lightning.runtime.paths import require_local
+from comlrl_lightning.trainers.configs import MADPOConfig
 from comlrl_lightning.trainers.mapping import SAMPLING_FIELDS
 from comlrl_lightning.validation import OptionError, require
+
+
+@overload
+def resume_source(path: str, trainer_class: str) -> Tuple[Path, Optional[Dict[str, Any]]]: ...
+@overload
+def resume_source(path: None, trainer_class: str) -> Tuple[None, None]: ...
+@overload
+def resume_source(path: Optional[str], trainer_class: str) -> Tuple[Optional[Path], Optional[Dict[str, Any]]]: ...
 
 
 def resume_source(path: Optional[str], trainer_class: str) -> Tuple[Optional[Path], Optional[Dict[str, Any]]]:
@@ -100,6 +109,11 @@ class CheckpointMethods:
     Needs ``module``, ``args``, ``output_dir``, ``iterative`` and, after ``train()``, ``trainer``.
     """
 
+    # set by the trainer this is part of (its constructor, its class)
+    module: LightningModule
+    args: MADPOConfig
+    output_dir: Path
+    iterative: bool
     trainer: Optional[Trainer] = None
     record: Optional[CheckpointRecord] = None
 
@@ -143,10 +157,12 @@ class CheckpointMethods:
         ``train(resume_from_checkpoint=output_dir)`` continues from it (raise ``num_iterations`` to
         extend a finished run).
         """
-        require(self.trainer is not None, "save_checkpoint() saves the state train() reached; call train() first.")
+        trainer, record = self.trainer, self.record
+        if trainer is None or record is None:  # train() sets both
+            raise OptionError("save_checkpoint() saves the state train() reached; call train() first.")
         target = Path(require_local(output_dir, "save_checkpoint output_dir", "a local folder")).expanduser().absolute()
-        check_replaceable(target, self.record.run_id, "save_checkpoint")
-        return str(save_checkpoint_folder(self.trainer, target, self.record.run_id, self.record.sequence))
+        check_replaceable(target, record.run_id, "save_checkpoint")
+        return str(save_checkpoint_folder(trainer, target, record.run_id, record.sequence))
 
     def load_checkpoint(self, checkpoint: str) -> Dict[str, Any]:
         """Load a checkpoint's weights (the agents, and the reward model, critics and reference copies

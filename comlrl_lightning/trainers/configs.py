@@ -228,8 +228,9 @@ class MARLHFConfig(MADPOConfig):
 
 
 @dataclass
-class _IterativeFields:
-    """Rounds, replay and comparator fields shared by the iterative configs."""
+class _IterativeFields(MADPOConfig):
+    """Rounds, replay and comparator fields shared by the iterative configs (each also derives from
+    :class:`MADPOConfig` or :class:`MARLHFConfig`, whose fields and checks these build on)."""
 
     num_iterations: int = 6
     preference_replay_mode: str = "current"
@@ -261,7 +262,7 @@ class _IterativeFields:
     comparator_api_extra_body: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # type: ignore[misc]
+        super().__post_init__()
         _at_least(self, "num_iterations", 1)
         self.preference_replay_mode = normalise("preference_replay_mode", self.preference_replay_mode, "current")
         _check_replay(self)
@@ -277,7 +278,7 @@ class _IterativeFields:
         if self.comparator_generation_mode == "centralized":
             _at_least(self, "comparator_centralized_agent_index", 0)
             require(
-                self.comparator_centralized_agent_index < self.num_agents,  # type: ignore[attr-defined]
+                self.comparator_centralized_agent_index < self.num_agents,
                 "comparator_centralized_agent_index must be smaller than num_agents.",
             )
         _at_least(self, "comparator_num_candidates", 1, nullable=True)
@@ -315,10 +316,8 @@ def _check_replay(config: _IterativeFields) -> None:
     else:
         require(k is None, only_k)
     if mode == "lambda_decay":
-        require(
-            config.preference_replay_lambda is not None,
-            "preference_replay_lambda is required when preference_replay_mode='lambda_decay'.",
-        )
+        if config.preference_replay_lambda is None:
+            raise OptionError("preference_replay_lambda is required when preference_replay_mode='lambda_decay'.")
         check_lambda("preference_replay_lambda", config.preference_replay_lambda)  # LambdaDecayReplay's rule
         config.preference_replay_lambda = float(config.preference_replay_lambda)
     else:

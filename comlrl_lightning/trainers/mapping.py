@@ -29,6 +29,7 @@ from comlrl_lightning.data.replay import (
     ReplayRule,
 )
 from comlrl_lightning.datamodules.preference import dataloader_reload, total_epochs
+from comlrl_lightning.errors import ConfigurationTypeError
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
 from comlrl_lightning.models.joint_reward import RewardModelFit
@@ -36,7 +37,7 @@ from comlrl_lightning.modules.collaboration import Centralized
 from comlrl_lightning.modules.magrpo import GROUP_BASELINES, ReferenceKL
 from comlrl_lightning.team.loading import check_attention, check_dtype
 from comlrl_lightning.team.options import TeamOptions
-from comlrl_lightning.trainers.configs import MADPOConfig
+from comlrl_lightning.trainers.configs import MADPOConfig, MARLHFConfig
 from comlrl_lightning.validation import OptionError, require
 
 SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k")
@@ -212,6 +213,8 @@ def module_options(config: MADPOConfig, marlhf: bool) -> Dict[str, Any]:
     )
     if not marlhf:
         return {**options, "dpo_beta": config.dpo_beta}
+    if not isinstance(config, MARLHFConfig):  # the MARLHF trainers take their own configs only (check_arguments)
+        raise ConfigurationTypeError(f"MARLHF options come from a MARLHFConfig (got {type(config).__name__}).")
     options.update(_same(config, "rl_algorithm", "num_generations", "advantage_normalization"))
     if config.reference_kl_enabled:
         options["reference_kl"] = ReferenceKL(coef=config.reference_kl_coef, devices=_devices(config.reference_devices))

@@ -162,9 +162,9 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
             num_agents in (2, self.args.num_agents),
             f"num_agents must match args.num_agents (the role count). Got {num_agents} and {self.args.num_agents}.",
         )
-        require(agent_model is not None or agents, "Either agent_model or agents must be provided.")
+        require(agent_model is not None or bool(agents), "Either agent_model or agents must be provided.")
         require(
-            agents or agent_model is None or isinstance(agent_model, (str, os.PathLike)),
+            bool(agents) or agent_model is None or isinstance(agent_model, (str, os.PathLike)),
             "agent_model should be a string to create homogeneous agents (model objects go in agents=[...] with tokenizer=).",
         )
 

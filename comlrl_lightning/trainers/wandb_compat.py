@@ -119,7 +119,8 @@ def start_reference_logger(
     """
     import wandb
 
-    if previous is not None and wandb.run is previous:
+    # `previous is not None` last: the `is` test narrows `previous` to wandb.run's type, which may be None
+    if wandb.run is previous and previous is not None:
         run = previous
         run.config.update(run_config, allow_val_change=True)
     else:
@@ -201,14 +202,16 @@ def logger_from_wandb_config(
     ]
     if not any(key in wandb_config for key in ("project", "entity", "name", "run_name", "id")):
         return loggers
-    options = {key: wandb_config[key] for key in ("project", "entity", "tags", "id", "resume") if key in wandb_config}
+    options: Dict[str, Any] = {
+        key: wandb_config[key] for key in ("project", "entity", "tags", "id", "resume") if key in wandb_config
+    }
     identity = (resumed or {}).get("wandb")
     if identity and "id" not in wandb_config and "resume" not in wandb_config:
         options.update(id=identity["id"], resume="allow")
         for key in ("project", "entity"):
             if identity.get(key) and not options.get(key):
                 options[key] = identity[key]
-    init = dict(
+    init: Dict[str, Any] = dict(
         name=wandb_config.get("name") or wandb_config.get("run_name"),
         dir=str(wandb_config.get("dir") or output_dir),
         **({"mode": "offline"} if wandb_config.get("mode") == "offline" else {}),
