@@ -33,7 +33,7 @@ from lightning.pytorch.loggers import WandbLogger
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
 from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
-from comlrl_lightning.datamodules.preference import dataloader_reload, total_epochs
+from comlrl_lightning.datamodules.task_data import dataloader_reload, total_epochs
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.generation.vllm import engines_running
 from comlrl_lightning.modules.resume_rule import apply_resume_rule
@@ -50,13 +50,13 @@ CSV_LOGGER = "comlrl_lightning.callbacks.ResumableCSVLogger"
 
 
 def data_total_epochs(data_options) -> int:
-    """The data section's :func:`~comlrl_lightning.datamodules.preference.total_epochs` (one round
+    """The data section's :func:`~comlrl_lightning.datamodules.task_data.total_epochs` (one round
     for a data module without ``num_iterations``)."""
     return total_epochs(data_options.num_train_epochs, getattr(data_options, "num_iterations", 1))
 
 
 def data_dataloader_reload(data_options) -> int:
-    """The data section's :func:`~comlrl_lightning.datamodules.preference.dataloader_reload`."""
+    """The data section's :func:`~comlrl_lightning.datamodules.task_data.dataloader_reload`."""
     return dataloader_reload(getattr(data_options, "num_iterations", None))
 
 

@@ -12,7 +12,8 @@ never :mod:`comlrl_lightning.modules` (the team module is reached through
 """
 
 from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
-from comlrl_lightning.datamodules.preference import PreferenceDataModule, TaskDataModule
+from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.datamodules.round_files import RoundFilesDataModule
+from comlrl_lightning.datamodules.task_data import TaskDataModule
 
 __all__ = ["IterativePreferenceDataModule", "PreferenceDataModule", "RoundFilesDataModule", "TaskDataModule"]

@@ -23,15 +23,16 @@ from comlrl_lightning.data.collection import (
     pair_from_record,
     sample_candidates,
 )
-from comlrl_lightning.data.contract import ConfiguredTeam, TeamSide, data_module_checks, offers, team_side
+from comlrl_lightning.data.contract import ConfiguredTeam, TeamSide, offers, team_side
 from comlrl_lightning.data.loaders import EpochLoaders, TrainLoader, WithoutLength
 from comlrl_lightning.data.oracle import ScoringProgress
 from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
 from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
 from comlrl_lightning.data.snapshots import PolicySnapshots
 from comlrl_lightning.datamodules.multi_turn import collect_against
-from comlrl_lightning.datamodules.preference import PreferenceDataModule, total_epochs
-from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.datamodules.preference import PreferenceDataModule
+from comlrl_lightning.datamodules.round_trainer import check_round_trainer, reloads_every_epoch
+from comlrl_lightning.datamodules.task_data import total_epochs
 from comlrl_lightning.runtime.checkpoint_assets import CheckpointAssets
 from comlrl_lightning.runtime.compat import epochs_processed
 from comlrl_lightning.runtime.distributed import (
@@ -47,11 +48,6 @@ from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream, derived_seed
 from comlrl_lightning.runtime.sharding import is_sharded
 from comlrl_lightning.validation import OptionError, at_least
-
-
-def reloads_every_epoch(trainer: Any) -> bool:
-    """Whether ``trainer`` asks for the training loader at every epoch."""
-    return trainer.reload_dataloaders_every_n_epochs == 1
 
 
 class IterativePreferenceDataModule(PreferenceDataModule):
@@ -152,23 +148,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         bound to this Trainer's team. The task is built once; the Trainer is left as given."""
         super().setup(stage)
         trainer = self.running_trainer
-        # Callbacks that observe the rounds check this run now, before the comparator binding below
-        # loads the team: a callback that cannot work here fails before any model is loaded.
-        observers = data_module_checks(trainer.callbacks)  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
-        if observers and not reloads_every_epoch(trainer):
-            raise ConfigurationError(
-                f"{type(observers[0]).__name__} reads each round when its epoch starts, which needs "
-                "Trainer(reload_dataloaders_every_n_epochs=1) (the command line and the seed API set it)."
-            )
-        for callback in observers:
-            callback.check_data_module(self)
-        fraction = getattr(trainer, "val_check_interval", None)  # absent when it is a time
-        if isinstance(fraction, float) and fraction != 1.0:
-            raise ConfigurationError(
-                f"trainer.val_check_interval: a fraction of an epoch ({fraction}) does not apply to rounds, whose "
-                "size is known only once collected (a round may have no pairs); give a number of updates (an int), "
-                "1.0 or a time."
-            )
+        # before the comparator binding below loads the team: a callback that cannot work here fails first
+        check_round_trainer(trainer, self)
         if self.built_round is None:  # nothing collected yet: the folders are this Trainer's
             self._make_folders(Path(trainer.default_root_dir))
         module = team_side(trainer)
@@ -240,15 +221,12 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         self.folder_locks = []
 
     def teardown(self, stage: str) -> None:
-        # The reference also snapshots the policy after the last round when asked to keep snapshots.
-        trainer = self.trainer
-        if stage != "fit" or not self.policy_checkpoint_dir or trainer is None:
-            return
-        if trainer.current_epoch < self.total_epochs:  # not finished
-            return
-        if self.snapshots is None:  # _make_folders makes them whenever policy_checkpoint_dir is given
-            raise RuntimeError(f"{type(self).__name__}.setup() makes the policy snapshots first.")
-        self.snapshots.save(self.num_iterations, team_side(trainer).team, write=trainer.is_global_zero)
+        # The reference also snapshots the policy after the last round when asked to keep snapshots
+        # (setup made the snapshots whenever policy_checkpoint_dir is given).
+        trainer, snapshots = self.trainer, self.snapshots
+        if stage == "fit" and trainer is not None and snapshots is not None and self.policy_checkpoint_dir:
+            if trainer.current_epoch >= self.total_epochs:  # finished
+                snapshots.save(self.num_iterations, team_side(trainer).team, write=trainer.is_global_zero)
 
     # ------------------------------------------------------------------------------------------
     # One round

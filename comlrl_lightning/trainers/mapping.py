@@ -28,7 +28,7 @@ from comlrl_lightning.data.replay import (
     NearestKReplay,
     ReplayRule,
 )
-from comlrl_lightning.datamodules.preference import dataloader_reload, total_epochs
+from comlrl_lightning.datamodules.task_data import dataloader_reload, total_epochs
 from comlrl_lightning.errors import ConfigurationTypeError
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
