@@ -94,6 +94,7 @@ class PhaseClock:
         self.charged: Dict[str, float] = defaultdict(float)
         self.tokens: Dict[str, int] = defaultdict(int)
         self.scored: Dict[str, int] = defaultdict(int)
+        self.empty: Dict[str, int] = defaultdict(int)
         self.prompts: Dict[str, set] = defaultdict(set)
 
     def now(self) -> float:
@@ -147,6 +148,8 @@ class PhaseClock:
 
     def count_scored(self, args, kwargs, result) -> None:
         self.scored[self.context] += len(result)
+        aux, main = args[1], args[2]  # CooperativeCodeReward.score(self, aux_completions, main_completions, ...)
+        self.empty[self.context] += sum(1 for a, m in zip(aux, main) if not a.strip() and not m.strip())
 
     def report(self, total: float) -> Dict[str, Any]:
         digest = {
@@ -159,6 +162,7 @@ class PhaseClock:
             "charged": dict(self.charged),
             "tokens": {c: self.tokens.get(c, 0) for c in ("collection", "evaluation")},
             "scored": {c: self.scored.get(c, 0) for c in ("collection", "evaluation")},
+            "empty": {c: self.empty.get(c, 0) for c in ("collection", "evaluation")},
             "prompts": {c: len(found) for c, found in self.prompts.items()},
             "prompt_digest": digest,
         }
@@ -300,6 +304,11 @@ def reference_round(job: Dict[str, Any]) -> Dict[str, Any]:
     torch.manual_seed(job["seed"])  # the comparator's stream is derived from it
     train, held_out = problems(job["humaneval"], job, task.humaneval.load_humaneval)
     tokenizer = AutoTokenizer.from_pretrained(job["model"])
+    # The reference takes a prompt to end at its first pad token. SmolLM2-Instruct's pad token is its
+    # end-of-turn token <|im_end|>, which every chat prompt holds, so every completion would be cut to
+    # the empty string (every reward 0, no pair: measured). A pad token no prompt holds keeps them whole.
+    if tokenizer.pad_token_id == tokenizer.eos_token_id and tokenizer.unk_token is not None:
+        tokenizer.pad_token = tokenizer.unk_token
 
     def chat(formatter):  # our prompts (conversations) in the model's chat template, as our side renders them
         return lambda item: tokenizer.apply_chat_template(formatter(item), tokenize=False, add_generation_prompt=True)

@@ -131,7 +131,11 @@ def checks(results: Dict[str, Any]) -> List[str]:
     ours, theirs = results.get("ours"), results.get("reference")
     if not ours or not theirs:
         return []
-    problems = []
+    problems = [
+        f"every joint answer of {name}'s collection is empty"
+        for name, side in (("ours", ours), ("the reference", theirs))
+        if side["scored"]["collection"] and side.get("empty", {}).get("collection") == side["scored"]["collection"]
+    ]
     for key in ("tokens", "scored", "prompt_digest"):
         for context in ("collection", "evaluation"):
             mine, other = ours[key].get(context), theirs[key].get(context)

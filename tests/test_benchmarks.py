@@ -436,7 +436,7 @@ def test_the_phase_clock_charges_the_innermost_phase_and_evaluation_keeps_its_sa
     clock.count_generate((None,), {"input_ids": inputs, "attention_mask": mask}, output)
     clock.exit()  # 2: sampling 1
     clock.enter("scoring")  # 3: collection 2
-    clock.count_scored((), {}, [0.5, 1.0, 0.0])
+    clock.count_scored((None, ["```aux```", " ", ""], ["```main```", "", "\n"]), {}, [0.5, 1.0, 0.0])
     clock.exit()  # 4: scoring 1
     clock.exit()  # 5: collection 3
     clock.enter("evaluation")  # 6
@@ -462,6 +462,7 @@ def test_the_phase_clock_charges_the_innermost_phase_and_evaluation_keeps_its_sa
         "evaluation": 1,
     }
     assert len(report["prompt_digest"]["collection"]) == 16
+    assert report["empty"] == {"collection": 2, "evaluation": 0}  # both agents' answers blank
 
 
 def _side(seconds: float, sampling: float, **work) -> dict:
@@ -488,6 +489,11 @@ def test_the_coding_round_row_is_the_reference_over_ours_per_phase_and_names_dif
     assert "| ours | 64 / 16 | 8 / 4 | 3 (3) | 1 | 0.7 | -3.500 / -3.000 |" in table
     assert "Both sides did the same work." in table
     results["reference"] = _side(35.0, 20.0, tokens={"collection": 60, "evaluation": 16}, eval_reward=[None, -3.0])
+    assert rows.checks(results) == ["tokens (collection): ours 64, reference 60"]
+    # a side that scored only empty answers (the reference cut its chat prompts at their first pad) is named
+    results["reference"]["empty"] = {"collection": 8, "evaluation": 0}
+    assert rows.checks(results)[0] == "every joint answer of the reference's collection is empty"
+    results["reference"]["empty"] = {"collection": 7, "evaluation": 4}
     assert rows.checks(results) == ["tokens (collection): ours 64, reference 60"]
     results["reference"].update(pairs=0, updates=0)
     assert "| reference | 60 / 16 | 8 / 4 | 0 (3) | 0 | - | - / -3.000 |" in rows.markdown(results)

@@ -152,7 +152,10 @@ def test_the_readme_is_a_front_door():
         'https://download.pytorch.org/whl/cpu && pip install -e ".[test]" && '
         "comlrl-lightning fit --config configs/madpo.yaml\n"
     ) in text
-    assert 'python -m pytest -q -m "not slow"   #' in text and "python -m pytest -q                 #" in text
+    assert 'python -m pytest -q -m "not slow"            #' in text
+    # the full suite as CI runs it: two worker processes, a test file kept in one
+    assert "python -m pytest -q -n 2 --dist loadfile     #" in text
+    assert "python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_the_link_checker_catches_what_it_should(tmp_path):
