@@ -221,12 +221,14 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         self.folder_locks = []
 
     def teardown(self, stage: str) -> None:
-        # The reference also snapshots the policy after the last round when asked to keep snapshots
-        # (setup made the snapshots whenever policy_checkpoint_dir is given).
-        trainer, snapshots = self.trainer, self.snapshots
-        if stage == "fit" and trainer is not None and snapshots is not None and self.policy_checkpoint_dir:
-            if trainer.current_epoch >= self.total_epochs:  # finished
-                snapshots.save(self.num_iterations, team_side(trainer).team, write=trainer.is_global_zero)
+        # The reference also snapshots the policy after the last round when asked to keep snapshots.
+        trainer = self.trainer
+        if stage != "fit" or trainer is None or not self.policy_checkpoint_dir:
+            return
+        if trainer.current_epoch >= self.total_epochs:  # finished
+            if self.snapshots is None:  # setup makes them whenever policy_checkpoint_dir is given
+                raise RuntimeError(f"{type(self).__name__}.setup() makes the policy snapshots first.")
+            self.snapshots.save(self.num_iterations, team_side(trainer).team, write=trainer.is_global_zero)
 
     # ------------------------------------------------------------------------------------------
     # One round

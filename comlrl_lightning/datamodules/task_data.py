@@ -47,7 +47,8 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
 
     On its own it serves shuffled batches of task items (``train_batch_size`` items per step) to
     modules that sample their own rollouts (``MAGRPOModule`` on the task reward); the preference
-    data modules below add collection.
+    data modules (:class:`~comlrl_lightning.datamodules.PreferenceDataModule` and the iterative one)
+    add collection.
 
     Correct under a plain ``Trainer()``; ``trainer.max_epochs`` should be :attr:`total_epochs` (the
     command line links it).
