@@ -17,14 +17,18 @@ SIDES = ("ours", "trl")
 
 
 def measure(
-    run: Callable[[str, Dict[str, Any]], Dict[str, Any]], models: Dict[str, Dict], quick: bool
+    run: Callable[[str, Dict[str, Any]], Dict[str, Any]],
+    models: Dict[str, Dict],
+    quick: bool,
+    plan: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """Every TRL row for the plan's models; raises when the two sides do not see the same batch."""
-    plan = common.TRL_QUICK if quick else common.TRL_FULL
+    """Every TRL row for the plan's models (default: ``TRL_QUICK`` or ``TRL_FULL``; the real model's
+    plan sets its own pair sizes); raises when the two sides do not see the same batch."""
+    plan = plan or (common.TRL_QUICK if quick else common.TRL_FULL)
     results: Dict[str, Any] = {"plan": plan, "versions": run("trl", {"job": "versions"})}
     for key in ("check", "dpo_step", "dpo_fit", "grpo_step"):
         results[key] = {}
-    full = common.FULL if not quick else common.QUICK
+    full = dict(common.FULL if not quick else common.QUICK, **plan.get("pairs", {}))
     for name in plan["models"]:
         model = {"model": models[name]["path"], "model_name": name}
         pairs = dict(
@@ -34,6 +38,7 @@ def measure(
             batch_size=plan["dpo_batch_size"],
             pair_pool=full["pair_pool"],
             completion_lengths=full["completion_lengths"],
+            words=full.get("words", False),
         )
         check = {side: run(side, dict(pairs, job="dpo_check")) for side in SIDES}
         problems = common.dpo_disagreements(check["ours"], check["trl"])
@@ -66,6 +71,12 @@ def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
         for row in ("dpo_step", "dpo_fit", "grpo_step")
         for model in results["plan"]["models"]
     ]
+
+
+def real_summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
+    """``real_trl_<row>_speedup``: ours / TRL on the real model (the real plan's one model)."""
+    (model,) = results["plan"]["models"]
+    return [(f"real_trl_{row}_speedup", _speedup(results, row, model)) for row in ("dpo_step", "dpo_fit", "grpo_step")]
 
 
 def markdown(results: Dict[str, Any], parameters: Dict[str, Dict]) -> str:

@@ -6,9 +6,11 @@ needs nothing but the standard library until a function asks for torch.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
+import re
 import resource
 import sys
 import time
@@ -109,15 +111,31 @@ def reward(writer: List[str], matcher: List[str]) -> List[float]:
 # Pairs: the same token ids for both sides.
 
 
-def pair_ids(tokenizer, count: int, lengths: tuple, seed: int = 0) -> List[Dict[str, List[List[int]]]]:
-    """``count`` two-agent pairs: real prompt ids, random completion ids ending in EOS (as sampled).
+@functools.lru_cache(maxsize=4)
+def word_tokens(tokenizer) -> List[int]:
+    """The ids of whole lower-case words with a leading space (`` the``) that tokenizing their own
+    text gives back: random completions of them tokenize back to the same ids, which random ids of a
+    BPE tokenizer do not (TRL tokenizes text, we take ids)."""
+    words = []
+    for token in range(len(tokenizer)):
+        text = tokenizer.decode([token])
+        if re.fullmatch(r" [a-z]{2,}", text) and tokenizer(text, add_special_tokens=False)["input_ids"] == [token]:
+            words.append(token)
+    return words
+
+
+def pair_ids(
+    tokenizer, count: int, lengths: tuple, seed: int = 0, words: bool = False
+) -> List[Dict[str, List[List[int]]]]:
+    """``count`` two-agent pairs: real prompt ids, random completion ids ending in EOS (as sampled);
+    with ``words``, random whole words (:func:`word_tokens`), for a real model's BPE tokenizer.
 
     Returns dicts with ``prompts`` (texts), ``prompt_ids``, ``winner_ids``, ``loser_ids`` (per agent).
     """
     rng = random.Random(seed)
     eos = tokenizer.eos_token_id
     specials = set(tokenizer.all_special_ids)
-    vocabulary = [i for i in range(len(tokenizer)) if i not in specials]
+    vocabulary = word_tokens(tokenizer) if words else [i for i in range(len(tokenizer)) if i not in specials]
     pairs = []
     for item in items(count, seed):
         prompts = [f(item) for f in FORMATTERS]
@@ -227,6 +245,22 @@ TRL_QUICK = dict(
     dpo_batch_size=4,
     dpo_min_pairs={"tiny": 8, "small": 4},
     grpo=dict(items=2, generations=2, max_new_tokens=6, steps={"tiny": 2, "small": 2}),
+)
+TRL_REAL = dict(
+    models=["smollm2-135m-instruct"],
+    pairs=dict(pair_pool=8, completion_lengths=(32, 48), words=True, step_min_seconds=1.5),
+    dpo_batch_size=4,
+    dpo_min_pairs={"smollm2-135m-instruct": 8},
+    grpo=dict(items=2, generations=4, max_new_tokens=32, steps={"smollm2-135m-instruct": 3}),
+)
+"""Against TRL on SmolLM2-135M-Instruct: completions of 32-48 whole words (a BPE tokenizer gives random
+ids back as other ids), batches of 4 pairs, GRPO 2 prompts x 4 samples of 32 tokens."""
+TRL_REAL_QUICK = dict(
+    TRL_REAL,
+    pairs=dict(pair_pool=4, completion_lengths=(4, 8), words=True, step_min_seconds=0.1),
+    dpo_batch_size=2,
+    dpo_min_pairs={"smollm2-135m-instruct": 2},
+    grpo=dict(items=1, generations=2, max_new_tokens=4, steps={"smollm2-135m-instruct": 2}),
 )
 WEIGHT_DECAY = 0.01
 """Our modules' default AdamW weight decay, pinned on TRL's side (its default is 0)."""

@@ -42,7 +42,9 @@ def _pairs(job: Dict[str, Any], tokenizer):
     from comlrl_lightning.data.pairs import PreferencePair
 
     pairs, agents = [], job.get("agents", 2)
-    for raw in common.pair_ids(tokenizer, job["pair_pool"], tuple(job["completion_lengths"])):
+    for raw in common.pair_ids(
+        tokenizer, job["pair_pool"], tuple(job["completion_lengths"]), words=job.get("words", False)
+    ):
         raw = {key: value[:agents] for key, value in raw.items()}
         texts = {
             k: [tokenizer.decode(ids, skip_special_tokens=True) for ids in raw[k]] for k in ("winner_ids", "loser_ids")

@@ -19,6 +19,7 @@ average is recorded beside them.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -45,6 +46,17 @@ def model_folder() -> str:
     from comlrl_lightning.team.loading import resolve_source
 
     return resolve_source(NAME)
+
+
+def parameter_count(folder: str) -> int:
+    """The parameters in a model folder's ``model.safetensors`` (read from its header; tied weights once)."""
+    from safetensors import safe_open
+
+    total = 0
+    with safe_open(str(Path(folder) / "model.safetensors"), framework="pt") as weights:
+        for name in weights.keys():
+            total += math.prod(weights.get_slice(name).get_shape())
+    return total
 
 
 def measure(

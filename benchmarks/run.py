@@ -229,6 +229,11 @@ def main(argv=None) -> Dict[str, Any]:
         help="only the SmolLM2-135M rows against the reference, our LoRA team (writes REAL_SPEED.md)",
     )
     parser.add_argument(
+        "--only-real-trl",
+        action="store_true",
+        help="only the SmolLM2-135M rows against Hugging Face TRL on one agent (writes REAL_TRL.md)",
+    )
+    parser.add_argument(
         "--only-coding-round",
         action="store_true",
         help="only one iterative MADPO round of the coding task on SmolLM2-135M, ours against the reference, "
@@ -242,6 +247,8 @@ def main(argv=None) -> Dict[str, Any]:
     args = parser.parse_args(argv)
     if args.only_real:
         return run_real(args)
+    if args.only_real_trl:
+        return run_real_trl(args)
     if args.only_coding_round:
         import coding_rows
 
@@ -288,6 +295,7 @@ def main(argv=None) -> Dict[str, Any]:
         results["parameters"] = {name: {"parameters": info["parameters"]} for name, info in models.items()}
     results["test_runner"] = measure_test_runner(args.quick, run.env)
     results["real"] = None if ours_only else real_rows.measure(run, args.quick, real_rows.model_folder())
+    results["real_trl"] = measure_real_trl(run, args.quick) if "trl" in pythons else None
     results["machine"]["load_average"].append(os.getloadavg()[0])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
@@ -300,6 +308,7 @@ def main(argv=None) -> Dict[str, Any]:
     lines += (against_trl.summary(results["trl"]) if results["trl"] else []) + vllm_rows.summary(results["vllm"])
     lines += runner_rows.summary(results["test_runner"])
     lines += real_rows.summary(results["real"]) if results["real"] else []
+    lines += against_trl.real_summary(results["real_trl"]) if results["real_trl"] else []
     for name, value in lines:
         print(f"{name}: {'n/a' if value is None else round(value, 4)}")
     return results
@@ -332,6 +341,8 @@ def page(results: Dict[str, Any]) -> str:
     vllm = vllm_rows.markdown(results["vllm"], results["parameters"])
     body += "\n" + vllm + "\n" + runner_rows.markdown(results["test_runner"])
     body += "\n" + (real_rows.markdown(results["real"]) + "\n" if results.get("real") else "")
+    if results.get("real_trl"):
+        body += "\n" + against_trl.markdown(results["real_trl"], results["real_trl"]["parameters"]) + "\n"
     return body + "\n" + scaling.markdown(results["scaling"])
 
 
@@ -352,6 +363,34 @@ def run_real(args) -> Dict[str, Any]:
     (args.out / "REAL_SPEED.md").write_text(body, encoding="utf-8")
     print("\n" + body)
     for name, value in real_rows.summary(results):
+        print(f"{name}: {'n/a' if value is None else round(value, 4)}")
+    return results
+
+
+def measure_real_trl(run: "Runner", quick: bool) -> Dict[str, Any]:
+    """The rows against TRL on SmolLM2-135M-Instruct (``common.TRL_REAL``), its parameter count beside them."""
+    name, folder = common.TRL_REAL["models"][0], real_rows.model_folder()
+    models = {name: {"path": folder, "parameters": real_rows.parameter_count(folder)}}
+    plan = common.TRL_REAL_QUICK if quick else common.TRL_REAL
+    results = against_trl.measure(run, models, quick, plan)
+    results["parameters"] = {name: {"parameters": models[name]["parameters"]}}
+    return results
+
+
+def run_real_trl(args) -> Dict[str, Any]:
+    """``--only-real-trl``: the rows against TRL on the real model alone, written to ``REAL_TRL.md``."""
+    import refenv
+
+    pythons = {"trl": refenv.ensure(args.trl_venv or refenv.trl_venv(), "trl")}
+    print(f"real-model benchmarks against TRL ({'quick' if args.quick else 'full'}):", flush=True)
+    results = measure_real_trl(Runner(False, pythons), args.quick)
+    results["load_average"] = os.getloadavg()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "real_trl.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    body = against_trl.markdown(results, results["parameters"])
+    (args.out / "REAL_TRL.md").write_text(body, encoding="utf-8")
+    print("\n" + body)
+    for name, value in against_trl.real_summary(results):
         print(f"{name}: {'n/a' if value is None else round(value, 4)}")
     return results
 

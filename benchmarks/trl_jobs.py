@@ -65,7 +65,12 @@ def _dpo_trainer(job: Dict[str, Any], root: str, batches: int = 1):
     from trl import DPOConfig, DPOTrainer
 
     model, tokenizer = _model_and_tokenizer(job)
-    raw = [common.one_agent(p) for p in common.pair_ids(tokenizer, job["pair_pool"], tuple(job["completion_lengths"]))]
+    raw = [
+        common.one_agent(p)
+        for p in common.pair_ids(
+            tokenizer, job["pair_pool"], tuple(job["completion_lengths"]), words=job.get("words", False)
+        )
+    ]
     plan = [pair for batch in common.batches(raw, job["batch_size"], batches) for pair in batch]
     text = {
         "prompt": [p["prompt"] for p in plan],

@@ -200,6 +200,18 @@ def test_the_trl_and_vllm_tables_render_every_row_and_their_summary_lines(bench)
     assert "| GRPO step, tiny | 0.11M | 2.00 steps/s | 4.00 steps/s | 2.00x |" in table
     assert "small: TRL 1,672, ours 960" in table and "tiny: TRL 75%, ours 50%" in table
     assert dict(against_trl.summary(trl))["trl_grpo_step_speedup_small"] == 2.0
+    name = bench.common.TRL_REAL["models"][0]
+    real = dict(trl, plan=bench.common.TRL_REAL, check={name: trl["check"]["tiny"]})
+    real.update(
+        {row: {name: {"ours": side(0.3, 0.5), "trl": side(0.1, 0.9)}} for row in ("dpo_step", "dpo_fit", "grpo_step")}
+    )
+    assert (
+        "| DPO step, smollm2-135m-instruct | 134.52M | 0.10 pairs/s | 0.30 pairs/s | 3.00x |"
+        in against_trl.markdown(real, {name: {"parameters": 134515008}})
+    )
+    assert dict(against_trl.real_summary(real)) == pytest.approx(
+        {"real_trl_dpo_step_speedup": 3.0, "real_trl_dpo_fit_speedup": 3.0, "real_trl_grpo_step_speedup": 3.0}
+    )
     collection = lambda rate: {"per_s": rate, "warmup_s": 9.0, "peak_rss_mb": 900.0}  # noqa: E731
     vllm = {
         "plan": vllm_rows.FULL,
@@ -306,6 +318,30 @@ def test_real_memory_rows_put_the_config_first_and_divide_by_the_reference(tmp_p
 
 # ------------------------------------------------------------------------------------------------
 # The real-model rows (SmolLM2-135M): their pairs, the rows they print, the GPU script's plan
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_word_completions_tokenize_back_to_their_ids_with_a_real_bpe_tokenizer(bench, real_model):
+    """TRL tokenizes the pairs' text, ours takes their ids: with SmolLM2's BPE tokenizer random ids
+    come back as other ids, random whole words as the same ones (so ``dpo_check`` can compare)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(real_model)
+    random_ids = bench.common.pair_ids(tokenizer, 8, (32, 48))
+    words = bench.common.pair_ids(tokenizer, 8, (32, 48), words=True)
+
+    def round_trips(pairs):
+        return [
+            tokenizer(tokenizer.decode(ids[:-1]), add_special_tokens=False)["input_ids"] == ids[:-1]
+            for pair in pairs
+            for key in ("winner_ids", "loser_ids")
+            for ids in pair[key]
+        ]
+
+    assert not all(round_trips(random_ids))
+    assert all(round_trips(words)) and len(round_trips(words)) == 32
+    assert all(ids[-1] == tokenizer.eos_token_id and 33 <= len(ids) <= 49 for p in words for ids in p["winner_ids"])
 
 
 class ChatTokenizer:
