@@ -79,6 +79,14 @@ def real_summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
     return [(f"real_trl_{row}_speedup", _speedup(results, row, model)) for row in ("dpo_step", "dpo_fit", "grpo_step")]
 
 
+def _pairs_text(plan: Dict[str, Any]) -> str:
+    pairs = plan.get("pairs")
+    if not pairs:
+        return "agent 0's share of the MADPO pairs above"
+    low, high = pairs["completion_lengths"]
+    return f"{pairs['pair_pool']} pairs of a short prompt and {low}-{high} random whole words (then EOS)"
+
+
 def markdown(results: Dict[str, Any], parameters: Dict[str, Dict]) -> str:
     plan, versions = results["plan"], results["versions"]
     grpo = plan["grpo"]
@@ -88,7 +96,7 @@ def markdown(results: Dict[str, Any], parameters: Dict[str, Dict]) -> str:
         f"TRL {versions.get('trl')} in its own venv (torch {versions.get('torch')}, transformers "
         f"{versions.get('transformers')}), the same model folders, float32, 1 thread, AdamW (torch's fused kernel) "
         f"lr {common.LEARNING_RATE:g}, weight decay {common.WEIGHT_DECAY:g}, constant learning rate, no clipping, no "
-        "gradient checkpointing, no logging on either side. DPO: agent 0's share of the MADPO pairs above, batch "
+        f"gradient checkpointing, no logging on either side. DPO: {_pairs_text(plan)}, batch "
         f"{plan['dpo_batch_size']}, beta {common.DPO_BETA:g}, every completion token scored (EOS included) on both "
         "sides; TRL has no reference-free DPO, so it runs with `precompute_ref_log_probs=True` (the reference "
         "log-probs computed once before training, not timed) and its step costs what ours does, one forward and "

@@ -22,7 +22,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = Path(__file__).resolve().parent
 NAME = "smollm2-135m-instruct"
@@ -64,10 +64,12 @@ def measure(
     quick: bool,
     model: str,
     save: Optional[Callable[[Dict[str, Any]], None]] = None,
+    rows: Optional[Sequence[str]] = None,
 ) -> Dict[str, Any]:
     """Every real-model job of the plan through ``run(side, job)``, the rows against the reference
     first; the results by row (``save`` is called with them after every job, so a run stopped
-    early keeps what it measured)."""
+    early keeps what it measured). ``rows``: only the jobs whose place starts with one of these
+    (``step``, ``step/ours``, ``collection``, ``lora_team``...), e.g. two rows side by side again."""
     plan = QUICK if quick else FULL
     base = {"script": "real_jobs.py", "model": model}
     step = dict(base, job="real_step", **plan["step"])
@@ -86,7 +88,13 @@ def measure(
             for setting in ("one_pass", "per_agent"):
                 lora = dict(job, team="lora", agents=agents, one_pass=setting == "one_pass")
                 planned.append((("lora_team", agents, key, setting), "ours", lora))
-    for where, side, job in planned:
+    chosen = lambda where: (
+        not rows
+        or any(  # noqa: E731
+            "/".join(map(str, where)) == row or "/".join(map(str, where)).startswith(row + "/") for row in rows
+        )
+    )
+    for where, side, job in [entry for entry in planned if chosen(entry[0])]:
         slot = results
         for key in where[:-1]:
             slot = slot.setdefault(key, {})

@@ -229,6 +229,12 @@ def main(argv=None) -> Dict[str, Any]:
         help="only the SmolLM2-135M rows against the reference, our LoRA team (writes REAL_SPEED.md)",
     )
     parser.add_argument(
+        "--real-rows",
+        nargs="+",
+        default=None,
+        help="with --only-real: only these rows (step, step/ours, step/ours_hold_agent_graphs, collection, lora_team...)",
+    )
+    parser.add_argument(
         "--only-real-trl",
         action="store_true",
         help="only the SmolLM2-135M rows against Hugging Face TRL on one agent (writes REAL_TRL.md)",
@@ -358,7 +364,7 @@ def run_real(args) -> Dict[str, Any]:
     def save(results: Dict[str, Any]) -> None:  # after every job: a run stopped early keeps its rows
         saved.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
 
-    results = real_rows.measure(Runner(False, pythons), args.quick, real_rows.model_folder(), save)
+    results = real_rows.measure(Runner(False, pythons), args.quick, real_rows.model_folder(), save, args.real_rows)
     body = real_rows.markdown(results)
     (args.out / "REAL_SPEED.md").write_text(body, encoding="utf-8")
     print("\n" + body)

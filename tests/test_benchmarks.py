@@ -320,6 +320,17 @@ def test_real_memory_rows_put_the_config_first_and_divide_by_the_reference(tmp_p
 # The real-model rows (SmolLM2-135M): their pairs, the rows they print, the GPU script's plan
 
 
+def test_real_rows_can_be_measured_again_alone_side_by_side(bench):
+    real_rows, jobs = importlib.import_module("real_rows"), []
+    run = lambda side, job: jobs.append((side, job["job"], job.get("hold_agent_graphs", False))) or {}  # noqa: E731
+    real_rows.measure(run, True, "/models/smol", rows=["step/ours", "step/ours_hold_agent_graphs"])
+    assert jobs == [("ours", "real_step", False), ("ours", "real_step", True)]
+    jobs.clear()
+    results = real_rows.measure(run, True, "/models/smol", rows=["collection"])
+    assert jobs == [("ours", "real_collection", False), ("reference", "real_collection", False)]
+    assert results["step"] == {} and set(results["collection"]) == {"ours", "reference"}
+
+
 @pytest.mark.slow
 @pytest.mark.real_model
 def test_word_completions_tokenize_back_to_their_ids_with_a_real_bpe_tokenizer(bench, real_model):
