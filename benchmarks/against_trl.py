@@ -39,6 +39,8 @@ def measure(
             pair_pool=full["pair_pool"],
             completion_lengths=full["completion_lengths"],
             words=full.get("words", False),
+            context_words=full.get("context_words", 0),
+            pairs_per_prompt=full.get("pairs_per_prompt", 1),
         )
         check = {side: run(side, dict(pairs, job="dpo_check")) for side in SIDES}
         problems = common.dpo_disagreements(check["ours"], check["trl"])
@@ -49,12 +51,16 @@ def measure(
         results["dpo_step"][name] = {
             side: run(side, dict(step, job="dpo_step" if side == "trl" else "madpo_step")) for side in SIDES
         }
+        rows = plan.get("rows", ("dpo_step", "dpo_fit", "grpo_step"))
         fit = dict(pairs, min_pairs=3 * plan["dpo_min_pairs"][name])
-        results["dpo_fit"][name] = {
-            side: run(side, dict(fit, job="dpo_fit" if side == "trl" else "madpo_fit")) for side in SIDES
-        }
+        if "dpo_fit" in rows:
+            results["dpo_fit"][name] = {
+                side: run(side, dict(fit, job="dpo_fit" if side == "trl" else "madpo_fit")) for side in SIDES
+            }
         grpo = dict(model, job="grpo_step", **{k: v for k, v in plan["grpo"].items() if k != "steps"})
-        results["grpo_step"][name] = {side: run(side, dict(grpo, steps=plan["grpo"]["steps"][name])) for side in SIDES}
+        if "grpo_step" in rows:
+            steps = plan["grpo"]["steps"][name]
+            results["grpo_step"][name] = {side: run(side, dict(grpo, steps=steps)) for side in SIDES}
     return results
 
 
@@ -84,7 +90,13 @@ def _pairs_text(plan: Dict[str, Any]) -> str:
     if not pairs:
         return "agent 0's share of the MADPO pairs above"
     low, high = pairs["completion_lengths"]
-    return f"{pairs['pair_pool']} pairs of a short prompt and {low}-{high} random whole words (then EOS)"
+    text = f"{pairs['pair_pool']} pairs of a short prompt and {low}-{high} random whole words (then EOS)"
+    if pairs.get("context_words"):
+        text += (
+            f", {pairs['context_words']} random words before each prompt and {pairs['pairs_per_prompt']} "
+            "consecutive pairs per prompt (the coding task's layout)"
+        )
+    return text
 
 
 def markdown(results: Dict[str, Any], parameters: Dict[str, Dict]) -> str:
@@ -117,7 +129,7 @@ def markdown(results: Dict[str, Any], parameters: Dict[str, Dict]) -> str:
         ("dpo_fit", "DPO in the trainer", "pairs_per_s", "pairs/s"),
         ("grpo_step", "GRPO step", "steps_per_s", "steps/s"),
     ):
-        for model in plan["models"]:
+        for model in [m for m in plan["models"] if m in results[row]]:
             sides = results[row][model]
             trl, ours = sides["trl"], sides["ours"]
             out.append(
@@ -133,6 +145,7 @@ def markdown(results: Dict[str, Any], parameters: Dict[str, Dict]) -> str:
         f"{model}: TRL {_f(100 * results['grpo_step'][model]['trl']['sampling_share'], 0, '%')}, ours "
         f"{_f(100 * results['grpo_step'][model]['ours']['sampling_share'], 0, '%')}"
         for model in plan["models"]
+        if model in results["grpo_step"]
     )
     out += [
         "",

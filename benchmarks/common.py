@@ -125,26 +125,36 @@ def word_tokens(tokenizer) -> List[int]:
 
 
 def pair_ids(
-    tokenizer, count: int, lengths: tuple, seed: int = 0, words: bool = False
+    tokenizer,
+    count: int,
+    lengths: tuple,
+    seed: int = 0,
+    words: bool = False,
+    context_words: int = 0,
+    pairs_per_prompt: int = 1,
 ) -> List[Dict[str, List[List[int]]]]:
     """``count`` two-agent pairs: real prompt ids, random completion ids ending in EOS (as sampled);
     with ``words``, random whole words (:func:`word_tokens`), for a real model's BPE tokenizer.
 
+    ``context_words`` random words before each prompt and ``pairs_per_prompt`` consecutive pairs of
+    one prompt give the coding task's layout (a long prompt, several pairs of one problem in a batch).
     Returns dicts with ``prompts`` (texts), ``prompt_ids``, ``winner_ids``, ``loser_ids`` (per agent).
     """
     rng = random.Random(seed)
     eos = tokenizer.eos_token_id
     specials = set(tokenizer.all_special_ids)
     vocabulary = word_tokens(tokenizer) if words else [i for i in range(len(tokenizer)) if i not in specials]
-    pairs = []
-    for item in items(count, seed):
-        prompts = [f(item) for f in FORMATTERS]
-        pair = {"prompts": prompts, "prompt_ids": [], "winner_ids": [], "loser_ids": []}
-        for prompt in prompts:
-            pair["prompt_ids"].append(tokenizer(prompt, add_special_tokens=True)["input_ids"])
-            for key in ("winner_ids", "loser_ids"):
-                pair[key].append([rng.choice(vocabulary) for _ in range(rng.randint(*lengths))] + [eos])
-        pairs.append(pair)
+    pairs: List[Dict[str, Any]] = []
+    for item in items(-(-count // pairs_per_prompt), seed):
+        context = tokenizer.decode([rng.choice(vocabulary) for _ in range(context_words)]).strip()
+        prompts = [(context + "\n" if context else "") + f(item) for f in FORMATTERS]
+        prompt_ids = [tokenizer(prompt, add_special_tokens=True)["input_ids"] for prompt in prompts]
+        for _ in range(min(pairs_per_prompt, count - len(pairs))):
+            pair: Dict[str, Any] = {"prompts": prompts, "prompt_ids": prompt_ids, "winner_ids": [], "loser_ids": []}
+            for _agent in prompts:
+                for key in ("winner_ids", "loser_ids"):
+                    pair[key].append([rng.choice(vocabulary) for _ in range(rng.randint(*lengths))] + [eos])
+            pairs.append(pair)
     return pairs
 
 
@@ -255,6 +265,21 @@ TRL_REAL = dict(
 )
 """Against TRL on SmolLM2-135M-Instruct: completions of 32-48 whole words (a BPE tokenizer gives random
 ids back as other ids), batches of 4 pairs, GRPO 2 prompts x 4 samples of 32 tokens."""
+TRL_CODING_LAYOUT = dict(
+    TRL_REAL,
+    pairs=dict(
+        pair_pool=8,
+        completion_lengths=(48, 64),
+        words=True,
+        step_min_seconds=1.5,
+        context_words=100,
+        pairs_per_prompt=4,
+    ),
+    rows=("dpo_step",),
+)
+"""The DPO step on the coding task's layout: a long prompt (100 random words before it) and the 4 pairs
+of one prompt in a batch (``preference_pairs_per_sample: 4``, ``train_batch_size: 4``), completions of
+48-64 words; TRL computes every pair's prompt twice, ours each distinct prompt once."""
 TRL_REAL_QUICK = dict(
     TRL_REAL,
     pairs=dict(pair_pool=4, completion_lengths=(4, 8), words=True, step_min_seconds=0.1),

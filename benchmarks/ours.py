@@ -43,7 +43,12 @@ def _pairs(job: Dict[str, Any], tokenizer):
 
     pairs, agents = [], job.get("agents", 2)
     for raw in common.pair_ids(
-        tokenizer, job["pair_pool"], tuple(job["completion_lengths"]), words=job.get("words", False)
+        tokenizer,
+        job["pair_pool"],
+        tuple(job["completion_lengths"]),
+        words=job.get("words", False),
+        context_words=job.get("context_words", 0),
+        pairs_per_prompt=job.get("pairs_per_prompt", 1),
     ):
         raw = {key: value[:agents] for key, value in raw.items()}
         texts = {

@@ -240,6 +240,11 @@ def main(argv=None) -> Dict[str, Any]:
         help="only the SmolLM2-135M rows against Hugging Face TRL on one agent (writes REAL_TRL.md)",
     )
     parser.add_argument(
+        "--coding-layout",
+        action="store_true",
+        help="with --only-real-trl: the DPO step on the coding task's layout (writes REAL_TRL_CODING.md)",
+    )
+    parser.add_argument(
         "--only-coding-round",
         action="store_true",
         help="only one iterative MADPO round of the coding task on SmolLM2-135M, ours against the reference, "
@@ -373,11 +378,18 @@ def run_real(args) -> Dict[str, Any]:
     return results
 
 
-def measure_real_trl(run: "Runner", quick: bool) -> Dict[str, Any]:
-    """The rows against TRL on SmolLM2-135M-Instruct (``common.TRL_REAL``), its parameter count beside them."""
+def measure_real_trl(run: "Runner", quick: bool, coding_layout: bool = False) -> Dict[str, Any]:
+    """The rows against TRL on SmolLM2-135M-Instruct (``common.TRL_REAL``, or the DPO step on the coding
+    task's layout, ``common.TRL_CODING_LAYOUT``), its parameter count beside them."""
     name, folder = common.TRL_REAL["models"][0], real_rows.model_folder()
     models = {name: {"path": folder, "parameters": real_rows.parameter_count(folder)}}
     plan = common.TRL_REAL_QUICK if quick else common.TRL_REAL
+    if coding_layout:
+        plan = (
+            dict(common.TRL_CODING_LAYOUT, pairs=dict(common.TRL_CODING_LAYOUT["pairs"], **plan["pairs"]))
+            if quick
+            else common.TRL_CODING_LAYOUT
+        )
     results = against_trl.measure(run, models, quick, plan)
     results["parameters"] = {name: {"parameters": models[name]["parameters"]}}
     return results
@@ -389,15 +401,17 @@ def run_real_trl(args) -> Dict[str, Any]:
 
     pythons = {"trl": refenv.ensure(args.trl_venv or refenv.trl_venv(), "trl")}
     print(f"real-model benchmarks against TRL ({'quick' if args.quick else 'full'}):", flush=True)
-    results = measure_real_trl(Runner(False, pythons), args.quick)
+    results = measure_real_trl(Runner(False, pythons), args.quick, args.coding_layout)
     results["load_average"] = os.getloadavg()
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "real_trl.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    stem, suffix = ("real_trl_coding", "_coding_layout") if args.coding_layout else ("real_trl", "")
+    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     body = against_trl.markdown(results, results["parameters"])
-    (args.out / "REAL_TRL.md").write_text(body, encoding="utf-8")
+    (args.out / f"{stem.upper()}.md").write_text(body, encoding="utf-8")
     print("\n" + body)
     for name, value in against_trl.real_summary(results):
-        print(f"{name}: {'n/a' if value is None else round(value, 4)}")
+        if value is not None or not suffix:
+            print(f"{name}{suffix}: {'n/a' if value is None else round(value, 4)}")
     return results
 
 

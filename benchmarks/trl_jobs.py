@@ -68,7 +68,12 @@ def _dpo_trainer(job: Dict[str, Any], root: str, batches: int = 1):
     raw = [
         common.one_agent(p)
         for p in common.pair_ids(
-            tokenizer, job["pair_pool"], tuple(job["completion_lengths"]), words=job.get("words", False)
+            tokenizer,
+            job["pair_pool"],
+            tuple(job["completion_lengths"]),
+            words=job.get("words", False),
+            context_words=job.get("context_words", 0),
+            pairs_per_prompt=job.get("pairs_per_prompt", 1),
         )
     ]
     plan = [pair for batch in common.batches(raw, job["batch_size"], batches) for pair in batch]

@@ -320,6 +320,34 @@ def test_real_memory_rows_put_the_config_first_and_divide_by_the_reference(tmp_p
 # The real-model rows (SmolLM2-135M): their pairs, the rows they print, the GPU script's plan
 
 
+class LetterTokenizer:
+    """One id per character (a-z, space, newline, then EOS): enough of a tokenizer for ``pair_ids``."""
+
+    alphabet = "abcdefghijklmnopqrstuvwxyz \n:"
+    eos_token_id = len(alphabet)
+    all_special_ids = [len(alphabet)]
+
+    def __len__(self):
+        return len(self.alphabet) + 1
+
+    def decode(self, ids):
+        return "".join(self.alphabet[i] for i in ids if i < len(self.alphabet))
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [self.alphabet.index(ch) for ch in text]}
+
+
+def test_pairs_on_the_coding_layout_share_a_long_prompt_four_at_a_time(bench):
+    common, tokenizer = bench.common, LetterTokenizer()
+    plain = common.pair_ids(tokenizer, 6, (2, 4))
+    assert len({p["prompts"][0] for p in plain}) == 6  # one prompt per pair, as before
+    laid_out = common.pair_ids(tokenizer, 6, (2, 4), context_words=30, pairs_per_prompt=4)
+    prompts = [p["prompts"][0] for p in laid_out]
+    assert len(laid_out) == 6 and prompts[0] == prompts[3] != prompts[4] == prompts[5]
+    assert len(laid_out[0]["prompt_ids"][0]) >= 30 + len(plain[0]["prompt_ids"][0])
+    assert all(p["winner_ids"][a][-1] == tokenizer.eos_token_id for p in laid_out for a in (0, 1))
+
+
 def test_real_rows_can_be_measured_again_alone_side_by_side(bench):
     real_rows, jobs = importlib.import_module("real_rows"), []
     run = lambda side, job: jobs.append((side, job["job"], job.get("hold_agent_graphs", False))) or {}  # noqa: E731

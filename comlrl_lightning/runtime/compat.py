@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 SUPPORTED: Dict[str, str] = {
     "lightning": ">=2.6.6,<2.7",
     "transformers": ">=5.19,<6",
-    "torch": ">=2.4,<3",
+    "torch": ">=2.11,<3",
     "peft": ">=0.21.2",
 }
 """The versions whose private parts this module knows (tested with lightning 2.6.6, transformers
