@@ -147,10 +147,13 @@ def markdown(results: Dict[str, Any], parameters: Dict[str, Dict]) -> str:
         for model in plan["models"]
         if model in results["grpo_step"]
     )
+    if shares:
+        out += [
+            "",
+            f"Sampling's share of the timed GRPO steps ({shares}): TRL's `generate()` over every prompt repeated "
+            f"{grpo['generations']} times against our sampling, which prefills each prompt once for its samples.",
+        ]
     out += [
-        "",
-        f"Sampling's share of the timed GRPO steps ({shares}): TRL's `generate()` over every prompt repeated "
-        f"{grpo['generations']} times against our sampling, which prefills each prompt once for its samples.",
         "",
         f"Token positions one DPO batch of {plan['dpo_batch_size']} pairs computes ({positions}): TRL pads "
         "`[prompt + chosen; prompt + rejected]` to the longest row, so every prompt runs twice and short completions "
