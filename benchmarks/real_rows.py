@@ -88,13 +88,7 @@ def measure(
             for setting in ("one_pass", "per_agent"):
                 lora = dict(job, team="lora", agents=agents, one_pass=setting == "one_pass")
                 planned.append((("lora_team", agents, key, setting), "ours", lora))
-    chosen = lambda where: (
-        not rows
-        or any(  # noqa: E731
-            "/".join(map(str, where)) == row or "/".join(map(str, where)).startswith(row + "/") for row in rows
-        )
-    )
-    for where, side, job in [entry for entry in planned if chosen(entry[0])]:
+    for where, side, job in [entry for entry in planned if _chosen(entry[0], rows)]:
         slot = results
         for key in where[:-1]:
             slot = slot.setdefault(key, {})
@@ -103,6 +97,12 @@ def measure(
         if save:
             save(results)
     return results
+
+
+def _chosen(where: Tuple[Any, ...], rows: Optional[Sequence[str]]) -> bool:
+    """Whether the job at ``where`` (``("step", "ours")`` is ``step/ours``) is one of ``rows`` or under one."""
+    place = "/".join(map(str, where))
+    return not rows or any(place == row or place.startswith(row + "/") for row in rows)
 
 
 def memory_ratios(path: Path = HERE / "real_memory.json") -> Dict[str, float]:

@@ -384,12 +384,9 @@ def measure_real_trl(run: "Runner", quick: bool, coding_layout: bool = False) ->
     name, folder = common.TRL_REAL["models"][0], real_rows.model_folder()
     models = {name: {"path": folder, "parameters": real_rows.parameter_count(folder)}}
     plan = common.TRL_REAL_QUICK if quick else common.TRL_REAL
-    if coding_layout:
-        plan = (
-            dict(common.TRL_CODING_LAYOUT, pairs=dict(common.TRL_CODING_LAYOUT["pairs"], **plan["pairs"]))
-            if quick
-            else common.TRL_CODING_LAYOUT
-        )
+    if coding_layout:  # quick: the quick sizes, laid out as the coding task's pairs
+        layout = common.TRL_CODING_LAYOUT
+        plan = dict(plan, rows=layout["rows"], pairs=dict(layout["pairs"], **plan["pairs"])) if quick else layout
     results = against_trl.measure(run, models, quick, plan)
     results["parameters"] = {name: {"parameters": models[name]["parameters"]}}
     return results
