@@ -158,6 +158,18 @@ def pair_ids(
     return pairs
 
 
+def job_pairs(tokenizer, job: Dict[str, Any]) -> List[Dict[str, List[List[int]]]]:
+    """:func:`pair_ids` with the sizes and layout a job names (every side builds its pairs through this)."""
+    return pair_ids(
+        tokenizer,
+        job["pair_pool"],
+        tuple(job["completion_lengths"]),
+        words=job.get("words", False),
+        context_words=job.get("context_words", 0),
+        pairs_per_prompt=job.get("pairs_per_prompt", 1),
+    )
+
+
 def batches(pool: list, batch_size: int, count: int) -> List[list]:
     """``count`` batches cycling through ``pool`` (the same sequence for both sides)."""
     return [[pool[(b * batch_size + i) % len(pool)] for i in range(batch_size)] for b in range(count)]

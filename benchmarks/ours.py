@@ -42,14 +42,7 @@ def _pairs(job: Dict[str, Any], tokenizer):
     from comlrl_lightning.data.pairs import PreferencePair
 
     pairs, agents = [], job.get("agents", 2)
-    for raw in common.pair_ids(
-        tokenizer,
-        job["pair_pool"],
-        tuple(job["completion_lengths"]),
-        words=job.get("words", False),
-        context_words=job.get("context_words", 0),
-        pairs_per_prompt=job.get("pairs_per_prompt", 1),
-    ):
+    for raw in common.job_pairs(tokenizer, job):
         raw = {key: value[:agents] for key, value in raw.items()}
         texts = {
             k: [tokenizer.decode(ids, skip_special_tokens=True) for ids in raw[k]] for k in ("winner_ids", "loser_ids")

@@ -58,7 +58,7 @@ def madpo_step(job: Dict[str, Any]) -> Dict[str, Any]:
     for agent in trainer.agents:
         agent.train()
     pool = []
-    for raw in common.pair_ids(trainer.tokenizers[0], job["pair_pool"], tuple(job["completion_lengths"])):
+    for raw in common.job_pairs(trainer.tokenizers[0], job):
         tensors = [
             AgentPreferenceTensors(torch.tensor(p), torch.tensor(w), torch.tensor(lo))
             for p, w, lo in zip(raw["prompt_ids"], raw["winner_ids"], raw["loser_ids"])

@@ -65,17 +65,7 @@ def _dpo_trainer(job: Dict[str, Any], root: str, batches: int = 1):
     from trl import DPOConfig, DPOTrainer
 
     model, tokenizer = _model_and_tokenizer(job)
-    raw = [
-        common.one_agent(p)
-        for p in common.pair_ids(
-            tokenizer,
-            job["pair_pool"],
-            tuple(job["completion_lengths"]),
-            words=job.get("words", False),
-            context_words=job.get("context_words", 0),
-            pairs_per_prompt=job.get("pairs_per_prompt", 1),
-        )
-    ]
+    raw = [common.one_agent(p) for p in common.job_pairs(tokenizer, job)]
     plan = [pair for batch in common.batches(raw, job["batch_size"], batches) for pair in batch]
     text = {
         "prompt": [p["prompt"] for p in plan],
