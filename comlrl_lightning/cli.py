@@ -37,8 +37,7 @@ from comlrl_lightning.datamodules.task_data import dataloader_reload, total_epoc
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.generation.vllm import engines_running
 from comlrl_lightning.modules.resume_rule import apply_resume_rule
-from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
-from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
+from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins, read_checkpoint
 from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, resumable, run_record
 from comlrl_lightning.runtime.command_line import restore_nulls
 from comlrl_lightning.runtime.distributed import close_process_group
@@ -47,6 +46,11 @@ from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.sharding import check_mesh_plan
 
 CSV_LOGGER = "comlrl_lightning.callbacks.ResumableCSVLogger"
+MODEL_PARALLEL = (
+    "lightning.pytorch.strategies.ModelParallelStrategy",
+    "lightning.pytorch.strategies.model_parallel.ModelParallelStrategy",
+)
+ATOMIC_MODEL_PARALLEL = "comlrl_lightning.runtime.checkpoint_io.AtomicModelParallelStrategy"
 
 
 def data_total_epochs(data_options) -> int:
@@ -83,7 +87,9 @@ class PreferenceCLI(LightningCLI):
         self.resolve_checkpoint_path()
 
     def before_instantiate_classes(self) -> None:
-        """No key's value in the config; a logger without a ``save_dir`` writes under
+        """No key's value in the config; ``ModelParallelStrategy`` built as
+        :class:`~comlrl_lightning.runtime.checkpoint_io.AtomicModelParallelStrategy` (the same options);
+        a logger without a ``save_dir`` writes under
         ``trainer.default_root_dir`` (one given is kept); a resumed run continues the CSV log folder
         and the W&B run of its checkpoint."""
         # the whole config is saved (config.yaml, hparams, checkpoints, loggers): no key's value anywhere in it
@@ -91,6 +97,9 @@ class PreferenceCLI(LightningCLI):
         if self.resumed_path is not None:  # set aside in resolve_checkpoint_path
             config["ckpt_path"] = str(self.resumed_path)
         check_config_has_no_key(config.as_dict())
+        strategy = config["trainer"].get("strategy")
+        if hasattr(strategy, "get") and strategy.get("class_path") in MODEL_PARALLEL:
+            strategy["class_path"] = ATOMIC_MODEL_PARALLEL  # FSDP2 checkpoint folders replaced whole
         root = config["trainer"].get("default_root_dir")
         record = self.resumed_record
         logs, identity = record.get("logs") or {}, record.get("wandb") or {}
@@ -111,23 +120,21 @@ class PreferenceCLI(LightningCLI):
                 init["id"] = identity["id"]
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """The trainer, with a :class:`CheckpointRecord`, in place of Lightning's default
-        ``ModelCheckpoint`` a :class:`ResumableCheckpoint` (a configured checkpoint callback is kept),
-        and checkpoints written atomically with their files (unless the config names a checkpoint
-        IO of its own; :func:`~comlrl_lightning.runtime.checkpoint_io.install`)."""
-        trainer = super().instantiate_trainer(**kwargs)
-        install_atomic_checkpoints(trainer.strategy)
+        """The trainer, built with a :class:`CheckpointRecord`, a :class:`ResumableCheckpoint` where
+        Lightning would add its default ``ModelCheckpoint`` (a configured checkpoint callback is kept),
+        and checkpoints written atomically with their files (an ``AtomicCheckpointIO`` plugin, unless
+        the config names a checkpoint IO of its own)."""
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        given = config["trainer"].get("callbacks") or []
-        given = given if isinstance(given, list) else [given]
-        callbacks: List[Callback] = trainer.callbacks  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
-        if not any(isinstance(callback, ModelCheckpoint) for callback in given):
-            callbacks[:] = [
-                ResumableCheckpoint() if type(callback) is ModelCheckpoint else callback for callback in callbacks
-            ]
+        trainer = config["trainer"]
+        given = trainer.get("callbacks") or []
+        callbacks: List[Callback] = list(given) if isinstance(given, list) else [given]
         if not any(isinstance(callback, CheckpointRecord) for callback in callbacks):
             callbacks.insert(0, CheckpointRecord())
-        return trainer
+        checkpointing = trainer.get("enable_checkpointing") is not False
+        if checkpointing and not any(isinstance(callback, ModelCheckpoint) for callback in callbacks):
+            callbacks.append(ResumableCheckpoint())
+        kwargs.setdefault("plugins", atomic_checkpoint_plugins(trainer.get("plugins")))
+        return super().instantiate_trainer(**dict(kwargs, callbacks=callbacks))
 
     def instantiate_classes(self) -> None:
         with warnings.catch_warnings():

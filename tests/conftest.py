@@ -188,12 +188,11 @@ def tiny_trainer(tmp_path, **overrides):
         val_check_interval=4,
     )
     options.update(overrides)
-    trainer = Trainer(**options)
-    # as the command line and the seed API do: checkpoints written atomically, with their files
-    from comlrl_lightning.runtime.checkpoint_io import install
+    # as the command line and the seed API build it: checkpoints written atomically, with their files
+    from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins
 
-    install(trainer.strategy)
-    return trainer
+    options["plugins"] = atomic_checkpoint_plugins(options.get("plugins"))
+    return Trainer(**options)
 
 
 @pytest.fixture

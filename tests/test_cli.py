@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from comlrl_lightning.cli import main
 
@@ -29,6 +30,36 @@ TINY = [
     "--trainer.enable_progress_bar",
     "false",
 ]
+
+
+def test_the_trainer_is_built_with_atomic_checkpoints_and_never_changed_after(tmp_path):
+    """The command line builds its Trainer with what it adds (the checkpoint record, the resumable
+    checkpoint, the atomic checkpoint IO, FSDP2 with atomic folders) instead of changing it once built."""
+    from lightning.pytorch import LightningDataModule, LightningModule
+
+    from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
+    from comlrl_lightning.cli import PreferenceCLI
+    from comlrl_lightning.runtime.checkpoint_io import AtomicCheckpointIO, AtomicModelParallelStrategy
+
+    def built(*args):
+        return PreferenceCLI(
+            LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+            args=["--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false", *args],
+        ).trainer  # fmt: skip
+
+    trainer = built("--config", "configs/madpo_iter_fsdp.yaml")
+    assert type(trainer.strategy) is AtomicModelParallelStrategy  # the config names ModelParallelStrategy
+    assert type(trainer.strategy.checkpoint_io) is AtomicCheckpointIO
+    assert isinstance(trainer.callbacks[0], CheckpointRecord)
+    assert [type(c) for c in trainer.callbacks if isinstance(c, ModelCheckpoint)] == [ResumableCheckpoint]
+    assert len(trainer.checkpoint_callbacks) == 1  # the config's own, not a second one
+    trainer = built("--model", "comlrl_lightning.MADPOModule", "--data", "comlrl_lightning.PreferenceDataModule")
+    assert [type(c) for c in trainer.checkpoint_callbacks] == [ResumableCheckpoint]  # in place of Lightning's default
+    trainer = built(
+        "--model", "comlrl_lightning.MADPOModule", "--data", "comlrl_lightning.PreferenceDataModule",
+        "--trainer.enable_checkpointing", "false",
+    )  # fmt: skip
+    assert type(trainer.strategy.checkpoint_io) is AtomicCheckpointIO and trainer.checkpoint_callbacks == []
 
 
 def _metrics(run_dir: Path) -> list:

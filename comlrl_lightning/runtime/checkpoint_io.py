@@ -7,9 +7,11 @@ that a full disk interrupts halfway, leaving a torn ``last.ckpt``. :class:`Atomi
 writes the bytes to a temporary file in the checkpoint's own folder, flushes and fsyncs it, and
 only then renames it onto the final name (and fsyncs the folder): the final name always holds a
 complete checkpoint, the previous one or the new one. The entry points (the command line and the
-seed API) :func:`install` it on the Trainer they build when its strategy uses Lightning's default
-checkpoint IO; a Trainer of your own takes it as a plugin, ``Trainer(plugins=[AtomicCheckpointIO()])``
-(the modules never change the Trainer they are given).
+seed API) build their Trainer with it as a plugin unless the config names a checkpoint IO
+(:func:`atomic_checkpoint_plugins`), and with :class:`AtomicModelParallelStrategy` where the config
+names FSDP2's ``ModelParallelStrategy``; a Trainer of your own takes them as
+``Trainer(plugins=[AtomicCheckpointIO()])`` and ``strategy=AtomicModelParallelStrategy(...)`` (nothing
+changes a Trainer once it is built).
 
 It also keeps a checkpoint self-contained: the files its state refers to (round files, policy
 snapshots, listed under :data:`~comlrl_lightning.runtime.checkpoint_assets.ASSETS_KEY`) are placed
@@ -24,13 +26,14 @@ import shutil
 import struct
 import tempfile
 import warnings
-import weakref
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
+from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.strategies import ModelParallelStrategy
 
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.runtime.checkpoint_assets import (
@@ -42,10 +45,6 @@ from comlrl_lightning.runtime.checkpoint_assets import (
 from comlrl_lightning.runtime.compat import saves_distributed_checkpoint
 from comlrl_lightning.runtime.files import swap_folder, write_atomically
 from comlrl_lightning.runtime.paths import is_remote, require_local
-
-ATOMIC_FOLDERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
-"""The sharded strategies whose checkpoint folders are already written atomically."""
-
 
 SPAWN_WEIGHTS = ".temp.ckpt"
 """The file a spawned run's rank 0 hands its weights back in (Lightning's multiprocessing launcher)."""
@@ -141,59 +140,69 @@ def _not_a_checkpoint(path: Any, option: str, why: str) -> str:
     return f"{option} {str(path)!r} is not a Lightning checkpoint ({why}); pass a .ckpt file a run wrote."
 
 
-def install(strategy) -> None:
-    """Make ``strategy`` write checkpoints atomically, unless it was given a checkpoint IO of its own
-    (called by the entry points on the Trainer they build; a sharded strategy that saves a distributed
-    checkpoint writes its folder atomically instead)."""
-    from comlrl_lightning.runtime.sharding import is_sharded
-
-    if is_sharded(strategy) and saves_distributed_checkpoint(strategy):
-        _write_folders_atomically(strategy)
-    elif type(strategy.checkpoint_io) is TorchCheckpointIO:
-        strategy.checkpoint_io = AtomicCheckpointIO()
+def atomic_checkpoint_plugins(plugins: Any = None) -> List[Any]:
+    """``plugins`` (none, one, or a list) as a list for a Trainer being built, with an
+    :class:`AtomicCheckpointIO` added unless one of them is a checkpoint IO already (the entry points
+    build their Trainer with it; yours takes ``plugins=[AtomicCheckpointIO()]``)."""
+    given = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+    if any(isinstance(plugin, CheckpointIO) for plugin in given):
+        return given
+    return given + [AtomicCheckpointIO()]
 
 
-def _write_folders_atomically(strategy) -> None:
-    """A sharded (distributed) checkpoint is a folder every rank writes into; written in place, a crash
-    would leave old and new shards mixed under a name a resume trusts. Here every rank writes into
-    ``<name>`` inside a staging folder rank 0 created fresh (``.<name>.XXXXXXXX.tmp``, as ``mkdtemp``:
-    never an existing folder or a link), and rank 0 swaps it in once all are done: the name holds a whole checkpoint or
-    (between the two renames, with the old one renamed aside under a unique name) none."""
-    if strategy in ATOMIC_FOLDERS:
-        return
-    save = strategy.save_checkpoint
+class AtomicModelParallelStrategy(ModelParallelStrategy):
+    """Lightning's ``ModelParallelStrategy`` (FSDP2) whose sharded checkpoint folders are replaced
+    whole (:func:`save_folder_atomically`); a single-file checkpoint (``save_distributed_checkpoint=False``)
+    goes through the checkpoint IO as before. The command line builds this one where a config names
+    ``ModelParallelStrategy``; name it yourself in a Trainer of your own."""
 
-    def save_checkpoint(checkpoint: Dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
-        target = Path(strategy.broadcast(str(filepath)))
-        staging: Optional[str] = None
-        if strategy.global_rank == 0:
-            write_checkpoint_assets(checkpoint, target)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        root = Path(strategy.broadcast(staging))
-        staged = root / target.name  # inside a fresh folder: the strategy creates it, as it would the target
-        checkpoint.pop(ASSETS_KEY, None)  # every rank: the list is not part of the sharded state
-        strategy.barrier()
-        try:
-            save(checkpoint, staged, storage_options)
-        except BaseException:
-            if strategy.global_rank == 0:  # the staging folder is the run's own, created fresh above
-                shutil.rmtree(root, ignore_errors=False)
-            raise
-        strategy.barrier()
-        if strategy.global_rank == 0:
-            swap_folder(staged, target)
-            root.rmdir()
-        strategy.barrier()
+    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath: Any, storage_options: Optional[Any] = None) -> None:
+        if not saves_distributed_checkpoint(self):
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        save_folder_atomically(self, super().save_checkpoint, checkpoint, filepath, storage_options)
 
-    strategy.save_checkpoint = save_checkpoint
-    ATOMIC_FOLDERS.add(strategy)
+
+def save_folder_atomically(
+    strategy: Any,
+    save: Callable[[Dict[str, Any], Any, Optional[Any]], None],
+    checkpoint: Dict[str, Any],
+    filepath: Any,
+    storage_options: Optional[Any] = None,
+) -> None:
+    """``save`` a sharded (distributed) checkpoint, a folder every rank writes into, without a torn one
+    ever under its name: written in place, a crash would leave old and new shards mixed under a name a
+    resume trusts. Every rank writes into ``<name>`` inside a staging folder rank 0 created fresh
+    (``.<name>.XXXXXXXX.tmp``, as ``mkdtemp``: never an existing folder or a link), and rank 0 swaps it
+    in once all are done: the name holds a whole checkpoint or (between the two renames, with the old
+    one renamed aside under a unique name) none. The checkpoint's files go to its asset folder first."""
+    target = Path(strategy.broadcast(str(filepath)))
+    staging: Optional[str] = None
+    if strategy.global_rank == 0:
+        write_checkpoint_assets(checkpoint, target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    root = Path(strategy.broadcast(staging))
+    staged = root / target.name  # inside a fresh folder: the strategy creates it, as it would the target
+    checkpoint.pop(ASSETS_KEY, None)  # every rank: the list is not part of the sharded state
+    strategy.barrier()
+    try:
+        save(checkpoint, staged, storage_options)
+    except BaseException:
+        if strategy.global_rank == 0:  # the staging folder is the run's own, created fresh above
+            shutil.rmtree(root, ignore_errors=False)
+        raise
+    strategy.barrier()
+    if strategy.global_rank == 0:
+        swap_folder(staged, target)
+        root.rmdir()
+    strategy.barrier()
 
 
 __all__ = [
     "AtomicCheckpointIO",
+    "AtomicModelParallelStrategy",
+    "atomic_checkpoint_plugins",
     "checked_checkpoint",
-    "install",
     "is_remote",
     "read_checkpoint",
     "write_checkpoint_assets",

@@ -45,7 +45,7 @@ from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.models.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.modules.resume_rule import apply_resume_rule
-from comlrl_lightning.runtime.checkpoint_io import install as install_atomic_checkpoints
+from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins
 from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.hparams import set_hyperparameter
@@ -252,10 +252,9 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
             enable_checkpointing=plan.tracking,
             enable_progress_bar=bool(verbose),
             enable_model_summary=False,
+            plugins=atomic_checkpoint_plugins(),  # checkpoints written atomically with their files, as the command line's
             **mapping.trainer_options(self.args),
         )
-        # checkpoints written atomically with their files, as the command line's
-        install_atomic_checkpoints(self.trainer.strategy)
         try:
             self.trainer.fit(self.module, self.datamodule, ckpt_path=plan.resume)
         except BaseException:  # a failed run's W&B record is complete; a finished one stays open, as the reference's

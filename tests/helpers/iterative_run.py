@@ -56,12 +56,11 @@ def make_trainer(root, **overrides):
         reload_dataloaders_every_n_epochs=1,
     )
     options.update(overrides)
-    trainer = Trainer(**options)
-    # as the command line and the seed API do: checkpoints written atomically, with their files
-    from comlrl_lightning.runtime.checkpoint_io import install
+    # as the command line and the seed API build it: checkpoints written atomically, with their files
+    from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins
 
-    install(trainer.strategy)
-    return trainer
+    options["plugins"] = atomic_checkpoint_plugins(options.get("plugins"))
+    return Trainer(**options)
 
 
 def make_run(root, data=None, model=None, **trainer_overrides):

@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.strategies import ModelParallelStrategy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -46,7 +45,7 @@ from comlrl_lightning import (
 )
 from comlrl_lightning.data.task import embedded_formatters, load_items  # noqa: E402
 from comlrl_lightning.defaults import vowel_length_reward  # noqa: E402
-from comlrl_lightning.runtime.checkpoint_io import install  # noqa: E402
+from comlrl_lightning.runtime.checkpoint_io import AtomicCheckpointIO, AtomicModelParallelStrategy  # noqa: E402
 from comlrl_lightning.runtime.sharding import full_state_dict  # noqa: E402
 
 TASK = dict(
@@ -133,13 +132,15 @@ def parts(algorithm: str):
 
 def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None = None, plain: bool = False) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1) if kind == "fsdp" else "ddp"
+    # as the command line builds them: checkpoint files and folders written atomically
+    strategy = AtomicModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1) if kind == "fsdp" else "ddp"
     torch.manual_seed(0)  # peft draws LoRA adapters from the global generator: the same ones in every run
     module, data = parts(algorithm)
     trainer = Trainer(
         accelerator="cpu",
         devices=2,
         strategy=strategy,
+        plugins=[AtomicCheckpointIO()],
         max_epochs=epochs,
         default_root_dir=str(root),
         enable_progress_bar=False,
@@ -153,7 +154,6 @@ def main(kind: str, algorithm: str, root: Path, epochs: int, resume: str | None 
             ModelCheckpoint(dirpath=root / "ckpt", save_last=True, save_on_train_epoch_end=True),
         ],
     )
-    install(trainer.strategy)  # as the command line: checkpoint folders written atomically
     trainer.fit(module, data, ckpt_path=resume)
 
 

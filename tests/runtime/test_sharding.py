@@ -190,7 +190,7 @@ def test_decoder_layers_are_the_repeated_blocks():
 def test_a_sharded_checkpoint_folder_is_replaced_whole(tmp_path):
     """A save that dies half-way leaves the previous checkpoint folder in place, complete."""
     from comlrl_lightning.runtime.checkpoint_assets import ASSETS_KEY
-    from comlrl_lightning.runtime.checkpoint_io import _write_folders_atomically
+    from comlrl_lightning.runtime.checkpoint_io import save_folder_atomically
 
     class OneProcessStrategy:
         global_rank = 0
@@ -209,8 +209,11 @@ def test_a_sharded_checkpoint_folder_is_replaced_whole(tmp_path):
                 raise OSError("no space left on device")
             (path / "meta.pt").write_text("meta")
 
-    strategy = OneProcessStrategy()
-    _write_folders_atomically(strategy)
+    class AtomicStrategy(OneProcessStrategy):  # as AtomicModelParallelStrategy wraps its parent's save
+        def save_checkpoint(self, checkpoint, path, storage_options=None):
+            save_folder_atomically(self, super().save_checkpoint, checkpoint, path, storage_options)
+
+    strategy = AtomicStrategy()
     target = tmp_path / "last.ckpt"
     strategy.save_checkpoint({"weights": "old"}, target)
     with pytest.raises(OSError):
