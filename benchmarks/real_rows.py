@@ -8,6 +8,9 @@ Side by side in one run, every job in its own process with one torch thread (``r
 * collection, ours (Hugging Face ``generate()``) against the reference: the same chat prompts,
   candidates and token budget, every completion forced to the full budget;
 * a LoRA team in one pass against one pass per agent (2 and 4 agents), step and collection (ours);
+* with a vLLM venv (``vllm_rows.vllm_python``): the same collection with ``VLLMGenerator`` against our
+  Hugging Face path in this environment (``real_vllm_collection_speedup``, target 3x), and against
+  our Hugging Face path inside the vLLM venv (its older transformers; ``..._same_venv``);
 * for a speed-up under its target, the share of the time in matrix products (torch's profiler) and
   the bound it implies: the speed-up if everything of ours but its matrix products cost nothing;
 * peak-RSS ratios against the reference from ``real_memory.json`` (``real_memory.py``'s runs).
@@ -37,6 +40,7 @@ QUICK = dict(
     lora_agents=[2],
 )
 TARGETS = {"real_madpo_step_speedup": 2.0, "real_collection_speedup": 2.0}
+VLLM_TARGET = 3.0
 MEMORY_ROWS = {"step": "real_step_peak_rss_ratio", "default": "real_default_peak_rss_ratio"}
 MEMORY_ROWS["iterative"] = "real_iterative_peak_rss_ratio"
 
@@ -65,11 +69,13 @@ def measure(
     model: str,
     save: Optional[Callable[[Dict[str, Any]], None]] = None,
     rows: Optional[Sequence[str]] = None,
+    vllm: bool = False,
 ) -> Dict[str, Any]:
     """Every real-model job of the plan through ``run(side, job)``, the rows against the reference
     first; the results by row (``save`` is called with them after every job, so a run stopped
     early keeps what it measured). ``rows``: only the jobs whose place starts with one of these
-    (``step``, ``step/ours``, ``collection``, ``lora_team``...), e.g. two rows side by side again."""
+    (``step``, ``step/ours``, ``collection``, ``lora_team``, ``vllm``...), e.g. two rows side by side again.
+    ``vllm``: also the collection with each generator in the vLLM venv (side ``vllm``)."""
     plan = QUICK if quick else FULL
     base = {"script": "real_jobs.py", "model": model}
     step = dict(base, job="real_step", **plan["step"])
@@ -83,6 +89,10 @@ def measure(
         (("collection", "reference"), "reference", dict(collection, team="full")),
         (("step", "ours_hold_agent_graphs"), "ours", dict(step, team="full", hold_agent_graphs=True)),
     ]
+    if vllm:
+        for generator in ("vllm", "hf"):
+            engine = dict(profile=False) if generator == "vllm" else {}  # its kernels are not torch's matmuls
+            planned.append((("vllm", generator), "vllm", dict(collection, team="full", generator=generator, **engine)))
     for agents in plan["lora_agents"]:
         for key, job in (("step", step), ("collection", collection)):
             for setting in ("one_pass", "per_agent"):
@@ -156,6 +166,7 @@ def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
             lines.append((f"{name}_matmul_share_ours", ours["matmul_share"]))
             lines.append((f"{name}_matmul_share_reference", theirs["matmul_share"]))
             lines.append((f"{name}_bound", bound(ours, value)))
+    lines += vllm_summary(results)
     for agents, team in results["lora_team"].items():
         for key, rate in (("step", "pairs_per_s"), ("collection", "per_s")):
             sides = team.get(key, {})
@@ -164,6 +175,52 @@ def summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
             )
     lines.append(("real_step_peak_rss_ratio_this_run", _ratio(step.get("ours"), step.get("reference"), "peak_rss_mb")))
     lines += sorted(results["memory"].items())
+    return lines
+
+
+def vllm_summary(results: Dict[str, Any]) -> List[Tuple[str, Optional[float]]]:
+    """vLLM's collection over our Hugging Face path here and in the vLLM venv; under the target, the
+    bound: one over our Hugging Face collection's matrix-product share (vLLM paying only for the same
+    matrix products). Nothing when the vLLM rows did not run."""
+    sides = results.get("vllm")
+    if not sides:
+        return []
+    ours = results["collection"].get("ours")
+    value = _ratio(sides.get("vllm"), ours, "per_s")
+    lines = [("real_vllm_collection_speedup", value)]
+    if value is not None and value < VLLM_TARGET and "matmul_share" in ours:
+        lines.append(("real_vllm_collection_speedup_bound", 1 / ours["matmul_share"]))
+    lines.append(("real_vllm_collection_speedup_same_venv", _ratio(sides.get("vllm"), sides.get("hf"), "per_s")))
+    return lines
+
+
+def _vllm_table(results: Dict[str, Any]) -> List[str]:
+    """Collection with each generator: ours here, and both in the vLLM venv (its transformers)."""
+    sides = results.get("vllm")
+    if not sides:
+        return []
+    here = results["collection"].get("ours")
+    lines = [
+        "",
+        "| collection, 2 full copies | environment (transformers) | joint candidates/s | vLLM's speed-up over it "
+        "| warm-up s (vLLM: the engine's start) | peak RSS (MB) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, result in (("Hugging Face generate()", here), ("Hugging Face generate()", sides.get("hf"))):
+        if result:
+            where = f"{'main' if result is here else 'vLLM venv'} ({result['versions']['transformers']})"
+            ratio = _ratio(sides.get("vllm"), result, "per_s")
+            shown = "-" if ratio is None else f"{ratio:.2f}x"
+            lines.append(
+                f"| {label} | {where} | {_rate(result, 'per_s')} | {shown} | "
+                f"{_rate(result, 'warmup_s', 1)} | {_rate(result, 'peak_rss_mb', 0)} |"
+            )
+    engine = sides.get("vllm")
+    if engine:
+        lines.append(
+            f"| VLLMGenerator | vLLM venv ({engine['versions']['transformers']}) | {_rate(engine, 'per_s')} | - | "
+            f"{_rate(engine, 'warmup_s', 1)} | {_rate(engine, 'peak_rss_mb', 0)} |"
+        )
     return lines
 
 
@@ -222,7 +279,7 @@ def markdown(results: Dict[str, Any]) -> str:
         memory = f"{_rate(ours, 'peak_rss_mb', 0)} / {_rate(theirs, 'peak_rss_mb', 0)}"
         shown = "-" if ratio is None else f"{ratio:.2f}x"
         lines.append(f"| {label} | {_rate(ours, key)} | {_rate(theirs, key)} | {shown} | {shares} | {memory} |")
-    lines += _lora_table(results["lora_team"])
+    lines += _vllm_table(results) + _lora_table(results["lora_team"])
     lines.append("")
     return "\n".join(lines)
 

@@ -305,7 +305,9 @@ def main(argv=None) -> Dict[str, Any]:
             results["vllm"] = {"skipped": "--ours-only" if ours_only else vllm_source}
         results["parameters"] = {name: {"parameters": info["parameters"]} for name, info in models.items()}
     results["test_runner"] = measure_test_runner(args.quick, run.env)
-    results["real"] = None if ours_only else real_rows.measure(run, args.quick, real_rows.model_folder())
+    results["real"] = (
+        None if ours_only else real_rows.measure(run, args.quick, real_rows.model_folder(), vllm="vllm" in pythons)
+    )
     results["real_trl"] = measure_real_trl(run, args.quick) if "trl" in pythons else None
     results["machine"]["load_average"].append(os.getloadavg()[0])
     args.out.mkdir(parents=True, exist_ok=True)
@@ -362,14 +364,19 @@ def run_real(args) -> Dict[str, Any]:
     import refenv
 
     pythons = {"reference": refenv.ensure(args.reference_venv or refenv.DEFAULT_DIR)}
-    print(f"real-model benchmarks ({'quick' if args.quick else 'full'}):", flush=True)
+    vllm_python, vllm_source = vllm_rows.vllm_python()
+    if vllm_python is not None:
+        pythons["vllm"] = vllm_python
+    print(f"real-model benchmarks ({'quick' if args.quick else 'full'}; vLLM: {vllm_source}):", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     saved = args.out / "real_speed.json"
 
     def save(results: Dict[str, Any]) -> None:  # after every job: a run stopped early keeps its rows
         saved.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
 
-    results = real_rows.measure(Runner(False, pythons), args.quick, real_rows.model_folder(), save, args.real_rows)
+    results = real_rows.measure(
+        Runner(False, pythons), args.quick, real_rows.model_folder(), save, args.real_rows, vllm="vllm" in pythons
+    )
     body = real_rows.markdown(results)
     (args.out / "REAL_SPEED.md").write_text(body, encoding="utf-8")
     print("\n" + body)

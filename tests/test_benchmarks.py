@@ -357,6 +357,41 @@ def test_real_rows_can_be_measured_again_alone_side_by_side(bench):
     results = real_rows.measure(run, True, "/models/smol", rows=["collection"])
     assert jobs == [("ours", "real_collection", False), ("reference", "real_collection", False)]
     assert results["step"] == {} and set(results["collection"]) == {"ours", "reference"}
+    jobs.clear()  # with a vLLM venv: the same collection with each generator in it, side "vllm"
+    run = lambda side, job: jobs.append((side, job["job"], job.get("generator"))) or {}  # noqa: E731
+    results = real_rows.measure(run, True, "/models/smol", rows=["collection/ours", "vllm"], vllm=True)
+    assert jobs == [
+        ("ours", "real_collection", None),
+        ("vllm", "real_collection", "vllm"),
+        ("vllm", "real_collection", "hf"),
+    ]
+    assert set(results["vllm"]) == {"vllm", "hf"}
+
+
+def test_the_real_vllm_row_is_over_our_hugging_face_path_here_with_its_bound_and_the_same_venv_beside(bench):
+    real_rows = importlib.import_module("real_rows")
+    results = {
+        "plan": real_rows.QUICK,
+        "load_average": [1.0],
+        "step": {},
+        "collection": {"ours": dict(_row(2.0, share=0.8, key="per_s"), warmup_s=3.0)},
+        "lora_team": {},
+        "memory": {},
+    }
+    assert "real_vllm_collection_speedup" not in dict(real_rows.summary(results))  # no vLLM venv: no row
+    engine = dict(_row(2.5, key="per_s"), warmup_s=40.0, versions={"transformers": "5.19.0"})
+    older = dict(_row(1.25, key="per_s"), warmup_s=4.0, versions={"transformers": "5.19.0"})
+    results["vllm"] = {"vllm": engine, "hf": older}
+    lines = dict(real_rows.summary(results))
+    assert lines["real_vllm_collection_speedup"] == pytest.approx(1.25)  # 2.5 over 2.0: our HF path here
+    assert lines["real_vllm_collection_speedup_bound"] == pytest.approx(1 / 0.8)  # under 3x: the bound beside it
+    assert lines["real_vllm_collection_speedup_same_venv"] == pytest.approx(2.0)
+    table = real_rows.markdown(results)
+    assert "| Hugging Face generate() | main (5) | 2.000 | 1.25x | 3.0 | 1000 |" in table
+    assert "| Hugging Face generate() | vLLM venv (5.19.0) | 1.250 | 2.00x | 4.0 | 1000 |" in table
+    assert "| VLLMGenerator | vLLM venv (5.19.0) | 2.500 | - | 40.0 | 1000 |" in table
+    results["vllm"]["vllm"] = dict(engine, per_s=7.0)  # at the target: no bound
+    assert "real_vllm_collection_speedup_bound" not in dict(real_rows.summary(results))
 
 
 @pytest.mark.slow
@@ -538,6 +573,10 @@ def test_the_phase_clock_charges_the_innermost_phase_and_evaluation_keeps_its_sa
     }
     assert len(report["prompt_digest"]["collection"]) == 16
     assert report["empty"] == {"collection": 2, "evaluation": 0}  # both agents' answers blank
+    clock.enter("sampling")  # vLLM's engine: each row's samples are lists of ids, prompts as sent
+    clock.count_engine((None, [[5, 6], [3]]), {}, [[[1, 2, 3], [4]], [[5, 6]]])
+    clock.exit()
+    assert clock.tokens["collection"] == 16 + 6 and clock.prompts["collection"] == {(5, 6), (7, 8, 9), (3,)}
 
 
 def _side(seconds: float, sampling: float, **work) -> dict:
@@ -575,7 +614,31 @@ def test_the_coding_round_row_is_the_reference_over_ours_per_phase_and_names_dif
     assert dict(rows.summary(results))["real_coding_round_speedup_training_per_pair"] is None
     del results["reference"]  # one side only: no speed-up, no checks
     assert dict(rows.summary(results))["real_coding_round_speedup"] is None and rows.checks(results) == []
-    assert "| total | 10.0 | - | - |" in rows.markdown(results)
+    assert "| total | 10.0 | - | - | - | - |" in rows.markdown(results)
+
+
+def test_the_coding_round_with_vllm_is_its_own_column_and_row_against_the_same_reference(bench):
+    rows = importlib.import_module("coding_rows")
+    results = {"plan": rows.plan(2, 2, 16, 2), "ours": _side(10.0, 4.0), "reference": _side(35.0, 20.0)}
+    results["vllm"] = _side(7.0, 2.0, tokens={"collection": 64, "evaluation": 12})
+    lines = dict(rows.summary(results))
+    assert lines["real_coding_round_speedup"] == pytest.approx(3.5)  # ours with Hugging Face, unchanged
+    assert lines["real_coding_round_speedup_vllm"] == pytest.approx(5.0)
+    assert lines["real_coding_round_speedup_vllm_sampling"] == pytest.approx(10.0)
+    table = rows.markdown(results)
+    assert (
+        "| sampling | 4.0 | 20.0 | 5.00x | 2.0 | 10.00x |" in table
+        and "| total | 10.0 | 35.0 | 3.50x | 7.0 | 5.00x |" in table
+    )
+    assert "| vllm | 64 / 12 |" in table
+    assert rows.checks(results) == ["tokens (evaluation): ours with vLLM 12, reference 16"]
+    seen = []  # the vLLM side's job is ours with the vLLM generator; an earlier run's sides are all kept
+    earlier = {"plan": results["plan"], "ours": results["ours"], "reference": results["reference"]}
+    kept = rows.measure(
+        lambda side, job: seen.append(job) or _side(7.0, 2.0), results["plan"], "/m", "/he", ["vllm"], earlier=earlier
+    )
+    assert [(job["side"], job["generator"]) for job in seen] == [("vllm", "vllm")]
+    assert kept["kept"] == ["ours", "reference"] and set(kept) >= {"ours", "reference", "vllm"}
 
 
 def test_both_coding_round_jobs_differ_only_in_their_side_and_our_config_is_full_copies(bench, tmp_path):
@@ -593,6 +656,9 @@ def test_both_coding_round_jobs_differ_only_in_their_side_and_our_config_is_full
     assert data["task"]["eval_dataset"]["init_args"] == {"split": "eval", "limit": 2}
     assert data["num_iterations"] == 1 and data["preference_num_candidates"] == 2 and data["eval_num_samples"] == 2
     assert config["seed_everything"] == 5 and config["trainer"]["callbacks"] == []
+    assert model["generator"]["class_path"] == "comlrl_lightning.generation.HFGenerator"  # the config's
+    engine = coding_round.our_config(dict(seen[0], generator="vllm"), str(tmp_path))["model"]["init_args"]
+    assert engine["generator"]["class_path"] == "comlrl_lightning.generation.VLLMGenerator"
     # a side an earlier run measured at the same sizes is kept (--keep); at other sizes it runs again
     seen.clear()
     earlier = dict(results, load_average=[1.5, 2.0])
