@@ -274,6 +274,8 @@ def markdown(results: Dict[str, Any]) -> str:
         ),
     ]
     for label, ours, theirs, key in entries:
+        if not (ours or theirs):  # a run of some rows only (--real-rows) leaves the others out
+            continue
         ratio = _ratio(ours, theirs, key)
         shares = f"{_rate(ours, 'matmul_share', 2)} / {_rate(theirs, 'matmul_share', 2)}"
         memory = f"{_rate(ours, 'peak_rss_mb', 0)} / {_rate(theirs, 'peak_rss_mb', 0)}"
@@ -286,8 +288,9 @@ def markdown(results: Dict[str, Any]) -> str:
 
 def _lora_table(teams: Dict[int, Dict[str, Any]]) -> List[str]:
     """The LoRA team's rows: one pass against one pass per agent, step and collection, per team size."""
-    lines: List[str] = []
-    lines += [
+    if not teams:
+        return []
+    lines = [
         "",
         "| LoRA team (ours) | agents | one pass per agent | one pass | speed-up | peak RSS per agent / one pass (MB) |",
         "|---|---|---|---|---|---|",

@@ -390,6 +390,7 @@ def test_the_real_vllm_row_is_over_our_hugging_face_path_here_with_its_bound_and
     assert "| Hugging Face generate() | main (5) | 2.000 | 1.25x | 3.0 | 1000 |" in table
     assert "| Hugging Face generate() | vLLM venv (5.19.0) | 1.250 | 2.00x | 4.0 | 1000 |" in table
     assert "| VLLMGenerator | vLLM venv (5.19.0) | 2.500 | - | 40.0 | 1000 |" in table
+    assert "| MADPO step" not in table and "| LoRA team" not in table  # rows this run did not measure are left out
     results["vllm"]["vllm"] = dict(engine, per_s=7.0)  # at the target: no bound
     assert "real_vllm_collection_speedup_bound" not in dict(real_rows.summary(results))
 
