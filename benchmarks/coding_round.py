@@ -82,6 +82,10 @@ def phase_seconds(charged: Dict[str, float], total: float) -> Dict[str, float]:
 # The phase clock
 
 
+ENGINE_CHECK_PROMPT = [[0]]
+"""The prompt of ``Engine.build``'s one-token check that a new vLLM engine can sample."""
+
+
 class PhaseClock:
     """Exclusive wall seconds per phase: time is charged to the innermost open phase; a phase opened
     inside an evaluation is charged as ``evaluation/<phase>``. ``sync`` runs before each reading
@@ -148,7 +152,11 @@ class PhaseClock:
             self.prompts[self.context].add(tuple(kept))
 
     def count_engine(self, args, kwargs, rows) -> None:
-        """What one vLLM ``Engine.sample(self, prompt_ids, ...)`` call sampled: its tokens, and its prompts."""
+        """What one vLLM ``Engine.sample(self, prompt_ids, ...)`` call sampled: its tokens, and its prompts
+        (not the engine's start check, one token after the prompt ``[0]``: its time is charged, it is not
+        the round's work)."""
+        if args[1] == ENGINE_CHECK_PROMPT:
+            return
         self.tokens[self.context] += sum(len(ids) for row in rows for ids in row)
         self.prompts[self.context].update(tuple(ids) for ids in args[1])
 

@@ -576,6 +576,7 @@ def test_the_phase_clock_charges_the_innermost_phase_and_evaluation_keeps_its_sa
     assert report["empty"] == {"collection": 2, "evaluation": 0}  # both agents' answers blank
     clock.enter("sampling")  # vLLM's engine: each row's samples are lists of ids, prompts as sent
     clock.count_engine((None, [[5, 6], [3]]), {}, [[[1, 2, 3], [4]], [[5, 6]]])
+    clock.count_engine((None, [[0]]), {}, [[[7]]])  # a new engine's one-token check: not the round's work
     clock.exit()
     assert clock.tokens["collection"] == 16 + 6 and clock.prompts["collection"] == {(5, 6), (7, 8, 9), (3,)}
 
