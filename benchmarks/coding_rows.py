@@ -91,9 +91,14 @@ def _seconds(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _speedup(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def markdown(results: Dict[str, Any]) -> str:
-    """The phase table and what each side did (joint answers scored, tokens sampled, pairs, updates)."""
-    p = results["plan"]
+    """The phase table (with a column for ours with vLLM when that side ran) and what each side did
+    (joint answers scored, tokens sampled, pairs, updates)."""
+    p, vllm = results["plan"], bool(results.get("vllm"))
     lines = [
         "### One round of the coding task: SmolLM2-135M-Instruct",
         "",
@@ -107,14 +112,12 @@ def markdown(results: Dict[str, Any]) -> str:
             else "."
         ),
         "",
-        "| phase | ours (s) | reference (comlrl 1.4.3) (s) | speed-up | ours with vLLM (s) | speed-up |",
-        "|---|---|---|---|---|---|",
+        "| phase | ours (s) | reference (comlrl 1.4.3) (s) | speed-up |" + (" ours with vLLM (s) | speed-up |" * vllm),
+        "|---|---|---|---|" + "---|---|" * vllm,
     ]
     for (phase, mine, other, speedup), engine in zip(phase_rows(results), phase_rows(results, "vllm")):
-        shown = ["-" if v is None else f"{v:.2f}x" for v in (speedup, engine[3])]
-        lines.append(
-            f"| {phase} | {_seconds(mine)} | {_seconds(other)} | {shown[0]} | {_seconds(engine[1])} | {shown[1]} |"
-        )
+        line = f"| {phase} | {_seconds(mine)} | {_seconds(other)} | {_speedup(speedup)} |"
+        lines.append(line + (f" {_seconds(engine[1])} | {_speedup(engine[3])} |" if vllm else ""))
     lines += [
         "",
         "| side | tokens sampled (collection / evaluation) | joint answers scored (collection / evaluation) "

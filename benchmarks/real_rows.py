@@ -206,13 +206,13 @@ def _vllm_table(results: Dict[str, Any]) -> List[str]:
         "| warm-up s (vLLM: the engine's start) | peak RSS (MB) |",
         "|---|---|---|---|---|---|",
     ]
-    for label, result in (("Hugging Face generate()", here), ("Hugging Face generate()", sides.get("hf"))):
+    for result, environment in ((here, "main"), (sides.get("hf"), "vLLM venv")):
         if result:
-            where = f"{'main' if result is here else 'vLLM venv'} ({result['versions']['transformers']})"
+            where = f"{environment} ({result['versions']['transformers']})"
             ratio = _ratio(sides.get("vllm"), result, "per_s")
             shown = "-" if ratio is None else f"{ratio:.2f}x"
             lines.append(
-                f"| {label} | {where} | {_rate(result, 'per_s')} | {shown} | "
+                f"| Hugging Face generate() | {where} | {_rate(result, 'per_s')} | {shown} | "
                 f"{_rate(result, 'warmup_s', 1)} | {_rate(result, 'peak_rss_mb', 0)} |"
             )
     engine = sides.get("vllm")
