@@ -19,8 +19,11 @@ Every run is its own process, one at a time; its peak RSS is the kernel's count 
   the interpreter of a venv with ``comlrl==1.4.3``, see ``refenv.py``).
 
 ``--hold-agent-graphs`` adds our step and iterative rows with ``team.memory.hold_agent_graphs``
-(speed over memory). Writes ``benchmarks/REAL_MEMORY.md`` (and ``real_memory.json``) with the ratio to the
-reference at the same settings. Needs only the standard library until a run starts.
+(speed over memory); ``--materialised-logits`` our step row with ``team.memory.fused_lm_head: false``
+(the ``[positions, 49152]`` float32 logits and their gradient, against the fused, chunked head of the
+default). Writes ``benchmarks/REAL_MEMORY.md`` (and ``real_memory.json``) with the ratio to the
+reference at the same settings; ``--merge`` keeps the saved runs of the rows this run leaves out.
+Needs only the standard library until a run starts.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -173,13 +176,15 @@ def step_pairs(tokenizer, items: List[Dict[str, str]], completion_length: int, s
     return pairs
 
 
-def ours_step(model: str, dataset: str, hold: bool) -> None:
-    """Our MADPO update (``MADPOModule.margins``, the joint loss, fused AdamW) at :data:`STEP`."""
+def ours_step(model: str, dataset: str, hold: bool, materialised: bool = False) -> None:
+    """Our MADPO update (``MADPOModule.margins``, the joint loss, fused AdamW) at :data:`STEP`;
+    ``materialised``: the LM head's logits materialised instead of the fused, chunked head."""
     from comlrl_lightning import MADPOModule, MemoryOptions, TeamOptions
     from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.losses import madpo_loss
 
-    team = TeamOptions(agents=[model] * 2, memory=MemoryOptions(hold_agent_graphs=hold))
+    memory = MemoryOptions(hold_agent_graphs=hold, fused_lm_head=False if materialised else None)
+    team = TeamOptions(agents=[model] * 2, memory=memory)
     module = MADPOModule(team=team, agent_learning_rate=LEARNING_RATE)
     module.configure_model()
     optimizer = module.configure_optimizers()
@@ -272,17 +277,14 @@ def run_rows(options: argparse.Namespace) -> List[Dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="real-memory-") as scratch:
         dataset = Path(scratch) / "humaneval.json"
         dataset.write_text(json.dumps(humaneval_items(ITERATIVE["items"])))
-        plan = [("ours", row, False) for row in options.rows]
-        plan += [("ours", row, True) for row in options.rows if row in HOLDS and options.hold_agent_graphs]
-        if options.reference_python:
-            plan += [("reference", row, False) for row in options.rows if row != "lora"]
-        for side, row, hold in plan:
+        for side, row, variant in plan(options):
             root = Path(tempfile.mkdtemp(dir=scratch))
+            hold, materialised = variant == "hold_agent_graphs", variant == "materialised_logits"
             if side == "ours" and row != "step":
                 command = ours_command(row, options.model, root, dataset, hold)
             else:
                 call = {
-                    ("ours", "step"): f"ours_step({options.model!r}, {str(dataset)!r}, {hold})",
+                    ("ours", "step"): f"ours_step({options.model!r}, {str(dataset)!r}, {hold}, {materialised})",
                     ("reference", "step"): f"reference_step({options.model!r}, {str(dataset)!r})",
                     ("reference", "default"): f"reference_default({options.model!r})",
                     (
@@ -293,15 +295,45 @@ def run_rows(options: argparse.Namespace) -> List[Dict[str, Any]]:
                 script = f"import sys; sys.path.insert(0, {str(HERE)!r}); import real_memory; real_memory.{call}"
                 python = sys.executable if side == "ours" else options.reference_python
                 command = [python, "-c", script]
-            print(f"  {side} {row}{' (hold_agent_graphs)' if hold else ''} ...", end="", flush=True)
+            print(f"  {side} {row}{f' ({variant})' if variant else ''} ...", end="", flush=True)
             result = measure(command, env)
             print(f" {result['peak_rss_gib']:.2f} GiB, {result['seconds']:.0f} s", flush=True)
-            results.append({"side": side, "row": row, "hold_agent_graphs": hold, **result})
+            results.append({"side": side, "row": row, "hold_agent_graphs": hold, "materialised_logits": materialised})
+            results[-1].update(result)
     return results
 
 
-HOLDS = ("iterative", "step")
-"""Rows also measured with ``team.memory.hold_agent_graphs`` (``--hold-agent-graphs``)."""
+def plan(options: argparse.Namespace) -> List[Tuple[str, str, Optional[str]]]:
+    """The runs to make, in order: ``(side, row, variant)``, ``variant`` one of :data:`VARIANTS` or ``None``."""
+    runs: List[Tuple[str, str, Optional[str]]] = [("ours", row, None) for row in options.rows]
+    for variant, rows in VARIANTS.items():
+        if getattr(options, variant):
+            runs += [("ours", row, variant) for row in options.rows if row in rows]
+    if options.reference_python:
+        runs += [("reference", row, None) for row in options.rows if row != "lora"]
+    return runs
+
+
+def merged(saved: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """``saved`` with each run that ``new`` measured again replaced by its new result (new ones appended)."""
+
+    def key(run: Dict[str, Any]) -> Tuple[Any, ...]:
+        return run["side"], run["row"], variant_of(run)
+
+    fresh = {key(run): run for run in new}
+    kept = [fresh.pop(key(run), run) for run in saved]
+    return kept + [run for run in new if key(run) in fresh]
+
+
+def variant_of(run: Dict[str, Any]) -> Optional[str]:
+    """The variant a saved run was measured with (``None``: the default path)."""
+    return next((variant for variant in VARIANTS if run.get(variant)), None)
+
+
+VARIANTS = {"hold_agent_graphs": ("iterative", "step"), "materialised_logits": ("step",)}
+"""Our rows also measured with ``team.memory.hold_agent_graphs`` (``--hold-agent-graphs``) and with the
+LM head's logits materialised (``--materialised-logits``: ``team.memory.fused_lm_head: false``)."""
+LABELS = {"hold_agent_graphs": "hold_agent_graphs", "materialised_logits": "materialised logits"}
 DESCRIPTIONS = {
     "step": "3 MADPO updates, 2 full agents, train batch 4, HumanEval prompts + 128-token completions",
     "default": "configs/madpo.yaml, 2 full agents, 4 candidates, 1 epoch (checkpoints included)",
@@ -323,7 +355,8 @@ def markdown(results: List[Dict[str, Any]], model: str) -> str:
         "|---|---|---|---|---|",
     ]
     for r in results:
-        side = r["side"] + (" (hold_agent_graphs)" if r["hold_agent_graphs"] else "")
+        variant = variant_of(r)
+        side = r["side"] + (f" ({LABELS[variant]})" if variant else "")
         ratio = f"{r['peak_rss_gib'] / reference[r['row']]:.2f}" if r["row"] in reference else "-"
         lines.append(f"| {DESCRIPTIONS[r['row']]} | {side} | {r['peak_rss_gib']:.2f} | {ratio} | {r['seconds']:.0f} |")
     return "\n".join(lines) + "\n"
@@ -339,9 +372,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument(
         "--hold-agent-graphs", action="store_true", help="also our step and iterative rows with held graphs"
     )
+    parser.add_argument("--materialised-logits", action="store_true", help="also our step row with materialised logits")
+    parser.add_argument("--merge", action="store_true", help="keep the saved runs of the rows not measured again")
     parser.add_argument("--output", default=str(HERE / "REAL_MEMORY.md"))
     options = parser.parse_args(argv)
     results = run_rows(options)
+    saved = HERE / "real_memory.json"
+    if options.merge and saved.exists():
+        results = merged(json.loads(saved.read_text()), results)
     Path(options.output).write_text(markdown(results, options.model))
     (HERE / "real_memory.json").write_text(json.dumps(results, indent=1) + "\n")
     print(markdown(results, options.model))

@@ -116,12 +116,15 @@ def _chosen(where: Tuple[Any, ...], rows: Optional[Sequence[str]]) -> bool:
 
 
 def memory_ratios(path: Path = HERE / "real_memory.json") -> Dict[str, float]:
-    """Our peak RSS over the reference's per row of ``real_memory.py``'s last run, and the LoRA team's
-    over full copies (``configs/madpo.yaml``)."""
+    """Our peak RSS over the reference's per row of ``real_memory.py``'s last run, the LoRA team's
+    over full copies (``configs/madpo.yaml``), and the MADPO step's with the fused LM head over the
+    same step with materialised logits (vocabulary 49,152)."""
     if not path.exists():
         return {}
-    rows = [r for r in json.loads(path.read_text()) if not r.get("hold_agent_graphs")]
+    saved = json.loads(path.read_text())
+    rows = [r for r in saved if not r.get("hold_agent_graphs") and not r.get("materialised_logits")]
     peak = {(r["side"], r["row"]): r["peak_rss_gib"] for r in rows}
+    materialised = [r["peak_rss_gib"] for r in saved if r.get("materialised_logits") and r["row"] == "step"]
     ratios = {
         name: peak["ours", row] / peak["reference", row]
         for row, name in MEMORY_ROWS.items()
@@ -129,6 +132,8 @@ def memory_ratios(path: Path = HERE / "real_memory.json") -> Dict[str, float]:
     }
     if ("ours", "lora") in peak and ("ours", "default") in peak:
         ratios["real_lora_over_full_peak_rss_ratio"] = peak["ours", "lora"] / peak["ours", "default"]
+    if materialised and ("ours", "step") in peak:
+        ratios["real_fused_head_peak_rss_ratio"] = peak["ours", "step"] / materialised[0]
     return ratios
 
 

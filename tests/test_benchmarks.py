@@ -276,6 +276,7 @@ def test_ours_and_trl_see_identical_token_ids_and_equal_margins(bench, tmp_path)
     assert views["ours"]["positions"] < views["trl"]["positions"]  # each prompt once, no padding
 
 
+@pytest.mark.slow  # trains end to end: seconds, not milliseconds
 def test_checkpoint_assets_are_copies_once_then_hard_links_between_checkpoints(tmp_path, monkeypatch):
     """benchmarks/checkpoint_space.py on 3 rounds: every checkpoint carries its rounds' files; the first
     checkpoint that carries one copies it from the live file (a live file edited in place never
@@ -314,6 +315,28 @@ def test_real_memory_rows_put_the_config_first_and_divide_by_the_reference(tmp_p
     table = real_memory.markdown(rows, "/models/smol")
     assert "| ours | 4.50 | 0.90 | 10 |" in table and "| ours | 2.00 | - | 5 |" in table
     assert "| reference | 5.00 | 1.00 | 20 |" in table
+
+
+def test_real_memory_plans_the_variants_asked_for_and_a_merge_replaces_only_what_ran_again(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    real_memory = importlib.import_module("real_memory")
+    options = real_memory.argparse.Namespace(
+        rows=["step", "default"], hold_agent_graphs=False, materialised_logits=True, reference_python=None
+    )
+    assert real_memory.plan(options) == [
+        ("ours", "step", None),
+        ("ours", "default", None),
+        ("ours", "step", "materialised_logits"),
+    ]
+    run = lambda side, row, peak, **variant: {"side": side, "row": row, "peak_rss_gib": peak, "seconds": 1, **variant}  # noqa: E731
+    saved = [run("ours", "step", 7.0, hold_agent_graphs=False), run("ours", "step", 8.6, hold_agent_graphs=True)]
+    saved.append(run("reference", "step", 7.9, hold_agent_graphs=False))
+    new = [run("ours", "step", 6.9, materialised_logits=False), run("ours", "step", 9.5, materialised_logits=True)]
+    merged = real_memory.merged(saved, new)
+    assert [r["peak_rss_gib"] for r in merged] == [6.9, 8.6, 7.9, 9.5]
+    table = real_memory.markdown(merged, "/models/smol")
+    assert "| ours (materialised logits) | 9.50 | 1.20 |" in table
+    assert "| ours (hold_agent_graphs) | 8.60 | 1.09 |" in table
 
 
 # ------------------------------------------------------------------------------------------------
@@ -490,6 +513,10 @@ def test_real_memory_ratios_divide_ours_by_the_reference_per_row(bench, tmp_path
     path = tmp_path / "real_memory.json"
     path.write_text(json.dumps(rows))
     assert real_rows.memory_ratios(path) == {"real_step_peak_rss_ratio": 0.8, "real_lora_over_full_peak_rss_ratio": 0.5}
+    rows.append({"side": "ours", "row": "step", "materialised_logits": True, "peak_rss_gib": 10.0})
+    path.write_text(json.dumps(rows))
+    assert real_rows.memory_ratios(path)["real_step_peak_rss_ratio"] == 0.8  # the variant is not the step row
+    assert real_rows.memory_ratios(path)["real_fused_head_peak_rss_ratio"] == 0.4
 
 
 def test_the_cpu_clock_counts_this_process_and_time_steps_uses_the_clock_given(bench):
