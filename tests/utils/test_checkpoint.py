@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata as runtime_reader
 from comlrl_lightning.trainers.configs import MADPOConfig
 from comlrl_lightning.trainers.preference import MADPOTrainer
@@ -9,6 +11,7 @@ from comlrl_lightning.utils import read_checkpoint_metadata
 from comlrl_lightning.utils.checkpoint import read_checkpoint_metadata as module_reader
 
 
+@pytest.mark.slow  # trains end to end: seconds, not milliseconds
 def test_the_reader_is_the_runtimes_and_reads_the_reference_fields(tmp_path):
     assert read_checkpoint_metadata is module_reader is runtime_reader
     trainer = MADPOTrainer(
