@@ -2,6 +2,7 @@
 
     python benchmarks/coding_evidence.py runs/coding_madpo_iter [more run folders: one per seed]
         [--plot docs/assets/coding_evidence.png] [--markdown evidence.md]
+    python benchmarks/coding_evidence.py runs/two_turns --turn 1 --against runs/one_turn    # arm - arm
 
 Reads what a run of ``configs/coding_madpo_iter.yaml`` (or ``coding_marlhf.yaml``) writes:
 
@@ -16,6 +17,8 @@ For each evaluation it prints the four shares with a 95% percentile bootstrap in
 (the same problems resampled on both sides). With several runs (seeds) the problems of all runs are
 pooled per evaluation and the per-seed values are listed too. Per round: pairs, pairs per item,
 the share of the item's comparisons that were ties (dropped), and the raw rewards of the pairs.
+``--against`` another run: the first run minus it at their first and last evaluations, paired by
+problem (two arms of one comparison; ``--against-turn`` picks the other run's turn).
 """
 
 from __future__ import annotations
@@ -170,13 +173,38 @@ def change(runs: List[Dict[int, Dict[str, Dict[str, float]]]]) -> Dict[str, Tupl
     return result
 
 
+def against(
+    run: Dict[int, Dict[str, Dict[str, float]]], other: Dict[int, Dict[str, Dict[str, float]]]
+) -> List[Tuple[str, Dict[str, Tuple[float, float, float]]]]:
+    """``run`` minus ``other`` at their first evaluations and at their last, paired by problem, per
+    metric (two arms of one comparison, e.g. one turn against two at the same token budget)."""
+    compared = []
+    for label, pick in (("first", min), ("last", max)):
+        mine, theirs = run[pick(run)], other[pick(other)]
+        problems = sorted(set(mine) & set(theirs))
+        compared.append(
+            (
+                label,
+                {
+                    m: paired_difference_interval([theirs[p][m] for p in problems], [mine[p][m] for p in problems])
+                    for m in METRICS
+                },
+            )
+        )
+    return compared
+
+
+def _signed(mean: float, low: float, high: float) -> str:
+    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
 def markdown(rows: List[Dict], difference: Dict, rounds: List[List[Dict]]) -> str:
     """The tables the docs page quotes."""
     lines = ["| step | problems | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 2) + "|"]
     for row in rows:
         cells = [f"{row[m][0]:.3f} [{row[m][1]:.3f}, {row[m][2]:.3f}]" for m in METRICS]
         lines.append(f"| {row['step']} | {row['problems']} | " + " | ".join(cells) + " |")
-    cells = [f"{difference[m][0]:+.3f} [{difference[m][1]:+.3f}, {difference[m][2]:+.3f}]" for m in METRICS]
+    cells = [_signed(*difference[m]) for m in METRICS]
     lines.append("| after - before (paired) | | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -234,6 +262,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument(
         "--turn", type=int, default=None, help="a multi-turn run's answers after this turn (default: final)"
     )
+    parser.add_argument(
+        "--against", type=Path, default=None, help="another arm's run folder: the first run minus it, paired by problem"
+    )
+    parser.add_argument("--against-turn", type=int, default=None, help="the other arm's turn (default: final)")
     args = parser.parse_args(argv)
     from comlrl_lightning.tasks.coding.humaneval import load_humaneval
 
@@ -246,6 +278,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print(text)
     for row in rows:
         print(f"step {row['step']}: " + ", ".join(f"{m} per run {row[m + '_per_run']}" for m in METRICS))
+    if args.against is not None:
+        other = evaluations(args.against, items, args.against_turn)
+        lines = [f"| {args.runs[0].name} - {args.against.name} (paired) | evaluation | " + " | ".join(METRICS) + " |"]
+        lines.append("|---|---|" + "---|" * len(METRICS))
+        for label, values in against(runs[0], other):
+            lines.append(f"| | {label} | " + " | ".join(_signed(*values[m]) for m in METRICS) + " |")
+        text += "\n" + "\n".join(lines) + "\n"
+        print("\n".join(lines))
     if args.markdown:
         args.markdown.write_text(text, encoding="utf-8")
     if args.plot:

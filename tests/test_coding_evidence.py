@@ -91,3 +91,15 @@ def test_a_multi_turn_runs_final_answers_by_default_and_any_turns_on_request(evi
     final, first = evidence.evaluations(tmp_path, {}), evidence.evaluations(tmp_path, {}, turn=1)
     assert final[0]["HumanEval/0"]["pass_at_1"] == 1.0 and final[0]["HumanEval/0"]["code_reward_mean"] == 2.0
     assert first[0]["HumanEval/0"]["pass_at_1"] == 0.0 and first[0]["HumanEval/0"]["code_reward_mean"] == 1.0
+
+
+def test_one_arm_against_another_is_paired_by_problem_at_the_first_and_last_evaluations(evidence):
+    def outcomes(reward):
+        return {"pass_at_1": float(reward == 4.0), "code_reward_mean": reward, "parse_rate": 1.0, "calls_aux_rate": 0.0}
+
+    one = {0: {"A": outcomes(1.0), "B": outcomes(2.0)}, 6: {"A": outcomes(4.0), "B": outcomes(2.0)}}
+    two = {0: {"A": outcomes(1.0), "B": outcomes(3.0), "C": outcomes(0.0)}, 6: {"A": outcomes(1.0), "B": outcomes(3.0)}}
+    (first, at_first), (last, at_last) = evidence.against(one, two)
+    assert (first, last) == ("first", "last")
+    assert at_first["code_reward_mean"] == (-0.5, -1.0, 0.0)  # C is in one arm only: left out
+    assert at_last["code_reward_mean"][0] == 1.0 and at_last["pass_at_1"][0] == 0.5
