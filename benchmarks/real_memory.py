@@ -298,8 +298,7 @@ def run_rows(options: argparse.Namespace) -> List[Dict[str, Any]]:
             print(f"  {side} {row}{f' ({variant})' if variant else ''} ...", end="", flush=True)
             result = measure(command, env)
             print(f" {result['peak_rss_gib']:.2f} GiB, {result['seconds']:.0f} s", flush=True)
-            results.append({"side": side, "row": row, "hold_agent_graphs": hold, "materialised_logits": materialised})
-            results[-1].update(result)
+            results.append(dict(side=side, row=row, hold_agent_graphs=hold, materialised_logits=materialised, **result))
     return results
 
 
