@@ -182,15 +182,11 @@ def against(
     for label, pick in (("first", min), ("last", max)):
         mine, theirs = run[pick(run)], other[pick(other)]
         problems = sorted(set(mine) & set(theirs))
-        compared.append(
-            (
-                label,
-                {
-                    m: paired_difference_interval([theirs[p][m] for p in problems], [mine[p][m] for p in problems])
-                    for m in METRICS
-                },
-            )
-        )
+        values = {
+            m: paired_difference_interval([theirs[p][m] for p in problems], [mine[p][m] for p in problems])
+            for m in METRICS
+        }
+        compared.append((label, values))
     return compared
 
 

@@ -276,7 +276,7 @@ def test_ours_and_trl_see_identical_token_ids_and_equal_margins(bench, tmp_path)
     assert views["ours"]["positions"] < views["trl"]["positions"]  # each prompt once, no padding
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_checkpoint_assets_are_copies_once_then_hard_links_between_checkpoints(tmp_path, monkeypatch):
     """benchmarks/checkpoint_space.py on 3 rounds: every checkpoint carries its rounds' files; the first
     checkpoint that carries one copies it from the live file (a live file edited in place never

@@ -32,7 +32,7 @@ TINY = [
 ]
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_the_trainer_is_built_with_atomic_checkpoints_and_never_changed_after(tmp_path):
     """The command line builds its Trainer with what it adds (the checkpoint record, the resumable
     checkpoint, the atomic checkpoint IO, FSDP2 with atomic folders) instead of changing it once built."""
@@ -131,7 +131,7 @@ def test_wandb_offline_logger_runs_without_login(tmp_path, monkeypatch):
     assert runs and runs[0].stat().st_size > 0
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_iterative_config_runs_rounds_and_logs_round_metrics(tmp_path):
     main(
         [
@@ -165,7 +165,7 @@ def test_iterative_config_runs_rounds_and_logs_round_metrics(tmp_path):
     assert train_pairs == [16.0, 16.0]
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_marlhf_config_fits_the_reward_model_then_trains_the_policy(tmp_path):
     import warnings
 
@@ -220,7 +220,7 @@ def test_an_actor_critic_run_from_the_command_line_writes_plain_checkpoints_and_
     assert load_checkpoint_dict(last)["epoch"] == 1
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
     from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.data.replay import ReplayBuffer
@@ -268,7 +268,7 @@ def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
     assert type(load_checkpoint_dict(last)["optimizer_states"][0]["param_groups"][0]["lr"]) is float
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_optimizer_and_scheduler_classes_get_one_group_per_agent(tmp_path, monkeypatch):
     import types
 
@@ -319,7 +319,7 @@ def test_optimizer_and_scheduler_classes_get_one_group_per_agent(tmp_path, monke
     assert [round(g["lr"], 8) for g in optimizer.param_groups] == [0.0001, 0.0002]
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_help_lists_allowed_values_and_no_unusable_options(capsys):
     import pytest
 
@@ -428,7 +428,7 @@ def _one_error_line(capsys, args, code):
     return next(line for line in err.splitlines() if line.startswith("error:"))
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_errors_found_in_setup_are_one_line_with_the_exit_status_of_their_kind(tmp_path, capsys):
     from comlrl_lightning.runtime.folder_lock import FolderLock
 

@@ -57,7 +57,7 @@ def record(step, task_id, passed, total, reward, aux="", main=""):
     }
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_tables_from_a_run_folder(evidence, tmp_path, capsys):
     log = tmp_path / "lightning_logs" / "version_0"
     log.mkdir(parents=True)

@@ -21,7 +21,7 @@ def _example():
     return module
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_modules_in_a_users_own_trainer_with_their_callback_and_logger(tmp_path):
     result = _example().lightning_part(tmp_path)
     assert result["pairs"] > 0 and result["updates"] == result["global_step"] > 0
@@ -35,7 +35,7 @@ def test_madpo_loss_in_a_plain_pytorch_loop_decreases():
     assert losses[-1] < losses[0]
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_bf16_mixed_precision_generates_and_trains_with_float32_log_softmax(tiny_run):
     module, datamodule, trainer = tiny_run(trainer=dict(precision="bf16-mixed", max_epochs=1))
     seen = []
@@ -52,7 +52,7 @@ def test_bf16_mixed_precision_generates_and_trains_with_float32_log_softmax(tiny
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_models_can_be_loaded_in_bfloat16(tiny_run):
     module, datamodule, trainer = tiny_run(model=dict(team=tiny_team(dtype="bfloat16")), trainer=dict(max_epochs=1))
     assert next(module.team.agents[0].parameters()).dtype == torch.bfloat16

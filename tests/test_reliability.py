@@ -19,7 +19,7 @@ from tests.helpers.cli_helpers import TINY_CLI
 from tests.helpers.iterative_run import make_run
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_doctored_snapshot_index_cannot_make_a_resume_delete_outside_the_run(tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -108,7 +108,7 @@ def test_resuming_keeps_the_given_options_and_says_what_changed(tmp_path, caplog
     assert lines == ["resumed with changed options: model.dpo_beta: 0.1 -> 7.0, data.num_train_epochs: 1 -> 2"]
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_base_checkpoint_cannot_resume_an_iterative_data_module(tmp_path):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
     tiny_trainer(tmp_path, max_epochs=1, callbacks=[checkpoint]).fit(
@@ -152,7 +152,7 @@ def test_two_runs_cannot_share_a_replay_folder_and_a_dead_runs_lock_does_not_blo
     assert [p.name for p in replay.glob("iteration_*.json")] == ["iteration_0001.json"]
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_second_run_in_the_same_process_is_refused_and_a_finished_run_releases(tmp_path):
     from comlrl_lightning.runtime.folder_lock import FolderInUseError, FolderLock
 
@@ -229,7 +229,7 @@ def test_a_reward_function_that_raises_inside_is_called_once():
 # Checkpoints on a full disk
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_full_disk_never_leaves_a_torn_checkpoint(tmp_path, monkeypatch):
     import builtins
     import errno
@@ -314,7 +314,7 @@ def test_an_empty_dataset_is_an_error_before_any_model_loads(tmp_path):
 
 
 @pytest.mark.parametrize("escape", ["dotdot", "link"])
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_doctored_model_checkpoint_state_cannot_make_the_next_save_delete_outside(tmp_path, escape):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")

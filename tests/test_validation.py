@@ -153,7 +153,7 @@ def test_agent_devices_forms():
         MADPOModule(team=TeamOptions(agent_devices=["cpu", "cpu", "cpu"]))
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_agent_devices_place_each_agent(tiny_run):
     module, datamodule, trainer = tiny_run(
         model=dict(team=tiny_team(agent_devices=["cpu", "cpu"])), trainer=dict(max_epochs=1)

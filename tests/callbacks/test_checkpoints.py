@@ -96,7 +96,7 @@ def test_the_csv_logger_never_reads_or_writes_a_log_through_a_link(tmp_path):
     assert victim.read_text() == "a,step\n1,0\n"
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_log_files_that_are_hard_links_are_rewritten_without_writing_the_other_name(tmp_path):
     import os
 

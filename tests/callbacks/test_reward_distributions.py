@@ -245,7 +245,7 @@ def observed_run(tmp_path_factory):
     return dict(root=root, built=built, files=_files(root / "reward_distributions"), step=trainer.global_step)
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_every_round_writes_its_record_and_plot(observed_run):
     root, built = observed_run["root"], observed_run["built"]
     directory = root / "reward_distributions"
@@ -269,7 +269,7 @@ def test_every_round_writes_its_record_and_plot(observed_run):
     assert len(built) == 3 and observed_run["step"] == 3 * 2 * 2
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_the_metrics_reach_the_csv_logger_once_per_round(observed_run):
     with open(observed_run["root"] / "csv" / "version_0" / "metrics.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))

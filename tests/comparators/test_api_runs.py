@@ -228,7 +228,7 @@ def test_a_run_against_a_gzip_bomb_peaks_within_100_mb_of_a_normal_run(tmp_path)
     ],
     ids=["extra-body-name", "extra-body-bearer", "extra-body-value", "header-value", "url-path", "another-section"],
 )
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_key_anywhere_in_the_config_stops_the_run_before_any_file_is_written(
     tmp_path, monkeypatch, capfd, where, value, named
 ):

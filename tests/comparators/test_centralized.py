@@ -371,7 +371,7 @@ SOURCES = {
 
 
 @pytest.mark.parametrize("policy", list(SOURCES))
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_iterative_run_with_a_centralized_comparator(tmp_path, policy):
     with FakeProvider("generic") if policy == "api" else nullcontext() as provider:
         _, datamodule = run_centralized(tmp_path, SOURCES[policy](provider.url if provider else None))
@@ -380,7 +380,7 @@ def test_iterative_run_with_a_centralized_comparator(tmp_path, policy):
         assert {b["agent_idx"] for b in provider.bodies()} == {1} and len(provider.bodies()) == 2 * 16
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_centralized_history_comparator_gets_snapshots_from_the_data_module(tmp_path):
     source = HistoryComparator(k=1)
     comparator = CentralizedComparator(source=source, agent_index=1)

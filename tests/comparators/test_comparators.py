@@ -246,7 +246,7 @@ def test_switching_to_the_api_comparator_needs_only_its_own_options(tmp_path, mo
     assert comparator["init_args"]["key_env"] == KEY_ENV and "k" not in comparator["init_args"]
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_switching_to_a_centralized_comparator_wraps_a_source(tmp_path):
     comparator = _switch(
         tmp_path,
@@ -261,7 +261,7 @@ def test_switching_to_a_centralized_comparator_wraps_a_source(tmp_path):
     assert comparator["init_args"]["agent_index"] == 1
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_user_comparator_and_replay_rule_by_import_path_run_end_to_end(tmp_path):
     config = tmp_path / "mine.yaml"
     config.write_text(

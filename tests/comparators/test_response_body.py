@@ -63,7 +63,7 @@ def test_other_codings_and_broken_bytes_are_errors():
         list(decoded_pieces([b"not gzip at all"], "gzip"))
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_bomb_from_a_server_stops_at_the_cap_and_is_not_retried(team):
     with FakeProvider("openai") as provider:
         provider.always = Fault(body=zeros_gzip(256 << 20), headers={"Content-Encoding": "gzip"})

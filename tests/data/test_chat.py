@@ -181,7 +181,7 @@ def test_a_template_that_starts_with_bos_gets_one_bos_in_sampling_and_in_re_toke
 # Runs: a heterogeneous team, centralized teams, rollouts
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_team_with_two_chat_templates_trains_iteratively_and_its_round_files_keep_the_rendered_prompts(tmp_path):
     seen = []
     tokenizers = [tokenizer_with(TEMPLATE_A), tokenizer_with(TEMPLATE_B)]

@@ -160,7 +160,7 @@ def test_the_seed_api_passes_a_dataset_through():
     assert _items(iter(ROWS)) == ROWS
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_the_command_line_takes_a_dataset_with_data_files(tmp_path):
     from comlrl_lightning.cli import run_cli
 

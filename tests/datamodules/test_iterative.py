@@ -151,7 +151,7 @@ def test_sigkill_in_a_round_leaves_no_trusted_file_and_the_resume_redoes_the_rou
         torch.testing.assert_close(weights[key], value, rtol=0, atol=0)
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_resume_fails_at_once_naming_a_missing_or_corrupt_round_file(tmp_path):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -189,7 +189,7 @@ def test_raising_num_iterations_extends_a_finished_run(uninterrupted, tmp_path):
     assert trainer.global_step == uninterrupted["step"] + 2 * 3
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_old_files_in_the_replay_folder_are_never_imported(tmp_path):
     replay = tmp_path / "preference_replay"
     replay.mkdir()
@@ -308,7 +308,7 @@ def _tied_run(root, tied, reload=1, **trainer_options):
         pytest.param({1}, 0, id="middle-round-plain-trainer", marks=pytest.mark.slow),
     ],
 )
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_round_without_pairs_trains_nothing_and_the_run_goes_on(tmp_path, tied, reload):
     """Lightning ends ``fit`` at a training loader of length 0: the empty round must not end the run."""
     module, datamodule, trainer = _tied_run(tmp_path, tied, reload)

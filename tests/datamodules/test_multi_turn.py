@@ -31,7 +31,7 @@ def _records(root, name="iteration_0001.json"):
     return json.loads((Path(root) / "preference_replay" / name).read_text())["pairs"]
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_base_madpo_trains_on_two_turn_trajectories_and_evaluates_every_turn(tmp_path):
     from lightning.pytorch.loggers import CSVLogger
 
@@ -65,7 +65,7 @@ def test_base_madpo_trains_on_two_turn_trajectories_and_evaluates_every_turn(tmp
     assert float(final["eval/turn_1/expected_return"]) == pytest.approx(float(final["eval/turn_2/reward_mean"]))
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_iterative_round_files_hold_every_agents_turns_and_replay_retokenizes_them(tmp_path):
     data = dict(task=tiny_task(turns=TWO_TURNS), num_iterations=2, replay=LambdaDecayReplay(lam=0.5, sample_size=8))
     module, datamodule, trainer = make_run(tmp_path, data=data, max_epochs=2, val_check_interval=100)

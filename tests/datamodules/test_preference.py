@@ -17,7 +17,7 @@ def _weights(module):
     return {k: v.detach().clone() for k, v in module.team.state_dict().items()}
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_collection_builds_pairs_with_token_ids_and_records(tiny_run):
     module, datamodule, trainer = tiny_run()
     trainer.fit(module, datamodule)

@@ -96,7 +96,7 @@ def test_without_vllm_the_generator_says_how_to_install_it(monkeypatch):
         VLLMGenerator()
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_the_command_line_selects_it_or_fails_at_parse_time_without_vllm(tmp_path, monkeypatch, capsys):
     from comlrl_lightning.cli import run_cli
 

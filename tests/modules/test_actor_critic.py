@@ -284,7 +284,7 @@ def test_actor_critic_raises_the_task_reward_and_the_value_loss_falls(tmp_path, 
     assert sum(value_losses[-4:]) < 0.5 * sum(value_losses[:4])
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_critics_and_their_optimizer_state_persist_across_marlhf_rounds(tmp_path):
     seen = []
 
@@ -392,7 +392,7 @@ def test_a_lora_team_in_one_pass_has_the_actor_critic_update_of_one_pass_per_age
         torch.testing.assert_close(gradients[name], value, rtol=1e-4, atol=1e-6, msg=name)
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_bf16_mixed_precision_runs(tmp_path):
     module = MAGRPOModule(
         team=tiny_team(),

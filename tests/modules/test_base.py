@@ -51,7 +51,7 @@ TASK = TaskOptions(train_dataset="embedded", eval_dataset="embedded")
 SIZES = dict(preference_num_candidates=4, preference_pairs_per_sample=4, train_batch_size=8, eval_num_samples=4)
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_plain_trainer_shows_callbacks_one_evaluation_per_epoch_and_none_before_collection(tmp_path):
     seen = WhatACallbackSees()
     module, data = _module(), PreferenceDataModule(task=TASK, num_train_epochs=2, **SIZES, eval_batch_size=4)
@@ -67,7 +67,7 @@ def test_a_plain_trainer_shows_callbacks_one_evaluation_per_epoch_and_none_befor
     assert module.initial_eval_reward is not None  # the module's own evaluation before the first update
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_plain_trainer_runs_every_round_of_an_iterative_data_module(tmp_path):
     seen = WhatACallbackSees()
     data = IterativePreferenceDataModule(task=TASK, num_iterations=2, num_train_epochs=1, **SIZES, eval_batch_size=4)
@@ -129,7 +129,7 @@ class CountsValidations(WhatACallbackSees):
 
 
 @pytest.mark.parametrize("iterative", [False, True], ids=["single-shot", "iterative"])
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_the_readme_snippet_under_a_plain_trainer_evaluates_once_before_training_and_never_in_a_sanity_check(
     iterative, tmp_path
 ):

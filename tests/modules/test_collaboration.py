@@ -213,7 +213,7 @@ def test_parse_failures_are_counted_in_collection_and_evaluation(tmp_path):
 # MARLHF, MAGRPO, LoRA, two processes
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_centralized_marlhf_fits_a_one_agent_reward_model_and_trains(tmp_path):
     module = MARLHFModule(
         team=tiny_team(),
@@ -271,7 +271,7 @@ def test_two_process_centralized_madpo_keeps_the_replicas_identical(tmp_path):
     assert (tmp_path / "rank_0.txt").read_text() == (tmp_path / "rank_1.txt").read_text()
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_the_centralized_configs_parse_and_show_the_collaboration_object(capsys):
     import yaml
 

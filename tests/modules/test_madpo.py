@@ -65,7 +65,7 @@ def test_policy_gradient_steps_skip_non_finite_losses_too(tmp_path, recwarn):
 
 
 @pytest.mark.parametrize("lora, every", [(False, 1), (True, 1), (False, 2)])
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_gradient_checkpointing_recomputes_packed_and_trains_the_same_weights(tiny_run, monkeypatch, lora, every):
     from comlrl_lightning.team import activation_checkpointing as checkpointing
     from comlrl_lightning.team.activation_checkpointing import is_checkpointing

@@ -117,7 +117,7 @@ def test_marlhf_improves_the_task_reward_on_the_embedded_default(tmp_path):
     )
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_magrpo_trains_on_the_plain_task_reward_without_preferences(tmp_path):
     module = MAGRPOModule(
         **{
@@ -145,7 +145,7 @@ def test_magrpo_trains_on_the_plain_task_reward_without_preferences(tmp_path):
     assert torch.isfinite(torch.tensor(fit.callback_metrics["train/loss"].item()))
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_policy_gradient_with_gradient_checkpointing_trains_the_same_weights(tmp_path):
     """Rollouts are sampled in eval mode (prompts still shared); their packed scoring with grad and
     the reference KL recompute the checkpointed layers in backward."""

@@ -114,7 +114,7 @@ def test_a_restored_optimizer_gets_the_new_rates_and_a_schedule_continues_from_i
     assert scheduled.param_groups[0]["lr"] == pytest.approx(0.4 * 0.75)  # the schedule goes on with the new base
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_plain_lightning_resume_follows_the_same_rule(tmp_path, caplog):
     """``Trainer.fit(ckpt_path=...)`` with neither the CLI nor the seed API: the module's own hook lists the
     changes, the new sampling and learning rate are used; another team is refused before any step."""

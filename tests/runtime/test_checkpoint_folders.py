@@ -47,7 +47,7 @@ def one_round(tmp_path_factory):
     return dict(root=root, trainer=trainer, victim=victim)
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_staging_folders_are_fresh_and_a_planted_link_is_never_followed(one_round):
     root, victim = one_round["root"], one_round["victim"]
     assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]  # nothing written into it or removed from it
@@ -60,7 +60,7 @@ def test_staging_folders_are_fresh_and_a_planted_link_is_never_followed(one_roun
     assert read_checkpoint_metadata(root / "ckpt" / "checkpoint-1")["sequence"] == 1
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_save_checkpoint_never_replaces_a_users_folder_or_another_runs(one_round, tmp_path):
     trainer = one_round["trainer"]
     users = victim_folder(tmp_path / "mine")

@@ -336,7 +336,7 @@ FSDP_TINY = [
     ],
     ids=["one-process", "data-parallel-1-of-2", "auto"],
 )
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_mesh_that_does_not_fit_the_processes_is_named_before_any_process_starts(
     tmp_path, capsys, overrides, sizes, processes
 ):

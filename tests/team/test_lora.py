@@ -154,7 +154,7 @@ def test_checkpointed_lora_agents_recompute_through_their_own_adapter(monkeypatc
     assert not all(torch.allclose(wrong[n], plain[n], rtol=1e-5, atol=1e-7) for n in plain if ".agent_0." in n)
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_reference_log_probs_come_from_the_base_with_adapters_disabled(tmp_path):
     module = MARLHFModule(
         **dict(LORA, num_generations=2, reference_kl=ReferenceKL(), reward_model=RewardModelFit(train_batch_size=8))
@@ -177,7 +177,7 @@ def test_reference_log_probs_come_from_the_base_with_adapters_disabled(tmp_path)
     assert not torch.allclose(trained, original)
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_history_comparator_with_a_lora_team(tmp_path):
     data = dict(
         TINY_DATA,

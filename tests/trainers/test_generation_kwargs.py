@@ -48,7 +48,7 @@ def test_generate_options_reach_collection_the_comparator_and_evaluation(tmp_pat
     assert not any(vowel in text for text in texts + seen for vowel in VOWELS)
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_generate_options_reach_the_rollouts(tmp_path):
     rollouts = []
     trainer = MARLHFTrainer(
@@ -131,7 +131,7 @@ def test_generation_kwargs_a_checkpoint_saved_that_cannot_be_used_are_one_error_
     assert saved_generation_kwargs({"hyper_parameters": {}}, "x") is None
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_beam_search_as_a_generate_option_runs_collection_and_evaluation(tmp_path):
     """``train(num_beams=2)``, as the reference forwards it to generate(): beam sampling in every sampler."""
     torch.manual_seed(0)

@@ -35,7 +35,7 @@ FAITHFUL = [
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_comlrl_script_runs_with_only_its_import_prefix_changed(name, tmp_path, monkeypatch, capsys):
     result = run_here(name, tmp_path, monkeypatch, capsys, SCRIPTS[name])
     assert result

@@ -189,7 +189,7 @@ def _rows(path: Path) -> list:
         return list(csv.DictReader(handle))
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_save_load_and_read_a_checkpoint(tmp_path, monkeypatch):
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")  # nothing is written outside the runs' folders
@@ -212,7 +212,7 @@ def test_save_load_and_read_a_checkpoint(tmp_path, monkeypatch):
         trainer.save_checkpoint(str(tmp_path / "not-a-checkpoint"))
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_checkpoint_of_another_trainer_or_run_is_refused_before_training(tmp_path):
     iterative = madpo_iter(tmp_path / "run", 1)
     iterative.train(checkpoint_dir=str(tmp_path / "ckpt"))
@@ -278,7 +278,7 @@ def test_a_resume_with_changed_options_lists_them_in_one_line_and_they_take_effe
     assert "temperature: 0.9" in hparams and "repetition_penalty: 1.3" in hparams
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_resume_that_changes_the_team_is_refused_before_training_naming_the_option_and_both_values(tmp_path):
     from comlrl_lightning.errors import ConfigurationError
 
@@ -294,7 +294,7 @@ def test_a_resume_that_changes_the_team_is_refused_before_training_naming_the_op
     assert other.trainer is None  # before any Lightning trainer, model load or sampling
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_a_checkpoint_whose_data_state_lacks_a_field_is_one_error_naming_the_file(tmp_path):
     from comlrl_lightning.errors import DataError
 

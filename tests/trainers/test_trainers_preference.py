@@ -241,7 +241,7 @@ def test_marlhf_with_a_critic_model_object(tmp_path):
     assert trainer.trainer.global_step > 0
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_marlhf_iac_with_one_critic_per_agent(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -265,7 +265,7 @@ def test_marlhf_iac_with_one_critic_per_agent(tmp_path):
         )
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_objects_from_python_work(tmp_path):
     """Model and tokenizer objects, a reward callable with a declared range, formatter callables,
     a reward processor and a ``datasets.Dataset``: what the reference's users pass."""
@@ -504,7 +504,7 @@ def test_wrong_types_to_the_seed_api_are_one_line_errors_naming_the_option(tmp_p
     assert not (Path.cwd() / "None").exists() and not (tmp_path / "None").exists()
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_the_seed_api_trains_madpo_on_two_turns_with_its_external_transition(tmp_path):
     """``num_turns``, ``discount``, ``early_termination_threshold`` and ``external_transition`` (the
     reference's names) become the task's turns; the run collects and trains on trajectory pairs."""

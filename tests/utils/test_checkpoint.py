@@ -11,7 +11,7 @@ from comlrl_lightning.utils import read_checkpoint_metadata
 from comlrl_lightning.utils.checkpoint import read_checkpoint_metadata as module_reader
 
 
-@pytest.mark.slow  # trains end to end: seconds, not milliseconds
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_the_reader_is_the_runtimes_and_reads_the_reference_fields(tmp_path):
     assert read_checkpoint_metadata is module_reader is runtime_reader
     trainer = MADPOTrainer(
