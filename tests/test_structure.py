@@ -29,6 +29,8 @@ LAYERS = {
     "tasks": 8,  # built-in tasks, chosen by import path: nothing in the package imports them
     "trainers": 9,
     "utils": 9,  # the reference's comlrl.utils names for seed-API scripts
+    "export": 9,  # comlrl-lightning export: a checkpoint's team as Hugging Face folders
+    "environment_report": 9,  # comlrl-lightning env
     "cli": 10,
     "__main__": 11,
     "__init__": 11,

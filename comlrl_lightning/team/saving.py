@@ -1,16 +1,35 @@
-"""A team's agents as Hugging Face folders (the seed API's ``save_model``), each written atomically."""
+"""A team's agents as Hugging Face folders (the seed API's ``save_model``, the ``export`` command),
+each written atomically."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.runtime.files import ensure_writable_folder, swap_folder
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.team.lora import LoraAgent
+
+LoraLayout = Literal["merged", "adapter", "merged_and_adapter"]
+"""How a LoRA agent is written: its base with the adapter merged in (a plain model folder), the adapter
+alone (a peft folder naming its base), or the merged model with the adapter alone in ``adapter/``."""
+
+
+def write_agent_folder(agent: Any, tokenizer: Any, folder: Path, lora_layout: LoraLayout = "merged") -> None:
+    """Write ``folder`` (which must not exist yet): the agent's ``save_pretrained`` folder (weights,
+    config, generation config) and its tokenizer. A LoRA agent as ``lora_layout`` says; its adapter
+    folder holds the base's generation config too, so every folder says how its model samples."""
+    if isinstance(agent, LoraAgent) and lora_layout == "adapter":
+        agent.save_adapter(folder)  # adapter_config.json names the base (its folder or hub id)
+        agent.get_base_model().generation_config.save_pretrained(folder)
+    else:
+        agent.save_pretrained(folder)
+        if isinstance(agent, LoraAgent) and lora_layout == "merged_and_adapter":
+            agent.save_adapter(folder / "adapter")  # for peft's AutoPeftModelForCausalLM
+    tokenizer.save_pretrained(folder)
 
 
 def save_team_folders(team: Any, output_dir: str) -> None:
@@ -29,10 +48,7 @@ def save_team_folders(team: Any, output_dir: str) -> None:
     for agent, tokenizer, target in zip(team.agents, team.tokenizers, targets):
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
         try:
-            agent.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-            if isinstance(agent, LoraAgent):  # and its adapter alone, for peft's AutoPeftModelForCausalLM
-                agent.save_adapter(staging / "adapter")
-            swap_folder(staging, target)  # a previous agent folder is replaced as a whole
+            write_agent_folder(agent, tokenizer, staging / "agent", "merged_and_adapter")
+            swap_folder(staging / "agent", target)  # a previous agent folder is replaced as a whole
         finally:
             shutil.rmtree(staging, ignore_errors=True)
