@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union, overload
 
-from comlrl_lightning.errors import ConfigurationTypeError, DataError
+from comlrl_lightning.data.file_bounds import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_RATIO,
+    FileBounds,
+    check_data_files,
+    local_files_under,
+)
+from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError, DataError
 from comlrl_lightning.runtime.files import read_bounded
 from comlrl_lightning.runtime.paths import require_local
 
@@ -45,12 +52,29 @@ class HFDataset:
         split: the split to read (``None``: the data module's ``dataset_split`` / ``eval_split``; with
             ``data_files`` given as one path or a list, ``train``, the only split ``datasets`` makes of them).
         data_files: the files to read: one path, a list, or a mapping from split name to path(s).
+        max_bytes: the most the local data files (``data_files``, or a local folder's files) may
+            hold together once decompressed; checked before ``datasets`` reads them (default 4 GiB).
+        max_ratio: the most a compressed data file may expand, as a multiple of its own size, once
+            past 64 MiB (default 100: a compression bomb, not data).
     """
 
     path: str
     name: Optional[str] = None
     split: Optional[str] = None
     data_files: Optional[DataFiles] = None
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_ratio: float = DEFAULT_MAX_RATIO
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes <= 0:
+            raise ConfigurationError(f"HFDataset max_bytes must be a positive number of bytes, not {self.max_bytes!r}.")
+        if isinstance(self.max_ratio, bool) or not isinstance(self.max_ratio, (int, float)) or not self.max_ratio > 0:
+            raise ConfigurationError(f"HFDataset max_ratio must be a positive number, not {self.max_ratio!r}.")
+
+    @property
+    def bounds(self) -> FileBounds:
+        """The bounds its local data files are checked against."""
+        return FileBounds(max_bytes=self.max_bytes, max_ratio=float(self.max_ratio))
 
 
 class ItemSet:
@@ -159,6 +183,7 @@ def _load(spec: HFDataset, default_split: str, option: str) -> Any:
         return (
             _split_of(saved, spec.split or default_split, option) if isinstance(saved, datasets.DatasetDict) else saved
         )
+    check_data_files(_local_data_files(spec), option, spec.bounds)
     split = spec.split
     if split is None:
         split = default_split if spec.data_files is None or isinstance(spec.data_files, dict) else "train"
@@ -184,6 +209,26 @@ def _patterns(data_files: Optional[DataFiles]) -> List[str]:
     if isinstance(data_files, dict):
         return [pattern for value in data_files.values() for pattern in _patterns(value)]
     return [str(data_files)] if isinstance(data_files, (str, os.PathLike)) else [str(p) for p in data_files]
+
+
+def _local_data_files(spec: HFDataset) -> List[Path]:
+    """The local files ``datasets`` reads for ``spec``: its ``data_files`` patterns as ``datasets``
+    resolves them (from the dataset's folder, else the working folder), or the files under its
+    folder; a pattern that matches no local file is left to ``datasets`` (a hub file, or its error)."""
+    from datasets.data_files import resolve_pattern
+
+    folder = Path(spec.path).expanduser()
+    if spec.data_files is None:
+        return local_files_under(folder) if folder.is_dir() else []
+    base = str(folder) if folder.is_dir() else os.getcwd()
+    files: Dict[str, Path] = {}
+    for pattern in _patterns(spec.data_files):
+        try:
+            matches = resolve_pattern(pattern, base)
+        except FileNotFoundError:
+            continue
+        files.update((match, Path(match)) for match in matches if Path(match).is_file())
+    return list(files.values())
 
 
 def _load_saved(folder: Path, option: str) -> Any:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import codecs
 import copy
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +17,7 @@ from comlrl_lightning.data.chat import (
 )
 from comlrl_lightning.data.item_sources import HFDataset, ItemSet, load_dataset_items
 from comlrl_lightning.data.oracle import CallableSpec, Oracle, resolve_callable
+from comlrl_lightning.data.task_files import read_json, read_jsonl, task_file_format
 from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.defaults import (
     EMBEDDED,
@@ -28,7 +27,7 @@ from comlrl_lightning.defaults import (
     WRITER_TEMPLATE,
     toy_items,
 )
-from comlrl_lightning.errors import ConfigurationError, DataError, MissingPathError
+from comlrl_lightning.errors import ConfigurationError, DataError
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.validation import require
 
@@ -48,7 +47,8 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
     """Task items from a Python list, a ``.json``/``.jsonl`` file, a Hugging Face dataset, or ``"embedded"``.
 
     A JSON file holds a list of objects (or ``{"items": [...]}``); a JSONL file one object per line;
-    both become a list. Any other string (a hub name, a local dataset folder, a folder written by
+    both become a list, and both may be compressed (``items.jsonl.gz``; read under the bounds of
+    :mod:`~comlrl_lightning.data.file_bounds`). Any other string (a hub name, a local dataset folder, a folder written by
     ``save_to_disk``), an :class:`~comlrl_lightning.data.HFDataset` (with a configuration
     ``name``, ``data_files``, a ``split``) or a ``datasets.Dataset`` is read as a dataset and served
     without copying (:class:`~comlrl_lightning.data.item_sources.DatasetItems`); ``split`` is its split
@@ -64,10 +64,10 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
         items = list(source.items())
     elif text == EMBEDDED:
         items = toy_items(16 if role == "train" else 32, TOY_TRAIN_SEED if role == "train" else TOY_EVAL_SEED)
-    elif text is not None and text.endswith(".jsonl"):
-        items = _read_jsonl(Path(text), option)
-    elif text is not None and text.endswith(".json"):
-        payload = _read_json(Path(text), option)
+    elif text is not None and task_file_format(text) == "jsonl":
+        items = read_jsonl(Path(text), option)
+    elif text is not None and task_file_format(text) == "json":
+        payload = read_json(Path(text), option)
         if isinstance(payload, dict):
             if not isinstance(payload.get("items"), list):
                 raise DataError(f'{option}: {source} holds an object; expected a list of items or {{"items": [...]}}.')
@@ -85,56 +85,6 @@ def load_items(source: ItemSource, split: str = "train", role: str = "train") ->
 
 def _is_path(source: Any) -> bool:
     return isinstance(source, (str, os.PathLike))
-
-
-def _read_bytes(path: Path, option: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise MissingPathError(f"{option}: {path} does not exist.") from None
-    except IsADirectoryError:
-        raise DataError(f"{option}: {path} is a folder; a .json or .jsonl task file is a file.") from None
-
-
-def _read_jsonl(path: Path, option: str) -> List[Any]:
-    """One JSON value per non-blank line (a UTF-8 byte-order mark before the first is allowed); a
-    line that is not UTF-8 or not JSON is named by file and line."""
-    items = []
-    for number, raw in enumerate(_read_bytes(path, option).split(b"\n"), start=1):
-        line = _decode(raw[3:] if number == 1 and raw.startswith(codecs.BOM_UTF8) else raw, path, option, number)
-        if not line.strip():
-            continue
-        try:
-            items.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise DataError(
-                f"{option}: {path} line {number}: not valid JSON ({error.msg}, column {error.colno})."
-            ) from None
-    return items
-
-
-def _read_json(path: Path, option: str) -> Any:
-    """The JSON value of a file (a UTF-8 byte-order mark is allowed), errors named by file and line."""
-    data = _read_bytes(path, option)
-    data = data[3:] if data.startswith(codecs.BOM_UTF8) else data
-    lines = data.split(b"\n")
-    text = "\n".join(_decode(line, path, option, number) for number, line in enumerate(lines, start=1))
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DataError(
-            f"{option}: {path} line {error.lineno}: not valid JSON ({error.msg}, column {error.colno})."
-        ) from None
-
-
-def _decode(line: bytes, path: Path, option: str, number: int) -> str:
-    try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise DataError(
-            f"{option}: {path} line {number}: not UTF-8 (byte 0x{line[error.start]:02x} at byte {error.start + 1} "
-            "of the line); save the file as UTF-8."
-        ) from None
 
 
 class TemplateFormatter:

@@ -262,3 +262,44 @@ def test_an_item_set_gives_its_items_and_a_non_dict_is_named():
         TaskOptions(train_dataset=Broken()).train_items()
     with pytest.raises(NotImplementedError, match="ItemSet must implement items"):
         ItemSet().items()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounds on data files
+
+
+def test_a_gzip_bomb_in_data_files_is_refused_before_datasets_reads_it(tmp_path, monkeypatch):
+    import gzip
+
+    bomb = tmp_path / "data" / "train.jsonl.gz"
+    bomb.parent.mkdir()
+    with gzip.open(bomb, "wb", compresslevel=9) as handle:
+        for _ in range(80):  # 80 MiB of rows in about 150 KB: far past 100:1
+            handle.write(b'{"prompt": "a"}\n' * (1 << 16))
+    assert bomb.stat().st_size < 200_000
+    calls = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: calls.append(args))
+    spec = HFDataset("json", data_files={"train": str(tmp_path / "data" / "*.gz")}, max_bytes=8 << 20, max_ratio=1e6)
+    with pytest.raises(DataError) as error:
+        load_items(spec)
+    message = str(error.value)
+    assert message.startswith(f"train_dataset: {bomb} expands past 8.0 MiB") and "max_bytes" in message, message
+    with pytest.raises(DataError, match=rf"^train_dataset: {bomb} expands more than 100:1"):  # the default ratio
+        load_items(HFDataset("json", data_files=str(bomb)))
+    with pytest.raises(DataError, match=rf"^eval_dataset: {bomb} expands past"):  # a folder's own files too
+        load_items(HFDataset(str(tmp_path / "data"), max_bytes=1 << 20), role="eval")
+    assert calls == []  # refused before datasets was asked
+
+
+def test_data_files_within_the_bounds_load(tmp_path):
+    import gzip
+
+    path = tmp_path / "train.jsonl.gz"
+    path.write_bytes(gzip.compress("".join(json.dumps(row) + "\n" for row in ROWS).encode()))
+    assert list(load_items(HFDataset("json", data_files=str(path), max_bytes=4096))) == ROWS
+
+
+@pytest.mark.parametrize("options", [{"max_bytes": 0}, {"max_bytes": "4GiB"}, {"max_ratio": -1}, {"max_ratio": True}])
+def test_bounds_that_cannot_work_are_named(options):
+    with pytest.raises(ValueError, match=f"HFDataset {next(iter(options))} must be a positive"):
+        HFDataset("json", **options)
