@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type
 
+from comlrl_lightning.runtime.text import one_line_text
 from comlrl_lightning.tasks.coding import launcher, plain_data
 from comlrl_lightning.tasks.coding.plain_data import HEADER, NotPlainData
 from comlrl_lightning.tasks.coding.sandbox import RunLimits, end_processes_of, environment, readable_paths, run_folder
@@ -56,6 +57,52 @@ EXCEPTIONS = {
 DETAIL_CHARS = 300
 
 
+def _message_only(kind: Type[UnicodeError], placeholders: Tuple[Any, ...]) -> Type[UnicodeError]:
+    """A subclass of ``kind`` (whose constructor wants the failing text and positions, which stay in
+    the program's process), made from a message alone and showing it; it keeps ``kind``'s name."""
+
+    def __init__(self: UnicodeError, message: str) -> None:
+        kind.__init__(self, *placeholders, message)  # the message is the ``reason`` field
+
+    def __str__(self: UnicodeError) -> str:
+        return str(getattr(self, "reason", ""))
+
+    namespace = {"__init__": __init__, "__str__": __str__, "__module__": __name__, "__doc__": _message_only.__doc__}
+    return type(kind.__name__, (kind,), namespace)
+
+
+REBUILT = {
+    "UnicodeDecodeError": _message_only(UnicodeDecodeError, ("utf-8", b"", 0, 0)),
+    "UnicodeEncodeError": _message_only(UnicodeEncodeError, ("utf-8", "", 0, 0)),
+    "UnicodeTranslateError": _message_only(UnicodeTranslateError, ("", 0, 0)),
+}
+"""The builtin exceptions whose constructor takes more than a message, rebuilt from one."""
+
+
+def rebuilt_exception(name: str, message: str) -> Exception:
+    """The exception a failed call raises in the trainer for a program's exception named ``name``.
+
+    A builtin exception is rebuilt as itself with ``message`` (so ``except ValueError`` in a check
+    still catches it); ``UnicodeDecodeError``, ``UnicodeEncodeError`` and ``UnicodeTranslateError``
+    as a subclass of theirs (:data:`REBUILT`: every ``except`` that caught the program's catches it);
+    an ``ExceptionGroup`` as an ``ExceptionGroup`` holding one ``Exception`` with ``message`` (its
+    members stay in the program's process: ``except ExceptionGroup`` and ``except* Exception`` catch
+    it, ``except* ValueError`` does not); any other name, or a builtin that cannot be built from a
+    message, as a ``RuntimeError``. Never the ``TypeError`` of a constructor called wrongly.
+    """
+    kind = EXCEPTIONS.get(name)
+    if name in REBUILT:
+        return REBUILT[name](message)
+    if name == "ExceptionGroup" and kind is not None:  # a builtin from Python 3.11 on
+        return kind(message, [Exception(message)])
+    if kind is None:
+        return RuntimeError(message)
+    try:
+        return kind(message)
+    except Exception:  # a builtin constructor that wants more than a message
+        return RuntimeError(message)
+
+
 class ChildStopped(Exception):
     """The program's process has ended (or was ended): every further call fails with this."""
 
@@ -66,7 +113,8 @@ class ChildStopped(Exception):
 
 
 def _text(value: Any, limit: int = DETAIL_CHARS) -> str:
-    return value[:limit] if isinstance(value, str) else ""
+    """A text field of the child's message as one safe line (:func:`one_line_text`), else ``""``."""
+    return one_line_text(value, limit) if isinstance(value, str) else ""
 
 
 def _exit_reason(code: Optional[int]) -> Tuple[str, str]:
@@ -196,7 +244,7 @@ class ChildProcess:
         name, detail = _text(message.get("type"), 60), _text(message.get("detail"))
         if name == "MemoryError":
             self.memory_error = True
-        raise EXCEPTIONS.get(name, RuntimeError)(f"the program raised {detail or name}")
+        raise rebuilt_exception(name, f"the program raised {detail or name}")
 
     __call__ = call
 
@@ -270,7 +318,7 @@ class ChildProcess:
         self._stop(status, detail + (f"; stderr: {tail[-1][:160]}" if tail else ""))
 
     def _stop(self, status: str, detail: str) -> None:
-        self.stopped = ChildStopped(status, detail)
+        self.stopped = ChildStopped(status, one_line_text(detail, DETAIL_CHARS))
         self._kill()
         raise self.stopped
 
