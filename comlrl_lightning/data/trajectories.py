@@ -8,24 +8,35 @@ transitions are all called (and checked) before the next turn is sampled, so a b
 fails before anything of the round is written. A side's sampler is anything with the comparators'
 signature ``sample(items, prompts[item][agent], num_samples) -> completions[agent][item][j]``: the
 team being trained, or any comparator (every later turn asks for one sample per trajectory).
+
+A later turn's prompt (the conversation so far plus the transition's message) can outgrow the
+model's context, which the first-turn check (:func:`~comlrl_lightning.data.task.check_prompts_fit`)
+cannot see. Given a ``context_check``, such a trajectory ends at the last turn that fit, keeps
+what it took, and the turn warns once, naming the first such item, trajectory, agent and excess:
+a long run goes on, and no text of the conversation is cut or changed.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from comlrl_lightning.data.collection import CollectionResult, mean_like_numpy, select_against
 from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.pairs import IterativePairSelection, PairSelection, select_pairs
 from comlrl_lightning.data.trajectory_pairs import SideTurns, TrajectoryPair
 from comlrl_lightning.data.turns import TurnHistory, Turns, call_transition, next_prompt
-from comlrl_lightning.generation.base import Completion, GenerationSettings, Generator, sample_team
+from comlrl_lightning.generation.base import Completion, GenerationSettings, Generator, prompt_overflow, sample_team
 from comlrl_lightning.runtime.rng import RandomStream
 
 Sampler = Callable[[Sequence[Dict[str, Any]], Sequence[Sequence[str]], int], List[List[List[Completion]]]]
 """``sample(items, prompts[item][agent], num_samples) -> completions[agent][item][j]``."""
+
+ContextCheck = Callable[[int, str], Optional[str]]
+"""``check(agent, prompt)``: why agent ``agent`` cannot sample after ``prompt`` within its model's
+context (:func:`~comlrl_lightning.generation.base.prompt_overflow`), ``None`` when it can."""
 
 
 @dataclass
@@ -64,6 +75,13 @@ def team_sampler(generator: Generator, team: Any, settings: GenerationSettings, 
     return sample
 
 
+def team_context_check(team: Any, settings: GenerationSettings) -> ContextCheck:
+    """The context check of ``team``'s agents sampling ``settings.max_new_tokens`` after a prompt
+    (:func:`~comlrl_lightning.generation.base.prompt_overflow`). Both sides of an iterative round
+    are checked with it: the team trains on the comparator's trajectories too."""
+    return lambda agent, prompt: prompt_overflow(team, agent, prompt, settings.max_new_tokens)
+
+
 def sample_trajectories(
     sample: Sampler,
     oracle: Any,
@@ -73,6 +91,7 @@ def sample_trajectories(
     num_candidates: int,
     tokenizers: Callable[[], Sequence[Any]],
     progress: Optional[Any] = None,
+    context_check: Optional[ContextCheck] = None,
 ) -> List[List[Trajectory]]:
     """``trajectories[item][j]``: ``num_candidates`` joint trajectories per item (see the module's docstring).
 
@@ -80,20 +99,13 @@ def sample_trajectories(
     through a chat template (:func:`~comlrl_lightning.data.turns.next_prompt`). ``progress`` (anything
     with ``advance(count)``, e.g. :class:`~comlrl_lightning.runtime.progress.Progress`) advances by one
     per trajectory and turn sampled and scored, and by the turns left of a trajectory that ends early:
-    ``num_turns`` per trajectory in all.
+    ``num_turns`` per trajectory in all. ``context_check`` (``None``: a sampler without a context,
+    e.g. a scripted one) ends a trajectory whose next prompt does not fit (:func:`fitting_prompts`).
     """
     advance = progress.advance if progress is not None else (lambda count: None)
     first = sample(items, first_prompts, num_candidates)
     num_agents = len(first)
-    trajectories = []
-    for k in range(len(items)):
-        count = min(len(first[agent][k]) for agent in range(num_agents))
-        trajectories.append(
-            [
-                Trajectory(prompts=[list(first_prompts[k])], completions=[[first[a][k][j] for a in range(num_agents)]])
-                for j in range(count)
-            ]
-        )
+    trajectories = _first_turns(first_prompts, first)
     active = [(k, j) for k in range(len(items)) for j in range(len(trajectories[k]))]
     _score_turn(oracle, items, trajectories, active)
     advance(len(active))
@@ -106,6 +118,11 @@ def sample_trajectories(
         prompts = [
             _next_prompts(turns, items[k], k, turn - 1, trajectories[k][j], num_agents, tokenizers) for k, j in active
         ]
+        fitting = fitting_prompts(context_check, prompts, active, turn, turns.num_turns)
+        advance((len(active) - len(fitting)) * (turns.num_turns - turn))
+        active, prompts = [active[m] for m in fitting], [prompts[m] for m in fitting]
+        if not active:
+            break
         sampled = sample([items[k] for k, _ in active], prompts, 1)
         # a source that returned nothing for a trajectory (an API comparator's shortfall) ends it here
         answered = [m for m in range(len(active)) if all(sampled[a][m] for a in range(num_agents))]
@@ -118,6 +135,52 @@ def sample_trajectories(
         _score_turn(oracle, items, trajectories, active)
         advance(len(active))
     return trajectories
+
+
+def _first_turns(first_prompts: Sequence[Sequence[str]], first: List[List[List[Completion]]]) -> List[List[Trajectory]]:
+    """Per item, one trajectory per joint candidate ``j`` (as many as every agent has) of ``first[agent][item][j]``."""
+    num_agents = len(first)
+    trajectories = []
+    for k, prompts in enumerate(first_prompts):
+        count = min(len(first[agent][k]) for agent in range(num_agents))
+        trajectories.append(
+            [
+                Trajectory(prompts=[list(prompts)], completions=[[first[a][k][j] for a in range(num_agents)]])
+                for j in range(count)
+            ]
+        )
+    return trajectories
+
+
+def fitting_prompts(
+    check: Optional[ContextCheck],
+    prompts: Sequence[Sequence[str]],
+    active: Sequence[Tuple[int, int]],
+    turn: int,
+    num_turns: int,
+) -> List[int]:
+    """The indices ``m`` of the next prompts ``prompts[m][agent]`` of trajectories ``active[m] =
+    (item, trajectory)`` that every agent can sample within its context (all of them when ``check``
+    is ``None``). The others end before ``turn`` (0-based), with one warning for the turn that names
+    the first of them and its excess."""
+    if check is None:
+        return list(range(len(prompts)))
+    fitting, overflows = [], []
+    for m, per_agent in enumerate(prompts):
+        why = next((reason for agent, prompt in enumerate(per_agent) if (reason := check(agent, prompt))), None)
+        if why is None:
+            fitting.append(m)
+        else:
+            overflows.append((active[m], why))
+    if overflows:
+        (item, trajectory), why = overflows[0]
+        warnings.warn(
+            f"{len(overflows)} of {len(prompts)} trajectories end before turn {turn + 1} of {num_turns}: the next "
+            f"prompt does not fit the context (item {item}, trajectory {trajectory}: {why}); each keeps the turns it "
+            "took. Shorten the transition's messages or lower max_new_tokens.",
+            stacklevel=3,
+        )
+    return fitting
 
 
 def _agent_tokenizer(tokenizers: Callable[[], Sequence[Any]], agent: int) -> Any:
@@ -269,11 +332,14 @@ def pairs_against(
 
 
 __all__ = [
+    "ContextCheck",
     "Sampler",
     "Trajectory",
+    "fitting_prompts",
     "pairs_against",
     "pairs_within",
     "sample_trajectories",
+    "team_context_check",
     "team_sampler",
     "trajectory_pair",
 ]

@@ -20,6 +20,7 @@ from comlrl_lightning.data.trajectories import (
     pairs_against,
     pairs_within,
     sample_trajectories,
+    team_context_check,
     team_sampler,
 )
 from comlrl_lightning.errors import ConfigurationError
@@ -97,7 +98,15 @@ def collect_within(
     with Progress.for_trainer(trainer, "collection sampling", total, "trajectory turn") as progress:
         with module.generation_context():
             sampled = sample_trajectories(
-                module_sampler(module, stream), oracle, task.turns, items, prompts, num_candidates, tokenizers, progress
+                module_sampler(module, stream),
+                oracle,
+                task.turns,
+                items,
+                prompts,
+                num_candidates,
+                tokenizers,
+                progress,
+                team_context_check(module.team, module.generation_settings),
             )
     return pairs_within(sampled, task.turns, _encoder(module), pair_selection, pairs_per_sample, stream)
 
@@ -123,8 +132,17 @@ def collect_against(
     total = len(items) * sum(counts) * task.turns.num_turns
     with Progress.for_trainer(trainer, f"{label} sampling", total, "trajectory turn") as progress:
         with module.generation_context():
+            fits = team_context_check(module.team, module.generation_settings)  # both sides train the team
             current = sample_trajectories(
-                module_sampler(module, stream), oracle, task.turns, items, prompts, counts[0], tokenizers, progress
+                module_sampler(module, stream),
+                oracle,
+                task.turns,
+                items,
+                prompts,
+                counts[0],
+                tokenizers,
+                progress,
+                fits,
             )
             other = sample_trajectories(
                 comparator_sampler(comparator, module),
@@ -135,6 +153,7 @@ def collect_against(
                 counts[1],
                 tokenizers,
                 progress,
+                fits,
             )
     comparator.end_round()
     return pairs_against(current, other, task.turns, _encoder(module), pair_selection, pairs_per_sample, stream)

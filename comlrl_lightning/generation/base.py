@@ -59,6 +59,37 @@ class Completion:
     text: str
 
 
+def agent_context(team: Team, agent: int) -> Optional[int]:
+    """How many positions agent ``agent``'s model reads: its config's ``max_position_embeddings`` or
+    ``n_positions`` (a multimodal config's text model's), ``None`` where the config names neither."""
+    config = getattr(team.agents[agent], "config", None)  # a transformers model's, or a LoRA view's
+    text_config_of = getattr(config, "get_text_config", None)
+    config = text_config_of() if text_config_of is not None else config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or None
+
+
+def context_overflow(length: int, max_new_tokens: int, context: Optional[int], who: str) -> Optional[str]:
+    """Why ``who``'s prompt of ``length`` tokens cannot be sampled from: ``length + max_new_tokens``
+    positions past the model's ``context``, said with the excess; ``None`` when it fits or the
+    context is unknown."""
+    if not context or length + max_new_tokens <= context:
+        return None
+    return (
+        f"{who}'s prompt has {length} tokens; with max_new_tokens={max_new_tokens} that is "
+        f"{length + max_new_tokens - context} more than the model's context of {context}"
+    )
+
+
+def prompt_overflow(team: Team, agent: int, prompt: str, max_new_tokens: int) -> Optional[str]:
+    """:func:`context_overflow` of ``prompt`` as agent ``agent`` of ``team`` encodes it (not
+    tokenized at all where the model names no context)."""
+    context = agent_context(team, agent)
+    if context is None:
+        return None
+    length = len(team.encode_prompts(agent, [prompt])[0])
+    return context_overflow(length, max_new_tokens, context, f"agent {agent}")
+
+
 def completion_from_ids(tokenizer, ids: List[int]) -> Completion:
     """A sampled completion as every generator returns it: ids cut after the first EOS (kept), text
     decoded without special tokens."""
@@ -138,4 +169,13 @@ def sample_team(
     return generator.generate_team(team, per_agent, num_samples, settings, stream)
 
 
-__all__ = ["Completion", "GenerationSettings", "Generator", "completion_from_ids", "sample_team"]
+__all__ = [
+    "Completion",
+    "GenerationSettings",
+    "Generator",
+    "agent_context",
+    "completion_from_ids",
+    "context_overflow",
+    "prompt_overflow",
+    "sample_team",
+]

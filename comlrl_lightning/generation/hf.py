@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, cast
 import torch
 from torch import nn
 
+from comlrl_lightning.errors import DataError
 from comlrl_lightning.generation.base import (
     Completion,
     GenerationSettings,
     Generator,
+    agent_context,
     completion_from_ids,
+    context_overflow,
 )
 from comlrl_lightning.generation.extra_options import PLAIN_GENERATE_ONLY, beam_search, hf_generate_options
 from comlrl_lightning.generation.gqa_decode import packed_decoding
@@ -126,6 +129,18 @@ def device_memory(device: torch.device) -> Optional[int]:
     return None
 
 
+def check_prompts_fit_context(
+    team: Team, agents: Sequence[int], encoded: Sequence[Sequence[int]], max_new_tokens: int
+) -> None:
+    """Every encoded prompt ``encoded[i]`` plus ``max_new_tokens`` fits agent ``agents[i]``'s context,
+    else a :class:`DataError` naming the prompt and the excess (the run checks its prompts, first
+    and later turns, before sampling; this keeps a position-embedding ``IndexError`` out of any other call)."""
+    for index, (agent, prompt) in enumerate(zip(agents, encoded)):
+        why = context_overflow(len(prompt), max_new_tokens, agent_context(team, agent), f"agent {agent}")
+        if why is not None:
+            raise DataError(f"cannot sample prompt {index} of this call: {why}.")
+
+
 class HFGenerator(Generator):
     """Hugging Face ``generate()`` on the agent's own model (the default backend).
 
@@ -209,6 +224,7 @@ class HFGenerator(Generator):
         from seed ``seeds[i]``. Prompts of several agents (a LoRA team's one pass) share calls, each
         row through its own agent's adapter (``plan``'s routed model, else
         :meth:`~comlrl_lightning.team.Team.one_pass_model`); the agents' prompts must then be consecutive."""
+        check_prompts_fit_context(team, agents, encoded, settings.max_new_tokens)
         route = (plan.route if plan is not None else None) or team.one_pass_model
         one_pass = len(set(agents)) > 1
         owner = agents[0] if agents else 0

@@ -15,7 +15,7 @@ from typing import Any, ContextManager, Dict, List, Optional, Protocol, Sequence
 import torch
 
 from comlrl_lightning.data.oracle import score_requests
-from comlrl_lightning.data.trajectories import sample_trajectories, team_sampler
+from comlrl_lightning.data.trajectories import sample_trajectories, team_context_check, team_sampler
 from comlrl_lightning.generation.base import sample_team
 from comlrl_lightning.runtime.distributed import gather_objects
 from comlrl_lightning.runtime.rng import RandomStream
@@ -113,8 +113,9 @@ class TurnEvaluation:
         sampler = team_sampler(self.generator, self.team, self.generation_settings, stream)
         prompts = [task.prompts(item) for item in items]
         with self.generation_context():
+            fits = team_context_check(self.team, self.generation_settings)
             sampled = sample_trajectories(
-                sampler, task.oracle, task.turns, items, prompts, 1, lambda: self.team.tokenizers
+                sampler, task.oracle, task.turns, items, prompts, 1, lambda: self.team.tokenizers, context_check=fits
             )
         trajectories = [per_item[0] for per_item in sampled]
         returns = [task.turns.trajectory_return(t.rewards) for t in trajectories]

@@ -5,9 +5,16 @@ from __future__ import annotations
 import pytest
 
 from comlrl_lightning.data.oracle import Oracle
-from comlrl_lightning.data.trajectories import pairs_against, pairs_within, sample_trajectories
+from comlrl_lightning.data.trajectories import (
+    pairs_against,
+    pairs_within,
+    sample_trajectories,
+    team_context_check,
+    team_sampler,
+)
 from comlrl_lightning.data.turns import TransitionError, Turns
-from comlrl_lightning.generation.base import Completion
+from comlrl_lightning.generation.base import Completion, GenerationSettings
+from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.runtime.rng import RandomStream
 
 
@@ -132,3 +139,52 @@ def test_a_trajectory_the_source_returns_nothing_for_ends_at_its_last_turn():
     turns = Turns(num_turns=2, external_transition=feedback)
     sampled = sample_trajectories(ShortSampler(), Oracle(digit_reward), turns, ITEMS[:1], PROMPTS[:1], 2, lambda: None)
     assert [len(t.rewards) for t in sampled[0]] == [1, 2]
+
+
+def _long_feedback(item, turn, history):
+    return ["m" * 40 if item["prompt"] == "y" else "ok"] * 2
+
+
+def _at_most_40_characters(agent, prompt):
+    return f"agent {agent}'s prompt is {len(prompt) - 40} too long" if len(prompt) > 40 else None
+
+
+def test_a_trajectory_whose_next_prompt_outgrows_the_context_ends_at_its_last_turn_with_a_warning():
+    sampler, counted = ScriptedSampler(), Counted()
+    turns = Turns(num_turns=3, external_transition=_long_feedback)
+    with pytest.warns(UserWarning) as caught:
+        sampled = sample_trajectories(
+            sampler, Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None, counted, _at_most_40_characters
+        )
+    assert [[len(t.rewards) for t in per_item] for per_item in sampled] == [[3, 3], [1, 1]]
+    assert [call[0] for call in sampler.calls] == [2, 2, 2]  # item 1's trajectories were never sampled again
+    assert sum(counted.steps) == 4 * 3  # their skipped turns still count
+    assert str(caught[0].message).startswith(
+        "2 of 4 trajectories end before turn 2 of 3: the next prompt does not fit the context "
+        "(item 1, trajectory 0: agent 0's prompt is 13 too long); each keeps the turns it took."
+    )
+    assert len(caught) == 1  # one warning for the turn, not one per trajectory
+
+
+@pytest.mark.slow  # seconds, not milliseconds: the embedded model samples two turns
+def test_the_embedded_team_ends_a_trajectory_past_its_context_instead_of_failing_in_generate():
+    from comlrl_lightning.team.team import Team
+
+    team = Team(["embedded", "embedded"])  # GPT-2 positions: 512
+    settings = GenerationSettings(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=None)
+    items = [{"prompt": "long a"}, {"prompt": "short b"}]
+    prompts = [[item["prompt"]] * 2 for item in items]
+    turns = Turns(num_turns=2, external_transition="tests.helpers.turn_helpers.long_for_long_items")
+    stream = RandomStream(0)
+    with pytest.warns(UserWarning, match=r"\(item 0, trajectory 0: agent 0's prompt has 40\d\d tokens; with "):
+        sampled = sample_trajectories(
+            team_sampler(HFGenerator(), team, settings, stream),
+            Oracle(lambda a, b: [0.0]),
+            turns,
+            items,
+            prompts,
+            1,
+            lambda: team.tokenizers,
+            context_check=team_context_check(team, settings),
+        )
+    assert [len(per_item[0].rewards) for per_item in sampled] == [1, 2]

@@ -144,3 +144,14 @@ def test_agents_sharded_across_processes_refuse_more_than_one_turn():
     with pytest.raises(ConfigurationError, match="sharded across processes"):
         check_multi_turn(task, module, sharded=True)
     check_multi_turn(tiny_task().build(2), SimpleNamespace(trains_on="items"), sharded=True)  # one turn: anything
+
+
+@pytest.mark.slow  # seconds, not milliseconds: a round trains
+def test_a_turn_message_past_the_context_ends_the_trajectories_and_the_iterative_run_goes_on(tmp_path):
+    long_turns = Turns(num_turns=2, external_transition="tests.helpers.turn_helpers.too_long_for_agent_0")
+    data = dict(task=tiny_task(turns=long_turns), num_iterations=1)
+    module, datamodule, trainer = make_run(tmp_path, data=data, max_epochs=1, val_check_interval=100)
+    with pytest.warns(UserWarning, match=r"trajectories end before turn 2 of 2: .* more than the model's context"):
+        trainer.fit(module, datamodule)  # both sides of the round and the evaluation: no IndexError
+    records = _records(tmp_path)
+    assert records and all(len(record["winner_turn_rewards"]) == 1 for record in records)

@@ -150,3 +150,13 @@ def test_the_automatic_batch_size_keeps_to_the_memory_budget(team, monkeypatch):
     assert pinned.auto_batch_size(team, 0, 20) == 7
     with pytest.raises(ValueError, match=r"memory_budget_gib must be > 0 GiB \(got 0\)"):
         HFGenerator(memory_budget_gib=0)
+
+
+def test_a_prompt_past_the_context_is_a_data_error_naming_it_not_an_index_error_in_generate(team):
+    from comlrl_lightning.errors import DataError
+
+    prompts = [["short", "x " * 600, "short"]]  # agent 1's prompt is past GPT-2's 512 positions
+    with pytest.raises(
+        DataError, match=r"prompt 1 of this call: agent 1's prompt has \d+ tokens; with max_new_tokens=8"
+    ):
+        sample_team(HFGenerator(), team, prompts, 1, SETTINGS, RandomStream(0))

@@ -26,3 +26,14 @@ def one_message(item, turn, history):
 
 def not_text(item, turn, history):
     return ["fine", 7]
+
+
+def long_for_long_items(item, turn, history):
+    """Agent 0 of an item whose prompt starts with "long" is told 4,000 characters (past a small
+    model's context); every other message is short."""
+    return ["x " * 2000 if item["prompt"].startswith("long") else "go on", "go on"]
+
+
+def too_long_for_agent_0(item, turn, history):
+    """Agent 0 is told 4,000 characters after every turn (past the embedded model's 512 positions)."""
+    return ["x " * 2000, "go on"]
