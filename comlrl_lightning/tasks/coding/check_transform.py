@@ -1,13 +1,41 @@
 """An item's trusted ``check``, rewritten so that each of its tests is counted, run in the trainer.
 
-A test is one ``assert`` statement of ``check(candidate)`` whose condition depends on the program:
-it reads ``candidate`` or a name computed from it (followed through assignments, loop targets and
-method calls such as ``results.append(candidate(x))``, to a fixed point). ``assert True, "..."``
-lines and asserts about the item's own data are not tests. Each test is rewritten to record its
-outcome instead of raising, so ``check`` goes on after a failure; a test passes when it ran at least
-once and every one of its executions held (an assert inside a loop is one test). A statement that
-computes from the program and raises (``result = candidate(x)`` when the call fails) is skipped, so
-the asserts after it still run (and fail where they read what it did not assign).
+**What a test is.** One ``assert`` statement of ``check(candidate)`` whose condition depends on a
+*call* of the program: it calls ``candidate`` (or the entry point's name, or a name or helper
+function standing for either), hands it to a function that may call it (``map(candidate, xs)``), or
+reads a name computed from such a call. Names are followed through assignments, loop targets,
+method calls (``results.append(candidate(x))``) and control flow: a name assigned in a branch, a
+loop or a ``try`` whose path depends on a call (``ok = True`` in the ``except ValueError`` of a
+``try`` that calls the candidate) depends on it too, to a fixed point. Asserts that only look at the
+candidate (``assert callable(candidate)``, ``assert candidate is not None``, ``assert candidate``),
+``assert True, "..."`` lines and asserts about the item's own data are not tests. Two more forms
+are: ``assert False`` (any falsy constant) where reaching it depends on a call (the ``else`` of such
+a ``try``), a test that passes unless it is reached; and a ``with`` block whose body calls the
+candidate (``with raises(ValueError): candidate(-1)``), a test that passes when the block
+completes, whatever its context manager decided.
+
+**How a test is counted.** Each test records its outcome instead of stopping ``check``, so the
+check goes on after a failure; a test passes when it ran at least once and every one of its
+executions held (an assert inside a loop is one test). A statement outside the check's own ``try``
+and ``with`` blocks that computes from the program and raises (``result = candidate(x)`` when the
+call fails) is skipped, so the asserts after it still run (and fail where they read what it did not
+assign).
+
+**Python's semantics where the check handles exceptions.** Inside the body of the check's own
+``try`` (one with ``except`` clauses), ``with`` block or nested function, nothing is skipped: an
+exception of the program reaches the check's ``except`` clause or context manager as in Python,
+and a failed test there raises ``AssertionError`` after it is recorded (so the rest of that block
+does not run). A test whose condition raised there holds if the check's own ``except`` clause or
+context manager handles that very exception, and fails if it escapes. A failed test stays failed
+even where the check catches its ``AssertionError``. An exception the caller names as uncatchable
+(the runner's: the program's process has stopped) and the time limit pass through every ``except``
+clause and context manager of the check.
+
+**A time limit.** The check's own time (not counting its calls of the program, which the program's
+limit bounds) is limited: a trace function on the check's line events raises
+:class:`CheckTimeLimit` past :data:`CHECK_TIME_LIMIT`, so a check that loops ends with every test
+failed and a warning naming the item. Time spent inside one C call (``time.sleep``) is seen only
+when it returns.
 
 Besides the test source, ``check`` sees the imports, functions and classes the item's prompt
 defines (HumanEval's tests call helpers such as ``poly`` or ``encode_cyclic`` from it): the
@@ -18,16 +46,43 @@ from __future__ import annotations
 
 import ast
 import functools
+import logging
+import sys
+import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, cast
+from types import FrameType
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Type, cast
 
 from comlrl_lightning.errors import DataError
+from comlrl_lightning.tasks.coding.check_analysis import (
+    Flow,
+    call_flow,
+    callee_functions,
+    is_try,
+)
+
+logger = logging.getLogger("comlrl_lightning.tasks.coding")
 
 RECORD = "__comlrl_record__"
 """The name the rewritten ``check`` calls to record one execution of a test."""
-
+RAISED = "__comlrl_raised__"
+"""... to say that a test's condition raised where the check's own handlers decide."""
+HANDLED = "__comlrl_handled__"
+"""... first in each of the check's ``except`` clauses: the exception being handled was handled."""
+ESCAPED = "__comlrl_escaped__"
+"""... when an exception escapes a block of tests that the rewrite skips."""
+WATCH = "__comlrl_watch__"
+"""... around each of the check's context managers (:class:`_Watched`)."""
 VALUE = "__comlrl_value__"
 ERROR = "__comlrl_error__"
+
+CHECK_TIME_LIMIT = 10.0
+"""Seconds a check may run of its own (its calls of the program not counted)."""
+
+
+class CheckTimeLimit(BaseException):
+    """Raised into a check that ran past its time limit (a ``BaseException``, so the check's
+    ``except Exception`` does not catch it; its bare ``except`` passes it on)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +94,8 @@ class CompiledCheck:
     code: Any  # a code object: the prompt's definitions, then the rewritten test source
     tests: Tuple[str, ...]
     """Each test's ``line N: condition``, in the order of the source."""
+    unless_reached: FrozenSet[int] = frozenset()
+    """The tests that pass unless they are reached (``assert False`` behind a call)."""
 
     @property
     def total(self) -> int:
@@ -52,102 +109,164 @@ class CheckOutcome:
     executions: List[int]
     held: List[bool]
     first_failure: str = ""
+    unless_reached: FrozenSet[int] = frozenset()
 
     @property
     def passed(self) -> int:
-        return sum(1 for count, ok in zip(self.executions, self.held) if count and ok)
+        """Tests that held every time and ran at least once (those that pass unless reached: held)."""
+        return sum(
+            1
+            for index, (count, ok) in enumerate(zip(self.executions, self.held))
+            if ok and (count or index in self.unless_reached)
+        )
 
 
-def _stored_names(node: ast.AST) -> Set[str]:
-    """Names a statement writes: assignment and loop targets, and the object a method call or an
-    item/attribute assignment changes (``x.append(...)``, ``x[i] = ...``)."""
-    names = set()
-    for part in ast.walk(node):
-        if isinstance(part, ast.Name) and isinstance(part.ctx, (ast.Store, ast.Del)):
-            names.add(part.id)
-        elif isinstance(part, (ast.Attribute, ast.Subscript)) and isinstance(part.ctx, ast.Store):
-            base = part.value
-            while isinstance(base, (ast.Attribute, ast.Subscript)):
-                base = base.value
-            if isinstance(base, ast.Name):
-                names.add(base.id)
-        elif isinstance(part, ast.Call) and isinstance(part.func, ast.Attribute):
-            if isinstance(part.func.value, ast.Name):
-                names.add(part.func.value.id)
-    return names
+def task_name(item: Mapping[str, Any]) -> str:
+    """The item's ``task_id`` as errors name it."""
+    task_id = item.get("task_id")
+    return str(task_id) if task_id is not None else "an item without task_id"
 
 
-def _read_names(node: ast.AST) -> Set[str]:
-    return {part.id for part in ast.walk(node) if isinstance(part, ast.Name) and isinstance(part.ctx, ast.Load)}
+# ----------------------------------------------------------------------------------------------
+# The rewrite
 
 
-def _headers(statement: ast.stmt) -> List[ast.AST]:
-    """The parts of a statement that run as one step: a simple statement, or a compound one's header."""
-    if isinstance(statement, (ast.For, ast.AsyncFor)):
-        return [ast.Tuple(elts=[statement.target, statement.iter], ctx=ast.Load())]
-    if isinstance(statement, (ast.With, ast.AsyncWith)):
-        return list(statement.items)
-    if isinstance(statement, (ast.If, ast.While)):
-        return [statement.test]
-    if isinstance(statement, (ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return []
-    return [statement]
+def _statements(source: str) -> List[ast.stmt]:
+    return ast.parse(source).body
 
 
-def tainted_names(check: ast.FunctionDef, entry_point: str = "") -> Set[str]:
-    """The names of ``check`` whose values depend on the program: its first parameter (and the entry
-    point's name, which a test may call too), and every name a statement reading one of them writes,
-    to a fixed point (loops included)."""
-    tainted = {check.args.args[0].arg} | ({entry_point} if entry_point else set())
-    steps = [part for node in ast.walk(check) if isinstance(node, ast.stmt) for part in _headers(node)]
-    steps = [step for step in steps if step is not check]
-    changed = True
-    while changed:
-        changed = False
-        for step in steps:
-            if _read_names(step) & tainted:
-                new = _stored_names(step) - tainted
-                if new:
-                    tainted |= new
-                    changed = True
-    return tainted
+def _call(name: str, *arguments: ast.expr) -> ast.Expr:
+    return ast.Expr(ast.Call(func=ast.Name(name, ast.Load()), args=list(arguments), keywords=[]))
 
 
-def _recorded(index: int, test: ast.Assert) -> ast.stmt:
-    """``assert condition`` as: evaluate it, record test ``index``'s outcome (an error is a failure)."""
-    template = (
-        f"try:\n    {VALUE} = (CONDITION)\nexcept Exception as {ERROR}:\n    {RECORD}({index}, False, {ERROR})\n"
-        f"else:\n    {RECORD}({index}, {VALUE}, None)\n"
-    )
-    statement = cast(ast.Try, ast.parse(template).body[0])
-    cast(ast.Assign, statement.body[0]).value = test.test
-    return ast.copy_location(statement, test)
+def _constant(value: Any) -> ast.expr:
+    return ast.Constant(value)
 
 
-def _skipping(statement: ast.stmt) -> ast.stmt:
-    """``statement`` inside ``try: ... except Exception: pass``."""
-    wrapper = cast(ast.Try, ast.parse("try:\n    pass\nexcept Exception:\n    pass\n").body[0])
+def _assertion_error(test: ast.Assert) -> ast.stmt:
+    """``raise AssertionError(message)``, as the failed ``assert`` itself would."""
+    arguments = [test.msg] if test.msg is not None else []
+    call = ast.Call(func=ast.Name("AssertionError", ast.Load()), args=arguments, keywords=[])
+    return ast.Raise(exc=call, cause=None)
+
+
+def _value_test(index: int, test: ast.Assert, guarded: bool) -> List[ast.stmt]:
+    """``assert condition`` as: evaluate it, record test ``index``'s outcome (an error is a failure).
+    Guarded (where the check's own handlers decide), an error is passed on to them and a failure
+    raises ``AssertionError`` after it is recorded."""
+    if not guarded:
+        template = (
+            f"try:\n    {VALUE} = (CONDITION)\nexcept Exception as {ERROR}:\n    {RECORD}({index}, False, {ERROR})\n"
+            f"else:\n    {RECORD}({index}, {VALUE}, None)\n"
+        )
+        statements = _statements(template)
+    else:
+        template = (
+            f"try:\n    {VALUE} = (CONDITION)\nexcept Exception as {ERROR}:\n    {RAISED}({index}, {ERROR})\n    raise\n"
+            f"if not {RECORD}({index}, {VALUE}, None):\n    pass\n"
+        )
+        statements = _statements(template)
+        cast(ast.If, statements[1]).body = [_assertion_error(test)]
+    cast(ast.Assign, cast(ast.Try, statements[0]).body[0]).value = test.test
+    return statements
+
+
+def _reached_test(index: int, test: ast.Assert, guarded: bool) -> List[ast.stmt]:
+    """``assert False`` as: record test ``index`` as failed (guarded: and raise as the assert would)."""
+    record = _call(RECORD, _constant(index), _constant(False), _constant(None))
+    return [record, _assertion_error(test)] if guarded else [record]
+
+
+def _completion_test(index: int, block: ast.stmt, guarded: bool) -> ast.stmt:
+    """``with ...: body`` as test ``index``: it holds when the block completes."""
+    failed = f"    {RAISED}({index}, {ERROR})\n    raise\n" if guarded else f"    {RECORD}({index}, False, {ERROR})\n"
+    template = f"try:\n    pass\nexcept Exception as {ERROR}:\n{failed}else:\n    {RECORD}({index}, True, None)\n"
+    statement = cast(ast.Try, _statements(template)[0])
+    statement.body = [block]
+    return statement
+
+
+def _skipping(statement: ast.stmt, inside: Sequence[int] = ()) -> ast.stmt:
+    """``statement`` inside ``try: ... except Exception: pass``; the tests ``inside`` it fail when an
+    exception escapes it (the block did not complete, as a check in Python would have stopped)."""
+    failed = f"    {ESCAPED}({ERROR}, {tuple(inside)})\n" if inside else "    pass\n"
+    wrapper = cast(ast.Try, _statements(f"try:\n    pass\nexcept Exception as {ERROR}:\n{failed}")[0])
     wrapper.body = [statement]
-    return ast.copy_location(wrapper, statement)
+    return wrapper
 
 
-class _Rewriter(ast.NodeTransformer):
-    def __init__(self, tainted: Set[str]) -> None:
-        self.tainted = tainted
+@dataclass(frozen=True)
+class _Place:
+    """Where a statement of ``check`` sits: ``guarded`` inside the body of the check's own ``try``
+    (with ``except`` clauses), ``with`` or nested function, where exceptions must reach the check's
+    handlers; ``behind_call`` where whether it runs depends on a call of the program."""
+
+    guarded: bool = False
+    behind_call: bool = False
+
+
+class _Rewriter:
+    def __init__(self, flow: Flow) -> None:
+        self.flow = flow
         self.tests: List[str] = []
+        self.unless_reached: Set[int] = set()
 
-    def visit_Assert(self, node: ast.Assert) -> ast.stmt:
-        if not _read_names(node.test) & self.tainted:
-            return node
-        self.tests.append(f"line {node.lineno}: {ast.unparse(node.test)[:160]}")
-        return _recorded(len(self.tests) - 1, node)
+    def register(self, node: ast.stmt, text: str, unless_reached: bool = False) -> int:
+        self.tests.append(f"line {node.lineno}: {text[:160]}")
+        if unless_reached:
+            self.unless_reached.add(len(self.tests) - 1)
+        return len(self.tests) - 1
 
-    def generic_visit(self, node: ast.AST) -> ast.AST:
-        node = super().generic_visit(node)
-        simple = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)
-        if isinstance(node, simple) and _read_names(node) & self.tainted:
-            return _skipping(node)
-        return node
+    def block(self, statements: List[ast.stmt], place: _Place) -> List[ast.stmt]:
+        return [new for statement in statements for new in self.statement(statement, place)]
+
+    def statement(self, node: ast.stmt, place: _Place) -> List[ast.stmt]:
+        if isinstance(node, ast.Assert):
+            return self.assertion(node, place)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            node.body = self.block(node.body, _Place(guarded=True))  # its caller's handlers decide
+            return [node]
+        governs = self.flow.governs(node)
+        inner = _Place(place.guarded, place.behind_call or governs)
+        first = len(self.tests)
+        if isinstance(node, ast.With):
+            return [self.with_block(node, place, inner, governs)]
+        if is_try(node):
+            self.try_block(cast(ast.Try, node), place, inner)
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                case.body = self.block(case.body, inner)
+        else:
+            for name in ("body", "orelse"):
+                if isinstance(getattr(node, name, None), list):
+                    setattr(node, name, self.block(getattr(node, name), inner))
+        inside = range(first, len(self.tests))
+        return [_skipping(node, inside) if not place.guarded and self.flow.depends(node) else node]
+
+    def assertion(self, node: ast.Assert, place: _Place) -> List[ast.stmt]:
+        if self.flow.depends(node.test):
+            index = self.register(node, ast.unparse(node.test))
+            return [ast.copy_location(part, node) for part in _value_test(index, node, place.guarded)]
+        if place.behind_call and isinstance(node.test, ast.Constant) and not node.test.value:
+            index = self.register(node, ast.unparse(node.test), unless_reached=True)
+            return [ast.copy_location(part, node) for part in _reached_test(index, node, place.guarded)]
+        return [node]
+
+    def with_block(self, node: ast.With, place: _Place, inner: _Place, governs: bool) -> ast.stmt:
+        index = self.register(node, "with " + ", ".join(ast.unparse(item) for item in node.items)) if governs else -1
+        for item in node.items:
+            item.context_expr = _call(WATCH, item.context_expr).value
+        node.body = self.block(node.body, _Place(True, inner.behind_call))
+        if governs:
+            return ast.copy_location(_completion_test(index, node, place.guarded), node)
+        return _skipping(node) if not place.guarded and self.flow.depends(node) else node
+
+    def try_block(self, node: ast.Try, place: _Place, inner: _Place) -> None:
+        node.body = self.block(node.body, _Place(place.guarded or bool(node.handlers), inner.behind_call))
+        for handler in node.handlers:
+            handler.body = [ast.copy_location(_call(HANDLED), handler), *self.block(handler.body, inner)]
+        node.orelse = self.block(node.orelse, inner)
+        node.finalbody = self.block(node.finalbody, place)
 
 
 def _prompt_definitions(prompt: str, entry_point: str) -> List[ast.stmt]:
@@ -161,11 +280,9 @@ def _prompt_definitions(prompt: str, entry_point: str) -> List[ast.stmt]:
     return [node for node in tree.body if isinstance(node, kept) and getattr(node, "name", None) != entry_point]
 
 
-def _field(item: Mapping[str, Any], name: str, task_id: str) -> str:
-    value = item.get(name)
-    if not isinstance(value, str) or not value.strip():
-        raise DataError(f"coding item {task_id}: its {name!r} is missing or empty")
-    return value
+def _parse_error(task_id: str, error: Exception) -> DataError:
+    where = f"line {error.lineno}: " if isinstance(error, SyntaxError) and error.lineno else ""
+    return DataError(f"{task_id}: its test does not parse ({where}{getattr(error, 'msg', error)}).")
 
 
 @functools.lru_cache(maxsize=2048)
@@ -173,52 +290,206 @@ def _compile(task_id: str, prompt: str, test: str, entry_point: str) -> Compiled
     try:
         tree = ast.parse(test)
     except (SyntaxError, ValueError) as error:
-        raise DataError(f"coding item {task_id}: its test does not parse ({error})") from None
+        raise _parse_error(task_id, error) from None
     checks = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "check"]
     if not checks or not checks[-1].args.args:
-        raise DataError(f"coding item {task_id}: its test defines no check(candidate) function")
-    rewriter = _Rewriter(tainted_names(checks[-1], entry_point))
-    checks[-1].body = [rewriter.visit(statement) for statement in checks[-1].body]
+        raise DataError(f"{task_id}: its test defines no check(candidate) function.")
+    check = checks[-1]
+    definitions = _prompt_definitions(prompt, entry_point)
+    helpers = [
+        node
+        for node in definitions + tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is not check
+    ]
+    rewriter = _Rewriter(call_flow(check, callee_functions(helpers, {entry_point})))
+    check.body = rewriter.block(check.body, _Place())
     if not rewriter.tests:
-        raise DataError(f"coding item {task_id}: its check has no assert that depends on the candidate")
-    tree.body = _prompt_definitions(prompt, entry_point) + tree.body
+        raise DataError(
+            f"{task_id}: check(candidate) has no test (an assert whose outcome depends on a call of the candidate)."
+        )
+    tree.body = definitions + tree.body
     code = compile(ast.fix_missing_locations(tree), f"<check of {task_id}>", "exec")
-    return CompiledCheck(task_id=task_id, entry_point=entry_point, code=code, tests=tuple(rewriter.tests))
+    return CompiledCheck(task_id, entry_point, code, tuple(rewriter.tests), frozenset(rewriter.unless_reached))
 
 
 def compile_check(item: Mapping[str, Any]) -> CompiledCheck:
     """``item``'s ``check`` rewritten and compiled (cached); a :class:`DataError` naming the task id
-    when it has no tests, its test does not parse or its ``entry_point`` is missing."""
-    task_id = str(item.get("task_id", "<no task_id>"))
-    entry_point = _field(item, "entry_point", task_id)
-    if not entry_point.isidentifier():
-        raise DataError(f"coding item {task_id}: its entry_point {entry_point[:60]!r} is not a Python name")
-    prompt = item.get("prompt") if isinstance(item.get("prompt"), str) else ""
-    return _compile(task_id, prompt, _field(item, "test", task_id), entry_point)
+    when its ``entry_point`` is not a Python name, its ``test`` is missing or does not parse, or it
+    has no test (the module's docstring says what a test is)."""
+    task_id = task_name(item)
+    entry_point = item.get("entry_point")
+    if not isinstance(entry_point, str) or not entry_point.isidentifier():
+        raise DataError(f"{task_id}: entry_point must name the function the tests call (got {entry_point!r:.60}).")
+    test = item.get("test")
+    if not isinstance(test, str) or not test.strip():
+        raise DataError(f"{task_id}: no test (Python source defining check(candidate)).")
+    prompt = item.get("prompt")
+    return _compile(task_id, prompt if isinstance(prompt, str) else "", test, entry_point)
 
 
-def run_check(compiled: CompiledCheck, candidate: Callable[..., Any]) -> CheckOutcome:
-    """Run ``compiled``'s ``check`` with ``candidate`` (in this process: the item's code is trusted)."""
-    outcome = CheckOutcome(executions=[0] * compiled.total, held=[True] * compiled.total)
+# ----------------------------------------------------------------------------------------------
+# The run
 
-    def record(index: int, value: Any, error: Optional[BaseException]) -> None:
+
+class _Recorder:
+    """Each test's executions and outcome while the rewritten check runs, and the hooks it calls."""
+
+    def __init__(self, compiled: CompiledCheck, uncatchable: Tuple[Type[BaseException], ...]) -> None:
+        self.tests = compiled.tests
+        self.uncatchable = uncatchable
+        self.outcome = CheckOutcome([0] * compiled.total, [True] * compiled.total, "", compiled.unless_reached)
+        self.pending: List[Tuple[int, BaseException]] = []
+        """Tests whose condition raised where the check's own handlers decide, with what it raised."""
+
+    def record(self, index: int, value: Any, error: Optional[BaseException]) -> bool:
+        """One execution of test ``index``: held when ``value`` is true and nothing was raised."""
         try:
             ok = error is None and bool(value)
         except Exception as failure:  # a truth value that raises
             ok, error = False, failure
-        outcome.executions[index] += 1
+        self.outcome.executions[index] += 1
         if not ok:
-            outcome.held[index] = False
-            if not outcome.first_failure:
-                reason = f"{type(error).__name__}: {str(error)[:160]}" if error is not None else "it is false"
-                outcome.first_failure = f"{compiled.tests[index]} -> {reason}"
+            self.fail(index, f"{type(error).__name__}: {str(error)[:160]}" if error is not None else "it is false")
+        return ok
 
+    def fail(self, index: int, reason: str) -> None:
+        self.outcome.held[index] = False
+        if not self.outcome.first_failure:
+            self.outcome.first_failure = f"{self.tests[index]} -> {reason}"
+
+    def raised(self, index: int, error: BaseException) -> None:
+        self.pending.append((index, error))
+
+    def handled(self) -> None:
+        """First in each of the check's ``except`` clauses: the exception it handles was handled."""
+        self.resolve(cast(BaseException, sys.exc_info()[1]))
+
+    def resolve(self, error: BaseException) -> None:
+        """The check's own code handled ``error``: a test whose condition raised it held (one
+        execution); an uncatchable error is raised on, so that no handler of the check runs."""
+        if isinstance(error, self.uncatchable):
+            raise error
+        for index, _ in [entry for entry in self.pending if entry[1] is error]:
+            self.outcome.executions[index] += 1
+        self.pending = [entry for entry in self.pending if entry[1] is not error]
+
+    def escaped(self, error: BaseException, tests: Sequence[int]) -> None:
+        """``error`` escaped a block holding ``tests``, which the rewrite skips: each of them fails once."""
+        self.pending = [entry for entry in self.pending if entry[1] is not error]
+        for index in tests:
+            self.record(index, False, error)
+
+    def watch(self, manager: Any) -> "_Watched":
+        return _Watched(manager, self)
+
+    def finish(self) -> CheckOutcome:
+        """The outcome, once the check has ended: a test whose exception nothing handled failed."""
+        for index, error in self.pending:
+            self.record(index, False, error)
+        self.pending = []
+        return self.outcome
+
+
+class _Watched:
+    """One of the check's context managers, watched: when it suppresses an exception, the check
+    handled it (:meth:`_Recorder.resolve`); it never suppresses an uncatchable one."""
+
+    def __init__(self, manager: Any, recorder: _Recorder) -> None:
+        self.manager, self.recorder = manager, recorder
+
+    def __enter__(self) -> Any:
+        return type(self.manager).__enter__(self.manager)
+
+    def __exit__(self, kind: Any, error: Optional[BaseException], traceback: Any) -> bool:
+        suppressed = bool(type(self.manager).__exit__(self.manager, kind, error, traceback))
+        if error is None or not suppressed:
+            return suppressed
+        if isinstance(error, self.recorder.uncatchable):
+            return False
+        self.recorder.resolve(error)
+        return True
+
+
+class _Deadline:
+    """The check's own time, measured on its line events (a trace function in the calling thread
+    that traces only frames of the check's code); the program's calls are not counted."""
+
+    def __init__(self, seconds: float, filename: str) -> None:
+        self.seconds, self.filename = seconds, filename
+        self.started = time.monotonic()
+        self.outside = 0.0
+
+    def spent(self) -> float:
+        return time.monotonic() - self.started - self.outside
+
+    def trace(self, frame: FrameType, event: str, argument: Any) -> Optional[Callable[..., Any]]:
+        return self.line if frame.f_code.co_filename == self.filename else None
+
+    def line(self, frame: FrameType, event: str, argument: Any) -> Optional[Callable[..., Any]]:
+        if event == "line" and self.spent() > self.seconds:
+            raise CheckTimeLimit(f"the check ran past its {self.seconds:g} s time limit")
+        return self.line
+
+    def excluding(self, candidate: Callable[..., Any]) -> Callable[..., Any]:
+        """``candidate``, its calls' time not counted."""
+
+        def call(*arguments: Any, **keywords: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return candidate(*arguments, **keywords)
+            finally:
+                self.outside += time.monotonic() - started
+
+        return call
+
+
+def run_check(
+    compiled: CompiledCheck,
+    candidate: Callable[..., Any],
+    time_limit: float = CHECK_TIME_LIMIT,
+    uncatchable: Tuple[Type[BaseException], ...] = (),
+) -> CheckOutcome:
+    """Run ``compiled``'s ``check`` with ``candidate`` (in this process: the item's code is trusted).
+
+    Args:
+        compiled: the item's rewritten check (:func:`compile_check`).
+        candidate: the program's entry point (the runner's: a call into the program's process).
+        time_limit: seconds the check may run of its own, its calls of ``candidate`` not counted;
+            past it every test fails and a warning names the item.
+        uncatchable: exceptions the check's own ``except`` clauses and context managers never
+            catch (the runner's: the program's process has stopped).
+    """
+    recorder = _Recorder(compiled, tuple(uncatchable) + (CheckTimeLimit,))
+    deadline = _Deadline(time_limit, compiled.code.co_filename)
+    timed = deadline.excluding(candidate)
     # the entry point's name is the candidate too (a HumanEval test may call the function by name)
-    namespace: Dict[str, Any] = {"__name__": "__check__", RECORD: record, compiled.entry_point: candidate}
+    namespace: Dict[str, Any] = {
+        "__name__": "__check__",
+        RECORD: recorder.record,
+        RAISED: recorder.raised,
+        HANDLED: recorder.handled,
+        ESCAPED: recorder.escaped,
+        WATCH: recorder.watch,
+        compiled.entry_point: timed,
+    }
+    previous = sys.gettrace()
+    sys.settrace(deadline.trace)
     try:
         exec(compiled.code, namespace)
-        namespace["check"](candidate)
+        namespace["check"](timed)
+    except CheckTimeLimit:
+        outcome = recorder.finish()
+        outcome.held = [False] * compiled.total
+        outcome.first_failure = f"check of {compiled.task_id} stopped: it ran past its {time_limit:g} s time limit"
+        logger.warning(
+            "coding item %s: its check ran past its %g s time limit (its own time, not the program's): its tests fail",
+            compiled.task_id,
+            time_limit,
+        )
+        return outcome
     except Exception as error:
-        if not outcome.first_failure:
-            outcome.first_failure = f"check stopped: {type(error).__name__}: {str(error)[:160]}"
-    return outcome
+        if not recorder.outcome.first_failure:
+            recorder.outcome.first_failure = f"check stopped: {type(error).__name__}: {str(error)[:160]}"
+    finally:
+        sys.settrace(previous)
+    return recorder.finish()

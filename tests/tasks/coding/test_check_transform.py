@@ -1,13 +1,18 @@
-"""The rewritten check: which asserts are tests, how each is counted, bad items (no process started)."""
+"""The rewritten check: which asserts are tests, how each is counted, Python's semantics where the
+check handles exceptions, its time limit, bad items (no process started)."""
 
 from __future__ import annotations
 
 import ast
+import logging
+import re
+import time
 
 import pytest
 
 from comlrl_lightning.errors import DataError
-from comlrl_lightning.tasks.coding.check_transform import compile_check, run_check, tainted_names
+from comlrl_lightning.tasks.coding.check_analysis import tainted_names
+from comlrl_lightning.tasks.coding.check_transform import compile_check, run_check
 
 
 def item(test: str, entry_point: str = "f", prompt: str = "", task_id: str = "T/1") -> dict:
@@ -81,7 +86,7 @@ def check(candidate):
     e = [a]
 """
     check = ast.parse(source).body[0]
-    assert tainted_names(check) == {"candidate", "b", "c", "d"}
+    assert tainted_names(check) == {"b", "c", "d"}
 
 
 def test_prompt_helpers_and_the_entry_point_name_are_available_to_the_check():
@@ -94,14 +99,245 @@ def test_prompt_helpers_and_the_entry_point_name_are_available_to_the_check():
 @pytest.mark.parametrize(
     "bad, message",
     [
-        ({"task_id": "T/9", "entry_point": "f", "test": ""}, "T/9: its 'test' is missing"),
-        ({"task_id": "T/9", "entry_point": "f", "test": "def check(c:\n"}, "T/9: its test does not parse"),
-        ({"task_id": "T/9", "test": "def check(c):\n    assert c()\n"}, "T/9: its 'entry_point' is missing"),
-        ({"task_id": "T/9", "entry_point": "f g", "test": "def check(c):\n    assert c()\n"}, "not a Python name"),
+        ({"task_id": "T/9", "entry_point": "f", "test": ""}, "T/9: no test"),
+        ({"task_id": "T/9", "entry_point": "f", "test": "def check(c:\n"}, "T/9: its test does not parse (line 1"),
+        ({"task_id": "T/9", "test": "def check(c):\n    assert c()\n"}, "T/9: entry_point must name"),
+        ({"task_id": "T/9", "entry_point": "f g", "test": "def check(c):\n    assert c()\n"}, "entry_point must name"),
         ({"task_id": "T/9", "entry_point": "f", "test": "x = 1\n"}, "T/9: its test defines no check"),
-        ({"task_id": "T/9", "entry_point": "f", "test": "def check(c):\n    assert True\n"}, "T/9: its check has no"),
+        (
+            {"task_id": "T/9", "entry_point": "f", "test": "def check(c):\n    assert True\n"},
+            "T/9: check(candidate) has no",
+        ),
     ],
 )
 def test_a_bad_item_is_a_data_error_naming_its_task_id(bad, message):
-    with pytest.raises(DataError, match=message.replace("(", r"\(")):
+    with pytest.raises(DataError, match=re.escape(message)):
         compile_check(bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# A test depends on a call of the candidate
+
+
+@pytest.mark.parametrize(
+    "looks_only", ["callable(candidate)", "candidate is not None", "candidate", "getattr(candidate, '__name__')"]
+)
+def test_an_assert_that_reads_the_candidate_without_calling_it_is_no_test(looks_only):
+    with pytest.raises(DataError, match="T/1: check\\(candidate\\) has no test"):
+        compile_check(item(f"def check(candidate):\n    assert {looks_only}\n"))
+    mixed = compile_check(item(f"def check(candidate):\n    assert {looks_only}\n    assert candidate(1) == 2\n"))
+    assert [test.split(":")[0] for test in mixed.tests] == ["line 3"]
+
+
+def test_calls_through_an_alias_a_helper_or_a_function_handed_the_candidate_are_tests():
+    test = """
+def twice(g, x):
+    return g(g(x))
+
+def check(candidate):
+    h = candidate
+    assert h(1) == 2
+    assert list(map(candidate, [1, 2])) == [2, 3]
+    assert twice(candidate, 1) == 3
+    def inner(x):
+        return candidate(x) * 10
+    assert inner(1) == 20
+"""
+    compiled = compile_check(item(test))
+    assert compiled.total == 4
+    assert run_check(compiled, lambda x: x + 1).passed == 4
+    assert run_check(compiled, lambda x: x + 2).passed == 0
+
+
+def test_a_name_set_in_a_try_or_a_branch_that_depends_on_a_call_is_call_dependent():
+    source = """
+def check(candidate):
+    try:
+        candidate(-1)
+        ok = False
+    except ValueError:
+        ok = True
+    if candidate(0) == 1:
+        seen = 'yes'
+    fixed = 3
+    try:
+        pass
+    except ValueError:
+        unrelated = 1
+"""
+    assert tainted_names(ast.parse(source).body[0]) == {"ok", "seen"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Python's semantics where the check handles exceptions
+
+
+def raising_value_error(x):
+    if x < 0:
+        raise ValueError("negative")
+    return x + 1
+
+
+def silent(x):
+    return x + 1
+
+
+def raising_type_error(x):
+    if x < 0:
+        raise TypeError("negative")
+    return x + 1
+
+
+MUST_RAISE = """
+def check(candidate):
+    assert candidate(1) == 2
+    try:
+        candidate(-1)
+        ok = False
+    except ValueError:
+        ok = True
+    assert ok
+    assert candidate(2) == 3
+"""
+
+
+def test_the_must_raise_pattern_passes_a_correct_program_and_fails_a_wrong_one():
+    compiled = compile_check(item(MUST_RAISE))
+    assert compiled.total == 3  # assert ok is a test: ok depends on whether the call raised
+    assert run_check(compiled, raising_value_error).passed == 3
+    wrong = run_check(compiled, silent)
+    assert (
+        wrong.passed == 2 and wrong.held == [True, False, True] and "line 9: ok -> it is false" in wrong.first_failure
+    )
+    other = run_check(compiled, raising_type_error)  # the wrong exception escapes the check's except
+    assert other.passed == 2 and other.held == [True, False, True]
+
+
+ELSE_AND_ASSERT_IN_TRY = """
+def check(candidate):
+    try:
+        candidate(-1)
+    except ValueError:
+        pass
+    else:
+        assert False, "must raise"
+    try:
+        assert candidate(-2) == 0
+    except ValueError:
+        pass
+    try:
+        assert candidate(3) == 4
+        after = True
+    except Exception:
+        after = False
+    assert candidate(0) == 1
+"""
+
+
+def test_assert_false_behind_a_call_and_asserts_inside_try_blocks_keep_pythons_semantics():
+    compiled = compile_check(item(ELSE_AND_ASSERT_IN_TRY))
+    assert compiled.total == 4 and compiled.unless_reached == frozenset({0})
+    right = run_check(compiled, raising_value_error)  # the expected ValueError reaches the except: held
+    assert right.passed == 4 and right.executions == [0, 1, 1, 1]
+    silent_run = run_check(compiled, silent)  # reaches the assert False; candidate(-2) == -1
+    assert silent_run.held == [False, False, True, True]
+    wrong_type = run_check(compiled, raising_type_error)  # escapes both tries: both blocks' tests fail
+    assert wrong_type.held == [False, False, True, True]
+    # a failed test inside a try stays failed though the check's except catches its AssertionError
+    assert run_check(compiled, lambda x: x).held == [False, False, False, False]
+
+
+RAISES = """
+class raises:
+    def __init__(self, kind):
+        self.kind = kind
+    def __enter__(self):
+        return self
+    def __exit__(self, kind, error, traceback):
+        if error is None:
+            raise AssertionError("did not raise")
+        return issubclass(kind, self.kind)
+
+def check(candidate):
+    with raises(ValueError):
+        candidate(-1)
+    with raises(ValueError):
+        assert candidate(-1) == 0
+    assert candidate(1) == 2
+"""
+
+
+def test_a_with_block_that_calls_the_candidate_is_a_test_decided_by_its_context_manager():
+    compiled = compile_check(item(RAISES))
+    assert [test.split(": ", 1)[1] for test in compiled.tests] == [
+        "with raises(ValueError)",
+        "with raises(ValueError)",
+        "candidate(-1) == 0",
+        "candidate(1) == 2",
+    ]
+    assert run_check(compiled, raising_value_error).passed == 4  # the manager suppressed what the assert raised
+    silent_run = run_check(compiled, silent)
+    assert silent_run.held == [False, False, True, True] and "did not raise" in silent_run.first_failure
+    assert run_check(compiled, raising_type_error).held == [False, False, False, True]
+
+
+class Stopped(Exception):
+    """Stands for the runner's ChildStopped: the program's process has ended."""
+
+
+def stopped(x):
+    raise Stopped("timeout: the wall-clock limit")
+
+
+def test_an_uncatchable_exception_passes_through_the_checks_except_and_context_managers():
+    test = """
+import contextlib
+
+def check(candidate):
+    try:
+        candidate(-1)
+        ok = False
+    except Exception:
+        ok = True
+    assert ok
+    with contextlib.suppress(Exception):
+        candidate(-1)
+"""
+    compiled = compile_check(item(test))
+    assert run_check(compiled, stopped).passed == 2  # as Python would: the except catches it
+    outcome = run_check(compiled, stopped, uncatchable=(Stopped,))
+    assert outcome.passed == 0 and outcome.held == [False, False]
+
+
+# ------------------------------------------------------------------------------------------------
+# The check's own time limit
+
+
+LOOPING = """
+def check(candidate):
+    assert candidate(1) == 2
+    while True:
+        try:
+            pass
+        except BaseException:
+            pass
+"""
+
+
+def test_a_check_that_loops_ends_at_its_time_limit_with_every_test_failed_and_a_warning(caplog):
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="comlrl_lightning.tasks.coding"):
+        outcome = run_check(compile_check(item(LOOPING, task_id="Loop/1")), silent, time_limit=0.2)
+    assert time.monotonic() - started < 5
+    assert outcome.passed == 0 and "check of Loop/1 stopped: it ran past its 0.2 s time limit" in outcome.first_failure
+    assert "coding item Loop/1: its check ran past its 0.2 s time limit" in caplog.text
+    assert run_check(compile_check(item(LOOPED)), silent).passed == 3  # the next check runs as before
+
+
+def test_the_time_limit_counts_the_checks_own_time_not_the_programs_calls():
+    def slow(x):
+        time.sleep(0.15)
+        return x + 1
+
+    test = "def check(candidate):\n    for x in range(3):\n        assert candidate(x) == x + 1\n"
+    assert run_check(compile_check(item(test)), slow, time_limit=0.1).passed == 1
