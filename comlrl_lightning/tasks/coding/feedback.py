@@ -23,9 +23,13 @@ import ast
 from typing import Any, List, Mapping, Optional
 
 from comlrl_lightning.data.turns import TurnHistory
+from comlrl_lightning.runtime.text import one_line_text
 from comlrl_lightning.tasks.coding.program import definitions, strip_fences
 from comlrl_lightning.tasks.coding.prompts import AUX_NAME
 from comlrl_lightning.tasks.coding.reward import CodeScore, CooperativeCodeReward, cooperative_code_reward
+
+DETAIL_CHARS = 400
+"""The longest failure (or parser message) an agent reads, in characters."""
 
 
 def syntax_problem(completion: str) -> Optional[str]:
@@ -33,9 +37,9 @@ def syntax_problem(completion: str) -> Optional[str]:
     try:
         ast.parse(strip_fences(completion))
     except SyntaxError as error:
-        return f"line {error.lineno}: {error.msg}"
+        return f"line {error.lineno}: {one_line_text(str(error.msg), DETAIL_CHARS)}"
     except ValueError as error:  # null bytes
-        return str(error)
+        return one_line_text(str(error), DETAIL_CHARS)
     return None
 
 
@@ -51,7 +55,10 @@ def functions_line(completion: str, wanted: str, returns: bool) -> str:
 
 
 def tests_line(score: CodeScore) -> str:
-    """The tests' outcome: ``k/n tests passed`` and the first failure, or why they did not run."""
+    """The tests' outcome: ``k/n tests passed`` and the first failure, or why they did not run. The
+    failure's text (which a program under test partly controls: its exception messages, its
+    stderr) is one line (:func:`one_line_text`): no newline, terminal escape or bidirectional
+    override reaches the model, so no line of this message can be forged."""
     joint, report = score.joint, score.report
     if report is None:
         if not joint.main_returns:
@@ -60,7 +67,7 @@ def tests_line(score: CodeScore) -> str:
     line = f"{report.passed}/{report.total} tests passed"
     if report.passed == report.total and report.total:
         return line + "."
-    detail = report.detail or report.status
+    detail = one_line_text(report.detail or report.status, DETAIL_CHARS)
     return f"{line}; first failure: {detail}."
 
 
