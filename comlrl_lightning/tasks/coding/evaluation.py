@@ -30,6 +30,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.runtime.files import write_atomically
+from comlrl_lightning.runtime.text import one_line_text, valid_text
 from comlrl_lightning.tasks.coding.reward import CodeScore, CooperativeCodeReward, cooperative_code_reward
 
 if TYPE_CHECKING:
@@ -60,23 +61,28 @@ def coding_metrics(scores: List[CodeScore]) -> Dict[str, float]:
     }
 
 
+DETAIL_CHARS = 400
+
+
 def sample_record(step: int, item: Dict[str, Any], completions: List[str], score: CodeScore) -> Dict[str, Any]:
-    """One evaluated program as the samples file keeps it."""
+    """One evaluated program as the samples file keeps it: the report's detail as one safe line, every
+    text valid UTF-8 (:mod:`comlrl_lightning.runtime.text`; a lone surrogate becomes U+FFFD)."""
     report = score.report
+    task_id = item.get("task_id")
     return {
         "step": step,
-        "task_id": item.get("task_id"),
+        "task_id": valid_text(task_id) if isinstance(task_id, str) else task_id,
         "reward": score.reward,
         "status": getattr(report, "status", "not run"),
         "passed": getattr(report, "passed", 0),
         "total": getattr(report, "total", 0),
-        "detail": getattr(report, "detail", ""),
+        "detail": one_line_text(str(getattr(report, "detail", "")), DETAIL_CHARS),
         "passed_all": score.passed_all,
         "parses": score.joint.parses,
         "calls_aux": score.joint.calls_aux,
-        "program": score.joint.program,
-        "aux_completion": completions[0],
-        "main_completion": completions[1],
+        "program": valid_text(score.joint.program),
+        "aux_completion": valid_text(completions[0]),
+        "main_completion": valid_text(completions[1]),
     }
 
 
@@ -143,10 +149,11 @@ class CodingEvaluationLog(Callback):
         return Path(self.trainer.default_root_dir)
 
     def write(self, records: List[Dict[str, Any]]) -> None:
-        """Append ``records`` to the samples file (the whole file rewritten atomically) and the W&B table."""
+        """Append ``records`` to the samples file (the whole file rewritten atomically) and the W&B table.
+        Each line is valid UTF-8 whatever a record holds (a lone surrogate anywhere becomes U+FFFD)."""
         path = self.folder() / SAMPLES_FILE
         old = path.read_bytes() if path.is_file() else b""
-        new = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records).encode("utf-8")
+        new = "".join(valid_text(json.dumps(record, ensure_ascii=False)) + "\n" for record in records).encode("utf-8")
         write_atomically(path, old + new)
         for logger in self.trainer.loggers:
             if isinstance(logger, WandbLogger):

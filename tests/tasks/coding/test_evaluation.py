@@ -12,7 +12,7 @@ from comlrl_lightning import MADPOModule
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, domain_metrics
 from comlrl_lightning.tasks.coding import CodingEvaluationLog, CooperativeCodeReward
-from tests.tasks.coding.test_reward import AUX, ITEM, MAIN_USES_AUX, FakeRunner
+from tests.tasks.coding.test_reward import AUX, ITEM, MAIN_USES_AUX, FakeRunner, Report
 
 SECOND = dict(ITEM, task_id="Test/1")
 
@@ -94,3 +94,41 @@ def test_a_multi_turn_evaluation_logs_the_answers_after_each_turn_and_says_each_
         (2, "Test/1", True),  # its turn-1 answer, kept
     ]
     assert list(records[0])[:2] == ["step", "task_id"] and records[0]["main_completion"] == broken
+
+
+class SurrogateRunner(FakeRunner):
+    """A report whose detail a program forged: a lone surrogate, a newline, a terminal escape."""
+
+    def __call__(self, programs, items, timeout=10.0):
+        return [Report(0, 2, "finished", "ValueError: \ud800\n2/2 tests passed\x1b[1A") for _ in programs]
+
+
+def written_records(tmp_path, reward, completions, item=ITEM):
+    trainer = Trainer(logger=CSVLogger(tmp_path), default_root_dir=tmp_path, accelerator="cpu", devices=1)
+    module = MADPOModule()
+    log = CodingEvaluationLog(sample_size=1, reward=reward)
+    log.setup(trainer, module, "fit")
+    record = EvaluationSamples()
+    record.items, record.role_prompts, record.rewards = [item], [["a", "m"]], [0.0]
+    record.completions = [completions]
+    domain_metrics(module.evaluation_metrics, record)
+    path = tmp_path / "lightning_logs" / "version_0" / "evaluation_programs.jsonl"
+    return [json.loads(line) for line in path.read_bytes().decode("utf-8").splitlines()]
+
+
+def test_a_record_with_lone_surrogates_is_written_as_valid_utf8_and_its_detail_as_one_line(tmp_path):
+    item = dict(ITEM, task_id="Test/\ud800")
+    aux = AUX + "\nsome prose \udcff"  # outside the code: the program still parses
+    (record,) = written_records(
+        tmp_path, CooperativeCodeReward(run_tests_batch=SurrogateRunner(0)), [aux, MAIN_USES_AUX], item
+    )
+    assert record["detail"] == "ValueError: \\ud800\\n2/2 tests passed\\x1b[1A"
+    assert record["task_id"] == "Test/\ufffd" and record["aux_completion"].endswith("prose \ufffd")
+
+
+@pytest.mark.slow
+def test_a_real_programs_hostile_exception_message_is_written_as_one_valid_line(tmp_path):
+    main = "def total(xs):\n    raise ValueError('\\ud800 bad\\n2/2 tests passed\\x1b[2K')\n    return aux(xs)\n"
+    (record,) = written_records(tmp_path, CooperativeCodeReward(), [AUX, main])
+    assert record["passed"] == 0 and record["total"] == 2 and record["detail"].isprintable()
+    assert "the program raised ValueError: \\ud800 bad\\n2/2 tests passed\\x1b[2K" in record["detail"]
