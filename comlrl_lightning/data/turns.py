@@ -29,10 +29,14 @@ from jsonargparse.typing import PositiveInt
 from comlrl_lightning.data.chat import ChatPrompt, conversation_of, render_conversation
 from comlrl_lightning.data.oracle import CallableSpec, function_name, resolve_callable
 from comlrl_lightning.errors import DataError
+from comlrl_lightning.runtime.text import one_line_text, valid_text
 from comlrl_lightning.validation import at_least, number, require
 
 PLAIN_TURN_SEPARATOR = "\n\n"
 """Between an agent's previous response and the next message in the plain-text layout."""
+
+ERROR_CHARS = 300
+"""The longest reason a transition's exception gives in a :class:`TransitionError`, in characters."""
 
 
 class TransitionError(DataError):
@@ -131,12 +135,15 @@ def call_transition(
     transition: Callable, item: Dict[str, Any], turn: int, history: TurnHistory, num_agents: int, index: int
 ) -> List[str]:
     """``transition(item, turn, history)`` checked: one text per agent, else a :class:`TransitionError`
-    naming the transition, the item (its index in the round's items) and the turn."""
+    naming the transition, the item (its index in the round's items) and the turn, in one line.
+    A message's lone surrogates (``"\\ud800"``, which no tokenizer can encode) become U+FFFD
+    (:func:`~comlrl_lightning.runtime.text.valid_text`); its lines and other characters are kept."""
     where = f"external_transition {function_name(transition)} (item {index}, after turn {turn})"
     try:
         messages = transition(item, turn, history)
     except Exception as error:
-        raise TransitionError(f"{where} raised {type(error).__name__}: {error}") from error
+        reason = one_line_text(f"{type(error).__name__}: {error}", ERROR_CHARS)
+        raise TransitionError(f"{where} raised {reason}") from error
     if not isinstance(messages, (list, tuple)) or len(messages) != num_agents:
         got = f"{len(messages)} values" if isinstance(messages, (list, tuple)) else type(messages).__name__
         raise TransitionError(f"{where} must return a list of {num_agents} messages, one per agent (got {got}).")
@@ -145,7 +152,7 @@ def call_transition(
             raise TransitionError(
                 f"{where} returned a {type(message).__name__} for agent {agent}; each message must be a str."
             )
-    return list(messages)
+    return [valid_text(message) for message in messages]
 
 
 def next_prompt(tokenizer: Callable[[], Any], previous: str, response: str, message: str, who: str) -> str:

@@ -110,3 +110,28 @@ def test_chat_rendering_of_turn_two_grows_the_agents_own_conversation():
         {"role": "user", "content": "again"},
     ]
     assert str(second) == "user: write\nassistant: abc\nuser: again\nassistant:"
+
+
+def surrogate_messages(item, turn, history):
+    return ["fine", "line one \ud800\nline two"]
+
+
+def test_a_transitions_lone_surrogates_are_replaced_so_the_tokenizer_takes_the_next_prompt():
+    tokenizer = tokenizer_with(TEMPLATE_A)
+    with pytest.raises(TypeError):  # what the raw message did at the next turn's sampling
+        tokenizer("line one \ud800")
+    messages = call_transition(surrogate_messages, {}, 1, _history(), 2, 5)
+    assert messages == ["fine", "line one \ufffd\nline two"]  # its lines are kept
+    prompt = next_prompt(lambda: tokenizer, "write:", "abc", messages[1], "agent 1")
+    assert tokenizer(prompt)["input_ids"]
+
+
+def test_a_transitions_exception_is_reported_in_one_line():
+    def multi_line(item, turn, history):
+        raise ValueError("first\nsecond\x1b[2K \ud800")
+
+    with pytest.raises(TransitionError) as caught:
+        call_transition(multi_line, {}, 1, _history(), 2, 5)
+    text = str(caught.value)
+    assert "multi_line (item 5, after turn 1) raised ValueError: first\\nsecond\\x1b[2K \\ud800" in text
+    assert text.isprintable()
