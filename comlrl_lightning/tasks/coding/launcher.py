@@ -3,7 +3,8 @@
 The trainer starts ``python -I -S -B -c <stub>`` with plain_data's source and this one, compiled
 in the trainer, as the stub's last argument; the source is the package's, read from its files,
 never the program's. The launcher reads its configuration from the
-trainer's request pipe, then, in order: sets the parent-death signal, the resource limits
+trainer's request pipe, then, in order: sets the parent-death signal, joins the run's cgroup
+(``layers["memory_cgroup"]``: its ``cgroup.procs`` files, made by the trainer), the resource limits
 (soft = hard), opens what the program may read (as ``O_PATH`` descriptors, while it can), gives up
 root for the run's spare uid, enters a user, network and pid namespace where the kernel allows,
 and forks. The forked process (the first of its pid namespace: when it ends, every process of the
@@ -278,9 +279,30 @@ def prepare(config):
     return opened
 
 
-def limit_processes(limit, shared_uid):
+def join_cgroup(procs_files, required):
+    """Move this process into the run's cgroup (before it forks: everything the run starts is
+    inside); whether it joined. One that cannot be joined stops a run that requires it."""
+    for path in procs_files:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
+        except OSError as error:
+            if required:
+                raise SetupError(f"joining the run's cgroup {path}: {error.strerror}") from None
+            return False
+    return bool(procs_files)
+
+
+def limit_processes(limit, shared_uid, in_cgroup):
     """``RLIMIT_NPROC``, set once the run has its own uid or user namespace (where the count starts
-    at the run's own processes); with neither, above the tasks the user runs already."""
+    at the run's own processes); with neither, above the tasks the user runs already. Outside a
+    cgroup (nothing bounds the memory of a run's processes together) the program may start no
+    process or thread: the launcher and the program are the run, and ``RLIMIT_AS`` bounds each."""
+    if not in_cgroup:
+        limit = 1 if shared_uid else 2
     if shared_uid:
         uid = os.getuid()
         for entry in os.listdir("/proc"):
@@ -298,11 +320,14 @@ def main():
     config = receive(requests)
     active = {"spare_uid": False, "landlock": False, "landlock_network": False, "landlock_signals": False}
     try:
+        groups = config["layers"].get("memory_cgroup") or []
+        active["memory_cgroup"] = join_cgroup(groups, config["required"].get("memory_cgroup"))
         opened = prepare(config)
         active["spare_uid"] = config["uid"] is not None
         die_with_parent(parent)  # a change of uid clears the parent-death signal
         active.update(enter_namespaces(config["layers"], config["required"]))
-        limit_processes(config["limits"]["processes"], shared_uid=not (active["spare_uid"] or active["user_namespace"]))
+        shared_uid = not (active["spare_uid"] or active["user_namespace"])
+        limit_processes(config["limits"]["processes"], shared_uid, active["memory_cgroup"])
         child = os.fork()
         if child == 0:
             try:

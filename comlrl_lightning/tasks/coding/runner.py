@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequen
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
 from comlrl_lightning.tasks.coding.check_transform import CheckOutcome, compile_check, run_check
 from comlrl_lightning.tasks.coding.child import ChildProcess, ChildStopped
+from comlrl_lightning.tasks.coding.run_cgroup import RunCgroup, find_parents, remove_stale_groups
 from comlrl_lightning.tasks.coding.sandbox import SLOTS, RunLimits, remove_stale_folders, spare_uid
 
 logger = logging.getLogger("comlrl_lightning.tasks.coding")
@@ -31,7 +32,7 @@ Status = Literal["finished", "timeout", "crash", "output_limit", "memory", "synt
 wall-clock or CPU limit, the program's process died or broke the protocol, too much output (or a
 reply or file over its limit), a ``MemoryError``, a program that does not parse, no entry point."""
 
-LAYERS = ("spare_uid", "user_namespace", "network_namespace", "pid_namespace", "landlock")
+LAYERS = ("spare_uid", "user_namespace", "network_namespace", "pid_namespace", "landlock", "memory_cgroup")
 DETAIL_CHARS = 400
 PROBE = {"task_id": "probe", "entry_point": "probe", "prompt": "", "test": "def check(f):\n    assert f() == 1\n"}
 
@@ -64,9 +65,23 @@ _detected: Optional[Dict[str, Any]] = None
 _detect_lock = threading.Lock()
 
 
+def _run_cgroup(slot: int, limits: RunLimits) -> Optional[RunCgroup]:
+    """A cgroup for a run in ``slot`` (see :mod:`.run_cgroup`), ``None`` where none can be made."""
+    parents = find_parents()
+    if parents is None:
+        return None
+    try:
+        return RunCgroup.for_run(parents, slot, limits.memory_bytes, limits.processes)
+    except OSError as error:
+        logger.debug("test runner: no cgroup for the run: %s", error)
+        return None
+
+
 def _probe(layers: Dict[str, bool], uid_slot: int) -> Optional[Dict[str, bool]]:
     """The layers a probe program reports with ``layers`` wanted (none required), or ``None`` if it failed."""
-    isolation = {"uid": spare_uid(uid_slot) if layers.get("spare_uid", True) else None, "layers": layers}
+    group = _run_cgroup(uid_slot, RunLimits()) if layers.get("memory_cgroup") else None
+    wanted: Dict[str, Any] = {**layers, "memory_cgroup": group.procs_files if group else []}
+    isolation = {"uid": spare_uid(uid_slot) if layers.get("spare_uid", True) else None, "layers": wanted}
     child = ChildProcess("def probe():\n    return 1\n", "probe", 10.0, RunLimits(), {**isolation, "required": {}})
     try:
         child.start()
@@ -76,6 +91,8 @@ def _probe(layers: Dict[str, bool], uid_slot: int) -> Optional[Dict[str, bool]]:
         return None
     finally:
         child.close()
+        if group is not None:
+            group.remove()
 
 
 def _detect() -> Dict[str, Any]:
@@ -83,6 +100,7 @@ def _detect() -> Dict[str, Any]:
     with _detect_lock:
         if _detected is None:
             remove_stale_folders()
+            remove_stale_groups(find_parents())
             with SLOTS.slot() as slot:
                 every = {name: True for name in LAYERS}
                 found = _probe(every, slot) or _probe({**every, "user_namespace": False}, slot)
@@ -102,8 +120,9 @@ def _detect() -> Dict[str, Any]:
 def active_isolation() -> Dict[str, bool]:
     """Which isolation layers the runner uses on this machine (detected once, with a probe program,
     and then required of every run): ``spare_uid``, ``user_namespace``, ``network_namespace``,
-    ``pid_namespace``, ``landlock`` (files), ``landlock_network`` (no TCP bind or connect) and
-    ``landlock_signals`` (no signal to a process outside the run)."""
+    ``pid_namespace``, ``landlock`` (files), ``landlock_network`` (no TCP bind or connect),
+    ``landlock_signals`` (no signal to a process outside the run) and ``memory_cgroup`` (one memory
+    and task limit for all of a run's processes; without it a program may start no process)."""
     return dict(_detect())
 
 
@@ -131,13 +150,26 @@ def _layers_off_for_measurement(*names: str) -> Iterator[None]:
         _switched_off = saved
 
 
-def _isolation(slot: int) -> Dict[str, Any]:
+def _isolation(slot: int, group: Optional[RunCgroup]) -> Dict[str, Any]:
+    """What the run's launcher sets up (``layers``; the cgroup's as its ``cgroup.procs`` files) and
+    must set up (``required``: every layer this machine has, but those switched off to measure)."""
     layers = _detect()
     wanted = {name: layers[name] and name not in _switched_off for name in LAYERS}
-    return {"uid": spare_uid(slot) if layers["spare_uid"] else None, "layers": wanted, "required": wanted}
+    files = group.procs_files if group is not None and wanted["memory_cgroup"] else []
+    return {
+        "uid": spare_uid(slot) if layers["spare_uid"] else None,
+        "layers": {**wanted, "memory_cgroup": files},
+        "required": wanted,
+    }
 
 
-def _report(outcome: CheckOutcome, total: int, stopped: Optional[ChildStopped], memory: bool) -> TestReport:
+def _report(
+    outcome: CheckOutcome, total: int, stopped: Optional[ChildStopped], memory: bool, memory_limit: str = ""
+) -> TestReport:
+    """The report; a crash of a run whose cgroup killed a process for memory (``memory_limit``
+    says the limit) is a ``memory`` stop."""
+    if stopped is not None and stopped.status == "crash" and memory_limit:
+        stopped = ChildStopped("memory", f"over the run's memory limit of {memory_limit}")
     status = cast(Status, stopped.status) if stopped is not None else ("memory" if memory else "finished")
     parts = [stopped.detail] if stopped is not None else []
     if outcome.first_failure and (stopped is None or ChildStopped.__name__ not in outcome.first_failure):
@@ -172,18 +204,25 @@ def run_tests(
     program = _check_program(program)
     if not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
         raise ConfigurationError(f"run_tests: timeout must be in (0, 3600] seconds, got {timeout!r}")
+    limits = limits or RunLimits()
     with SLOTS.slot() as slot:
-        child = ChildProcess(program, compiled.entry_point, float(timeout), limits or RunLimits(), _isolation(slot))
-        stopped = None
+        wanted = _detect()["memory_cgroup"] and "memory_cgroup" not in _switched_off
+        group = _run_cgroup(slot, limits) if wanted else None
         try:
-            child.start()
-            outcome = run_check(compiled, child)
-        except ChildStopped:
-            outcome = CheckOutcome(executions=[0] * compiled.total, held=[False] * compiled.total)
+            child = ChildProcess(program, compiled.entry_point, float(timeout), limits, _isolation(slot, group))
+            try:
+                child.start()
+                outcome = run_check(compiled, child, uncatchable=(ChildStopped,))
+            except ChildStopped:
+                outcome = CheckOutcome(executions=[0] * compiled.total, held=[False] * compiled.total)
+            finally:
+                child.close()
+            killed = group is not None and group.oom_kills() > 0
+            memory_limit = f"{limits.memory_bytes / (1 << 20):g} MiB (all its processes together)" if killed else ""
         finally:
-            child.close()
-        stopped = child.stopped
-    return _report(outcome, compiled.total, stopped, child.memory_error)
+            if group is not None:
+                group.remove()
+    return _report(outcome, compiled.total, child.stopped, child.memory_error, memory_limit)
 
 
 def default_workers() -> int:

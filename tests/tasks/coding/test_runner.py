@@ -20,7 +20,7 @@ import pytest
 
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.tasks.coding import RunLimits, TestReport, active_isolation, run_tests, run_tests_batch
-from comlrl_lightning.tasks.coding.sandbox import MAX_SLOTS, SPARE_UID_BASE, processes_of, remove_stale_folders
+from comlrl_lightning.tasks.coding.sandbox import processes_of, remove_stale_folders, spare_uid
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def runner_processes() -> list:
         if b"comlrl-test-runner" in args and me in args and state not in ("Z", "X"):
             found.append(int(entry))
     if os.geteuid() == 0:
-        base = SPARE_UID_BASE + (os.getpid() % 65536) * MAX_SLOTS
+        base = spare_uid(0)  # this process's claimed block
         for uid in range(base, base + 8):
             found += processes_of(uid)
     return found
