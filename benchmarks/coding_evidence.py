@@ -19,15 +19,22 @@ pooled per evaluation and the per-seed values are listed too. Per round: pairs, 
 the share of the item's comparisons that were ties (dropped), and the raw rewards of the pairs.
 ``--against`` another run: the first run minus it at their first and last evaluations, paired by
 problem (two arms of one comparison; ``--against-turn`` picks the other run's turn).
+
+The newest log version is the highest number (``version_10`` after ``version_9``). With one
+evaluation (none after training) no change is printed, only that there is none to compare. Only the
+run's own files are read: a samples or round file that is a symbolic link, or that resolves outside
+the run folder (another run's), is refused by name; a torn line or a missing or mistyped field is
+one line naming the file, the line and the field.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 METRICS = ("pass_at_1", "code_reward_mean", "parse_rate", "calls_aux_rate")
 RESAMPLES = 10_000
@@ -71,6 +78,69 @@ def paired_difference_interval(
     return sum(differences) / len(differences), low, high
 
 
+RECORD_FIELDS: Dict[str, Union[type, Tuple[type, ...]]] = {
+    "step": int,
+    "task_id": (str, int),
+    "status": str,
+    "passed": int,
+    "total": int,
+    "reward": (int, float),
+}
+"""The fields every evaluated program's record holds, and their JSON types."""
+COMPLETION_FIELDS: Dict[str, Union[type, Tuple[type, ...]]] = {"aux_completion": str, "main_completion": str}
+"""The fields the parse and calls-``aux`` outcomes are recomputed from (where the problem is known)."""
+
+
+def version_order(folder: Path) -> Tuple[int, str]:
+    """Sort key of a Lightning log folder: ``version_<n>`` by the number ``n`` (``version_10`` after
+    ``version_9``), before them any folder whose name has no number, by name."""
+    suffix = folder.name[len("version_") :]
+    return (int(suffix), folder.name) if suffix.isascii() and suffix.isdigit() else (-1, folder.name)
+
+
+def own_file(run: Path, path: Path) -> Path:
+    """``path``, a file the run ``run`` wrote itself: a symbolic link, or a path that resolves outside
+    the run folder (another run's samples), is refused naming it."""
+    if path.is_symlink():
+        raise SystemExit(f"{path}: a symbolic link (to {os.readlink(path)}); only the run's own files are read.")
+    resolved, root = path.resolve(), run.resolve()
+    if not resolved.is_relative_to(root):
+        raise SystemExit(
+            f"{path}: resolves to {resolved}, outside the run folder {root}; only the run's own files are read."
+        )
+    return path
+
+
+def json_records(path: Path) -> Iterator[Tuple[int, Dict[str, Any]]]:
+    """``(line number, record)`` of every non-blank line of a JSONL file; a line that is not a JSON
+    object (torn, not UTF-8, nested too deep, a number too long) is one line naming the file and line."""
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except RecursionError:
+            raise SystemExit(f"{path}: line {number}: not a JSON record (nested too deep).") from None
+        except ValueError as error:  # a JSONDecodeError, a UnicodeDecodeError, an integer past Python's digit limit
+            reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error).split(";")[0]
+            raise SystemExit(f"{path}: line {number}: not a JSON record ({reason}); a torn or damaged line?") from None
+        if not isinstance(record, dict):
+            raise SystemExit(f"{path}: line {number}: a JSON {type(record).__name__}, not a record.")
+        yield number, record
+
+
+def check_fields(record: Mapping[str, Any], fields: Mapping[str, Union[type, Tuple[type, ...]]], where: str) -> None:
+    """Every field of ``fields`` is in ``record`` with its type (a bool is not a number), else one line
+    naming ``where`` and the field."""
+    for name, kind in fields.items():
+        if name not in record:
+            raise SystemExit(f"{where}: no field {name!r}.")
+        value = record[name]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            kinds = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise SystemExit(f"{where}: field {name!r} is a {type(value).__name__}, not {kinds}.")
+
+
 def problem_outcomes(record: Mapping, item: Optional[Mapping]) -> Dict[str, float]:
     """One evaluated program's four outcomes: passed every test, reward, parses, calls ``aux``."""
     passed = float(record["status"] == "finished" and record["total"] > 0 and record["passed"] == record["total"])
@@ -92,17 +162,25 @@ def evaluations(
 
     A multi-turn run's records say their ``turn``: ``turn`` picks the answers after that turn,
     ``None`` the final answers (the last turn's records; a single-turn run's only ones)."""
-    files = sorted(run.glob("lightning_logs/version_*/evaluation_programs.jsonl"))
+    files = sorted(
+        run.glob("lightning_logs/version_*/evaluation_programs.jsonl"), key=lambda f: version_order(f.parent)
+    )
     if not files:
         raise SystemExit(f"{run}: no lightning_logs/version_*/evaluation_programs.jsonl")
+    path = own_file(run, files[-1])
     chosen: Dict[Tuple[int, str], Tuple[int, Mapping]] = {}
-    for line in files[-1].read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        key, record_turn = (int(record["step"]), record["task_id"]), int(record.get("turn", 1))
+    for number, record in json_records(path):
+        where = f"{path}: line {number}"
+        check_fields(record, {**RECORD_FIELDS, "turn": int} if "turn" in record else RECORD_FIELDS, where)
+        if record["task_id"] in items:
+            check_fields(record, COMPLETION_FIELDS, where)
+        key, record_turn = (record["step"], record["task_id"]), record.get("turn", 1)
         if turn is not None and record_turn != turn:
             continue
         if key not in chosen or record_turn >= chosen[key][0]:
             chosen[key] = (record_turn, record)
+    if not chosen:
+        raise SystemExit(f"{path}: no evaluated program" + (f" of turn {turn}." if turn is not None else "."))
     found: Dict[int, Dict[str, Dict[str, float]]] = {}
     for (step, task_id), (_, record) in chosen.items():
         found.setdefault(step, {})[task_id] = problem_outcomes(record, items.get(task_id))
@@ -117,6 +195,29 @@ def raw_reward(pair: Mapping, side: str) -> float:
     return max(target, comparator) if side == "winner" else min(target, comparator)
 
 
+def round_file(path: Path) -> Dict[str, Any]:
+    """A round file's ``iteration`` and ``pairs``, each pair with the rewards :func:`raw_reward` reads;
+    a torn file or a missing or mistyped field is one line naming the file (and the pair)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except RecursionError:
+        raise SystemExit(f"{path}: not a JSON round file (nested too deep).") from None
+    except ValueError as error:
+        where = f" (line {error.lineno}: {error.msg})" if isinstance(error, json.JSONDecodeError) else ""
+        raise SystemExit(f"{path}: not a JSON round file{where}; a torn or damaged file?") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"{path}: a JSON {type(data).__name__}, not a round file.")
+    check_fields(data, {"iteration": int, "pairs": list}, str(path))
+    for index, pair in enumerate(data["pairs"]):
+        if not isinstance(pair, dict):
+            raise SystemExit(f"{path}: pair {index}: a JSON {type(pair).__name__}, not a pair.")
+        raw = {"target_raw_reward": (int, float), "comparator_raw_reward": (int, float)}
+        trained = {"winner_reward": (int, float), "loser_reward": (int, float)}
+        both_raw = all(pair.get(name) is not None for name in raw)
+        check_fields(pair, raw if both_raw else trained, f"{path}: pair {index}")
+    return data
+
+
 def round_summary(run: Path, items_per_round: int, comparisons_per_item: int) -> List[Dict[str, float]]:
     """Per round: pairs, items with a pair, the tie share and the mean raw reward of each side of the pairs.
 
@@ -126,7 +227,7 @@ def round_summary(run: Path, items_per_round: int, comparisons_per_item: int) ->
     """
     rows = []
     for path in sorted((run / "preference_replay").glob("iteration_*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = round_file(own_file(run, path))
         pairs = data["pairs"]
         items = {json.dumps(pair.get("prompts", pair.get("prompt")), sort_keys=True) for pair in pairs}
         winners = [raw_reward(p, "winner") for p in pairs]
@@ -144,9 +245,18 @@ def round_summary(run: Path, items_per_round: int, comparisons_per_item: int) ->
     return rows
 
 
+def common_steps(runs: List[Dict[int, Dict[str, Dict[str, float]]]]) -> List[int]:
+    """The evaluation steps every run logged, in order; none in common is an error."""
+    steps = sorted(set.intersection(*(set(run) for run in runs)))
+    if not steps:
+        logged = "; ".join(f"run {number}: {sorted(run)}" for number, run in enumerate(runs))
+        raise SystemExit(f"the runs share no evaluation step (steps logged: {logged}).")
+    return steps
+
+
 def summarize(runs: List[Dict[int, Dict[str, Dict[str, float]]]]) -> List[Dict]:
     """Per evaluation step (pooled over runs): each metric's mean and bootstrap interval, and per run."""
-    steps = sorted(set.intersection(*(set(run) for run in runs)))
+    steps = common_steps(runs)
     rows = []
     for step in steps:
         row: Dict = {"step": step, "problems": sum(len(run[step]) for run in runs)}
@@ -158,9 +268,12 @@ def summarize(runs: List[Dict[int, Dict[str, Dict[str, float]]]]) -> List[Dict]:
     return rows
 
 
-def change(runs: List[Dict[int, Dict[str, Dict[str, float]]]]) -> Dict[str, Tuple[float, float, float]]:
-    """After (the last evaluation) minus before (the first), paired by run and problem, per metric."""
-    steps = sorted(set.intersection(*(set(run) for run in runs)))
+def change(runs: List[Dict[int, Dict[str, Dict[str, float]]]]) -> Optional[Dict[str, Tuple[float, float, float]]]:
+    """After (the last evaluation) minus before (the first), paired by run and problem, per metric;
+    ``None`` with one evaluation (nothing after training to compare, not a change of zero)."""
+    steps = common_steps(runs)
+    if len(steps) < 2:
+        return None
     first, last = steps[0], steps[-1]
     result = {}
     for metric in METRICS:
@@ -176,10 +289,13 @@ def change(runs: List[Dict[int, Dict[str, Dict[str, float]]]]) -> Dict[str, Tupl
 def against(
     run: Dict[int, Dict[str, Dict[str, float]]], other: Dict[int, Dict[str, Dict[str, float]]]
 ) -> List[Tuple[str, Dict[str, Tuple[float, float, float]]]]:
-    """``run`` minus ``other`` at their first evaluations and at their last, paired by problem, per
-    metric (two arms of one comparison, e.g. one turn against two at the same token budget)."""
+    """``run`` minus ``other`` at their first evaluations and at their last (where both logged more than
+    one), paired by problem, per metric (two arms of one comparison, e.g. one turn against two at the
+    same token budget)."""
     compared = []
-    for label, pick in (("first", min), ("last", max)):
+    # with one evaluation in an arm its "last" is its first (before training): only "first" is compared
+    labels = (("first", min), ("last", max)) if len(run) > 1 and len(other) > 1 else (("first", min),)
+    for label, pick in labels:
         mine, theirs = run[pick(run)], other[pick(other)]
         problems = sorted(set(mine) & set(theirs))
         values = {
@@ -194,14 +310,21 @@ def _signed(mean: float, low: float, high: float) -> str:
     return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
-def markdown(rows: List[Dict], difference: Dict, rounds: List[List[Dict]]) -> str:
-    """The tables the docs page quotes."""
+NO_CHANGE = "no evaluation after training: one evaluation was logged, so there is no change to compare"
+"""The after-minus-before row of a run with one evaluation (in place of a change of zero)."""
+
+
+def markdown(rows: List[Dict], difference: Optional[Dict], rounds: List[List[Dict]]) -> str:
+    """The tables the docs page quotes (``difference`` ``None``: :data:`NO_CHANGE`)."""
     lines = ["| step | problems | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 2) + "|"]
     for row in rows:
         cells = [f"{row[m][0]:.3f} [{row[m][1]:.3f}, {row[m][2]:.3f}]" for m in METRICS]
         lines.append(f"| {row['step']} | {row['problems']} | " + " | ".join(cells) + " |")
-    cells = [_signed(*difference[m]) for m in METRICS]
-    lines.append("| after - before (paired) | | " + " | ".join(cells) + " |")
+    if difference is None:
+        lines.append(f"| after - before (paired) | | {NO_CHANGE} |" + " |" * (len(METRICS) - 1))
+    else:
+        cells = [_signed(*difference[m]) for m in METRICS]
+        lines.append("| after - before (paired) | | " + " | ".join(cells) + " |")
     lines += [
         "",
         "| run | round | pairs | items with pairs | ties | winner raw reward | loser raw reward |",
