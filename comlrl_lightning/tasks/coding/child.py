@@ -16,7 +16,6 @@ import builtins
 import marshal
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from types import ModuleType
 from typing import Any, Dict, Optional, Tuple, Type
 
 from comlrl_lightning.runtime.text import one_line_text
+from comlrl_lightning.runtime.tree_removal import remove_tree
 from comlrl_lightning.tasks.coding import launcher, plain_data
 from comlrl_lightning.tasks.coding.plain_data import HEADER, NotPlainData
 from comlrl_lightning.tasks.coding.sandbox import RunLimits, end_processes_of, environment, readable_paths, run_folder
@@ -353,4 +353,4 @@ class ChildProcess:
             for fd in (self.requests, self.replies):
                 if fd >= 0:
                     os.close(fd)
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)  # whatever the program left (deep, read-only, links): never raises
