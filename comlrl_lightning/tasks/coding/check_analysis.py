@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import sys
 from dataclasses import dataclass, field
-from typing import Any, List, Sequence, Set, Union, cast
+from typing import Any, Dict, FrozenSet, List, NamedTuple, Sequence, Set, Tuple, Union, cast
 
 FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
@@ -78,6 +78,29 @@ def _called_name(call: ast.Call) -> str:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
 
 
+class _Facts(NamedTuple):
+    """What one walk of a node finds: the names it reads, and per call the names its function
+    reads and the bare names it is handed as arguments by a function that does not merely inspect them."""
+
+    reads: FrozenSet[str]
+    called: Tuple[FrozenSet[str], ...]
+    handed: Tuple[FrozenSet[str], ...]
+
+
+def _facts(node: ast.AST) -> _Facts:
+    reads, called, handed = set(), [], []
+    for part in ast.walk(node):
+        if isinstance(part, ast.Name) and isinstance(part.ctx, ast.Load):
+            reads.add(part.id)
+        elif isinstance(part, ast.Call):
+            called.append(frozenset(read_names(part.func)))
+            arguments = [a.value if isinstance(a, ast.Starred) else a for a in part.args]
+            arguments += [keyword.value for keyword in part.keywords]
+            if _called_name(part) not in INSPECTING:
+                handed.append(frozenset(a.id for a in arguments if isinstance(a, ast.Name)))
+    return _Facts(frozenset(reads), tuple(called), tuple(handed))
+
+
 @dataclass
 class Flow:
     """What the analysis knows: ``callees`` hold the program itself (``candidate``, the entry point's
@@ -85,25 +108,23 @@ class Flow:
 
     callees: Set[str]
     tainted: Set[str] = field(default_factory=set)
+    known: Dict[int, Tuple[ast.AST, _Facts]] = field(default_factory=dict)
+    """Each node's facts, walked once (by ``id``, the node kept beside them so that its id is not reused)."""
+
+    def facts(self, node: ast.AST) -> _Facts:
+        if id(node) not in self.known:
+            self.known[id(node)] = (node, _facts(node))
+        return self.known[id(node)][1]
 
     def calls(self, node: ast.AST) -> bool:
         """Whether ``node`` holds a call of the program: a call of a callee, or a call handed a
         callee as an argument by a function that does not merely inspect it (``map(candidate, xs)``)."""
-        for part in ast.walk(node):
-            if not isinstance(part, ast.Call):
-                continue
-            if read_names(part.func) & self.callees:
-                return True
-            arguments = [a.value if isinstance(a, ast.Starred) else a for a in part.args]
-            arguments += [keyword.value for keyword in part.keywords]
-            handed = any(isinstance(a, ast.Name) and a.id in self.callees for a in arguments)
-            if handed and _called_name(part) not in INSPECTING:
-                return True
-        return False
+        facts = self.facts(node)
+        return any(names & self.callees for names in facts.called + facts.handed)
 
     def depends(self, node: ast.AST) -> bool:
         """Whether ``node``'s value (or effect) depends on a call of the program."""
-        return bool(read_names(node) & self.tainted) or self.calls(node)
+        return bool(self.facts(node).reads & self.tainted) or self.calls(node)
 
     def governs(self, statement: ast.stmt) -> bool:
         """Whether which parts of a compound ``statement`` run depends on a call of the program."""
@@ -148,18 +169,20 @@ def call_flow(check: ast.FunctionDef, callees: Set[str]) -> Flow:
     steps = [part for node in statements for part in _headers(node)]
     compounds = [node for node in statements if governed(node)]
     nested = [node for node in statements if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    stored = [stored_names(step) for step in steps]
+    governed_stores = [{name for part in governed(compound) for name in stored_names(part)} for compound in compounds]
     size = -1
     while size != len(flow.callees) + len(flow.tainted):
         size = len(flow.callees) + len(flow.tainted)
-        for step in steps:
-            if read_names(step) & flow.callees:
-                flow.callees |= stored_names(step)
+        for step, names in zip(steps, stored):
+            if flow.facts(step).reads & flow.callees:
+                flow.callees |= names
             if flow.depends(step):
-                flow.tainted |= stored_names(step)
-        for compound in compounds:
+                flow.tainted |= names
+        for compound, names in zip(compounds, governed_stores):
             if flow.governs(compound):
-                flow.tainted |= {name for part in governed(compound) for name in stored_names(part)}
-        flow.callees |= {function.name for function in nested if read_names(function) & flow.callees}
+                flow.tainted |= names
+        flow.callees |= {function.name for function in nested if flow.facts(function).reads & flow.callees}
     return flow
 
 

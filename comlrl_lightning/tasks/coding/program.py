@@ -17,12 +17,12 @@ import textwrap
 from dataclasses import dataclass, replace
 from typing import Any, List, Mapping, NamedTuple, Optional, Union
 
-from comlrl_lightning.tasks.coding.prompts import AUX_NAME
-
 FENCE = re.compile(r"^[ \t]*```[^\n]*$", re.MULTILINE)
 DEF_LINE = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)[ \t]*\(")
 RETURN_WITH_VALUE = re.compile(r"\breturn[ \t]+[^\s#]")
 FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+AUX_NAME = "aux"
+"""The helper's name: agent 0 writes it, the main function may call it."""
 
 
 class Definition(NamedTuple):

@@ -12,9 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping
 
 from comlrl_lightning.tasks.coding.humaneval import check_problem
-
-AUX_NAME = "aux"
-"""The helper's name: the main function may call it."""
+from comlrl_lightning.tasks.coding.program import AUX_NAME
 
 SYSTEM = "You are an expert Python programmer. Answer with one Python code block and nothing else."
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import warnings
 
 import pytest
 
@@ -10,6 +11,7 @@ from comlrl_lightning.data.task import TaskOptions
 from comlrl_lightning.errors import ConfigurationError, DataError
 from comlrl_lightning.tasks.coding import HumanEval, check_problem
 from comlrl_lightning.tasks.coding import humaneval as humaneval_module
+from comlrl_lightning.tasks.coding.humaneval import importable_in
 
 GOOD = {
     "task_id": "Mine/1",
@@ -45,6 +47,21 @@ def test_items_load_through_task_options_by_class():
         ({"test": "def check(candidate):\n    assert candidate(1 ==\n"}, "Mine/1: its test does not parse \\(line 2"),
         ({"test": "def verify(candidate):\n    assert candidate(1)\n"}, "Mine/1: its test defines no check"),
         ({"test": "def check(candidate):\n    assert True, 'debug'\n"}, "Mine/1: check\\(candidate\\) has no test"),
+        # asserts that never depend on a call of the candidate: the runner's own definition of a test
+        ({"test": "def check(candidate):\n    assert len([1]) == 1\n"}, "Mine/1: check\\(candidate\\) has no test"),
+        (
+            {"test": "def check(candidate):\n    assert callable(candidate)\n"},
+            "Mine/1: check\\(candidate\\) has no test",
+        ),
+        ({"prompt": "from . import helpers\ndef f(x):\n"}, "Mine/1: its prompt imports '.' \\(a relative import\\)"),
+        (
+            {"prompt": "import no_such_module_xyz\ndef f(x):\n"},
+            "its prompt imports 'no_such_module_xyz' \\(not installed",
+        ),
+        (
+            {"test": "import no_such_module_xyz\n" + GOOD["test"]},
+            "its test imports 'no_such_module_xyz' \\(not installed",
+        ),
         ({"prompt": None}, "Mine/1: no prompt"),
     ],
 )
@@ -69,3 +86,26 @@ def test_bad_options_are_configuration_errors():
         HumanEval("test")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="limit must be at least 1"):
         HumanEval("train", limit=0)
+
+
+def test_an_import_the_sandbox_lacks_is_a_warning_naming_the_item_and_the_module():
+    torch_item = dict(GOOD, prompt="import torch\nfrom typing import List\ndef f(x):\n")
+    with pytest.warns(UserWarning, match="Mine/1: its prompt imports 'torch', which the test runner's sandbox cannot"):
+        check_problem(torch_item)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the standard library and numpy (RunLimits.packages) are fine
+        check_problem(dict(GOOD, prompt="import math\nimport numpy as np\nfrom os import path\ndef f(x):\n"))
+
+
+def test_where_a_module_imports_is_judged_without_importing_it():
+    assert importable_in("collections.abc", ("numpy",)) == "sandbox"
+    assert importable_in("numpy.linalg", ("numpy",)) == "sandbox"
+    assert importable_in("numpy", ()) == "trainer"
+    assert importable_in(".sibling", ("numpy",)) == "nowhere"
+    assert importable_in("no_such_module_xyz", ("numpy",)) == "nowhere"
+
+
+def test_every_humaneval_problem_is_a_usable_item():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(HumanEval("all").items()) == 164

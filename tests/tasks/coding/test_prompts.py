@@ -36,3 +36,25 @@ def test_an_item_without_an_entry_point_stops_the_run_before_sampling():
     bad = dict(HumanEval("eval", limit=1).items()[0], entry_point="")
     with pytest.raises(DataError, match="train_dataset: item 0: HumanEval/0: entry_point must name"):
         check_items(task, [bad], "train")
+
+
+def test_an_item_without_a_call_dependent_assert_stops_the_run_when_prompts_are_built_before_any_model(tmp_path):
+    """The docs' promise: an item that can never be scored is refused by the data module's setup, as
+    it builds the prompts, with the item and its task id; the team module has loaded no model."""
+    from comlrl_lightning import MADPOModule, PreferenceDataModule, TaskOptions
+    from tests.conftest import TINY_DATA, TINY_MODEL, tiny_team, tiny_trainer
+
+    usable = {"task_id": "Mine/1", "prompt": "def f(x):\n", "entry_point": "f"}
+    usable["test"] = "def check(candidate):\n    assert candidate(1) == 2\n"
+    looks_only = dict(usable, task_id="Mine/2", test="def check(candidate):\n    assert callable(candidate)\n")
+    task = TaskOptions(
+        train_dataset=[usable, looks_only],
+        eval_dataset=None,
+        formatters=["comlrl_lightning.tasks.coding.aux_prompt", "comlrl_lightning.tasks.coding.main_prompt"],
+        reward_func="comlrl_lightning.tasks.coding.cooperative_code_reward",
+    )
+    module = MADPOModule(**{**TINY_MODEL, "team": tiny_team(tokenizers=[tokenizer_with(TEMPLATE_A)] * 2)})
+    data = PreferenceDataModule(**{**TINY_DATA, "task": task, "eval_num_samples": 0})
+    with pytest.raises(DataError, match=r"^train_dataset: item 1: Mine/2: check\(candidate\) has no test"):
+        tiny_trainer(tmp_path).fit(module, data)
+    assert module._team is None  # refused before any model loaded
