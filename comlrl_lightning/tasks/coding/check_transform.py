@@ -1,7 +1,7 @@
 """An item's trusted ``check``, rewritten so that each of its tests is counted, run in the trainer.
 
-**What a test is.** One ``assert`` statement of ``check(candidate)`` whose condition depends on a
-*call* of the program: it calls ``candidate`` (or the entry point's name, or a name or helper
+**What a test is** (the analysis: :mod:`.check_analysis`; the rewrite: :mod:`.check_rewrite`). One
+``assert`` statement of ``check(candidate)`` whose condition depends on a *call* of the program: it calls ``candidate`` (or the entry point's name, or a name or helper
 function standing for either), hands it to a function that may call it (``map(candidate, xs)``), or
 reads a name computed from such a call. Names are followed through assignments, loop targets,
 method calls (``results.append(candidate(x))``) and control flow: a name assigned in a branch, a

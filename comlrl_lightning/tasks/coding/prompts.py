@@ -3,8 +3,9 @@
 Each formatter returns a chat conversation (a system and a user message), which the team renders
 with each agent's own chat template (:mod:`comlrl_lightning.data.chat`). Neither agent sees the
 other's answer: they write in the same turn, and the combined program is scored. Both check the
-item first (:func:`~comlrl_lightning.tasks.coding.humaneval.check_problem`), so a problem that
-cannot be scored stops the run when the data module builds its prompts, before any sampling.
+item first (:func:`~comlrl_lightning.tasks.coding.humaneval.check_problem`, the one definition of a
+usable item, with the test runner's own count of tests), so a problem that cannot be scored or can
+never pass stops the run when the data module builds its prompts, before any model is loaded.
 """
 
 from __future__ import annotations
