@@ -22,6 +22,7 @@ from typing import Dict, List
 
 import torch
 
+from comlrl_lightning.runtime.paths import make_folder
 from comlrl_lightning.runtime.quiet import transformers_bars_off
 
 EMBEDDED = "embedded"
@@ -94,13 +95,20 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path(cache_dir or os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "comlrl_lightning")
 
 
+def cache_root_option(cache_dir: str | os.PathLike | None = None) -> str:
+    """What chose :func:`cache_root`'s folder, as an error names it: ``cache_dir``, the variable, or the default."""
+    return (
+        "cache_dir" if cache_dir else CACHE_VARIABLE if os.environ.get(CACHE_VARIABLE) else "the default cache folder"
+    )
+
+
 def embedded_model_path(seed: int = 0, cache_dir: str | os.PathLike | None = None) -> Path:
     """Folder holding the embedded model and tokenizer, built (atomically) on first use."""
     root = cache_root(cache_dir)
     target = root / f"embedded-{_EMBEDDED_VERSION}-seed{seed}"
     if _complete(target):
         return target
-    root.mkdir(parents=True, exist_ok=True)
+    make_folder(root, cache_root_option(cache_dir))
     staging = Path(tempfile.mkdtemp(prefix=".embedded-", dir=root))
     try:
         tokenizer = build_char_tokenizer()

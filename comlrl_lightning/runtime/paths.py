@@ -11,6 +11,9 @@ Two rules, each in one place:
   data, not an instruction: it is used only if it resolves inside the folder it belongs to, with
   symbolic links and ``..`` resolved (:func:`resolves_inside`); otherwise it is dropped with a
   warning naming it (:func:`confine_checkpoint_callbacks`), so nothing outside the run is deleted.
+
+A folder a user names for the library's own use (the cache root) is created, or refused in one
+line naming what named it and the path (:func:`make_folder`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
@@ -44,6 +48,20 @@ def require_local(path: Any, option: str, what: str = "a local path") -> str:
             "simplecache::... are refused): download it and pass the local file or folder."
         )
     return text
+
+
+def make_folder(folder: Path, option: str) -> None:
+    """Create ``folder`` (and its parents) unless it exists; a file where the folder or one of its
+    parents should be, or a folder that cannot be created, is a
+    :class:`~comlrl_lightning.errors.ConfigurationError` naming ``option`` and the path."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigurationError(
+            f"{option} names {folder}, which is (or lies under) a file, not a folder; name a folder."
+        ) from None
+    except OSError as error:
+        raise ConfigurationError(f"{option} names {folder}, which cannot be created ({error.strerror}).") from None
 
 
 def resolves_inside(path: Any, folder: Any) -> bool:
@@ -117,6 +135,7 @@ __all__ = [
     "confine_checkpoint_callbacks",
     "confine_model_checkpoint_state",
     "is_remote",
+    "make_folder",
     "require_local",
     "resolves_inside",
 ]

@@ -10,10 +10,16 @@ policy snapshots, ``save_model``, checkpoints) then sees a plain Hugging Face fo
 The folder lives under the cache root (:func:`~comlrl_lightning.defaults.cache_root`), named by
 the file's sha256 (``gguf-<sha256>``), so a renamed or copied file reuses it and a changed file
 gets its own. It is written into a staging folder and renamed into place only when complete, with
-a marker (:data:`MARKER`: the digest and every file's size) written last; a lock per digest
-makes one process convert while the others wait, and a killed conversion leaves only a staging
-folder that nothing trusts (the next conversion removes it). A folder under the final name without
-a valid marker, or whose files do not match it, is refused by name.
+a marker (:data:`MARKER`: the digest, and every file's size and sha256) written last; a lock per
+digest makes one process convert while the others wait, and a killed conversion leaves only a
+staging folder that nothing trusts (the next conversion removes it).
+
+Nothing is read whole before the file's header is checked (:mod:`~comlrl_lightning.team.gguf_header`:
+counts and sizes against the file, every tensor's shape against the model its metadata declares).
+A converted folder is trusted by its content: at every load its files must be exactly the marker's,
+each with the recorded sha256 (hashed once per file version and process: see :func:`file_sha256`);
+a folder that differs is refused by name, and a folder of the earlier format (sizes only, no
+hashes) is converted anew in place.
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ from typing import Dict, Iterator, Optional, Tuple
 
 from lightning.pytorch.utilities import rank_zero_info
 
-from comlrl_lightning.defaults import cache_root
-from comlrl_lightning.errors import DataError, MissingPathError, RunStateError
-from comlrl_lightning.runtime.files import fsync_directory, open_in_place, write_atomically
+from comlrl_lightning.defaults import cache_root, cache_root_option
+from comlrl_lightning.errors import MissingPathError, RunStateError
+from comlrl_lightning.runtime.files import open_in_place, swap_folder, write_atomically
+from comlrl_lightning.runtime.paths import make_folder
 from comlrl_lightning.runtime.quiet import transformers_bars_off
+from comlrl_lightning.team.gguf_header import GGUF_MAGIC, GgufError, check_tensor_shapes, read_header
 
 try:
     import fcntl
@@ -40,16 +48,14 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks; the stagin
     fcntl = None  # type: ignore[assignment]
 
 GGUF_SUFFIX = ".gguf"
-GGUF_MAGIC = b"GGUF"
 MARKER = "comlrl-conversion.json"
-"""Written last into a converted folder: the GGUF file's sha256 and the size of every file beside it."""
+"""Written last into a converted folder: the GGUF file's sha256 and the size and sha256 of every file beside it."""
+MARKER_FORMAT = 2
+"""The marker's format: 2 records each file's sha256; 1 (no ``format`` entry) recorded sizes only."""
 
-_DIGESTS: Dict[Tuple[str, int, int, int, int], str] = {}
-"""sha256 of files already hashed in this process, keyed by (real path, device, inode, size, mtime)."""
-
-
-class GgufError(DataError):
-    """A GGUF file that cannot be read or converted, or a converted folder that cannot be trusted."""
+_DIGESTS: Dict[Tuple[str, int, int, int, int, int], str] = {}
+"""sha256 of files already hashed in this process, keyed by (real path, device, inode, size, mtime,
+ctime): writing into a file changes its ctime, which no user can set back."""
 
 
 def is_gguf(source: str) -> bool:
@@ -60,7 +66,7 @@ def is_gguf(source: str) -> bool:
 def file_sha256(path: Path, chunk_size: int = 1 << 22) -> str:
     """The sha256 of ``path``'s bytes, streamed in chunks (remembered per file version in this process)."""
     info = path.stat()
-    key = (os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    key = (os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     if key not in _DIGESTS:
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
@@ -76,34 +82,30 @@ def forget_digests() -> None:
 
 
 def check_gguf_file(path: Path) -> None:
-    """``path`` is an existing regular file that starts with the GGUF magic bytes."""
+    """``path`` is an existing regular file with a sound GGUF header whose tensors fit the model its
+    metadata declares (:mod:`~comlrl_lightning.team.gguf_header`); read from the header alone."""
     if not path.exists():
         raise MissingPathError(f"model path {path} does not exist.")
     if not path.is_file():
         raise GgufError(f"{path} is not a file; a .gguf model source is a GGUF file.")
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
-    if magic != GGUF_MAGIC:
-        raise GgufError(
-            f"{path} is not a GGUF file (it does not start with the GGUF magic bytes); give a complete .gguf "
-            "file (download it again if it was cut short), a Hugging Face folder or a hub id."
-        )
+    check_tensor_shapes(read_header(path), path)
 
 
 def gguf_folder(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
     """The converted Hugging Face folder of the GGUF file ``path``, converting it on first use."""
     file = Path(path).expanduser().absolute()
-    check_gguf_file(file)
+    check_gguf_file(file)  # before the file is hashed whole
     digest = file_sha256(file)
     root = cache_root(cache_dir)
     target = root / f"gguf-{digest}"
     if _trusted(target, digest, file):
         return target
-    root.mkdir(parents=True, exist_ok=True)
+    make_folder(root, cache_root_option(cache_dir))
     with _locked(root / f".gguf-{digest}.lock"):
         if _trusted(target, digest, file):  # another process converted it while this one waited
             return target
-        for leftover in root.glob(f".gguf-{digest}-*"):  # a killed conversion's staging folder
+        # a killed conversion's staging folder, or an earlier format's folder set aside and not removed
+        for leftover in [*root.glob(f".gguf-{digest}-*"), *root.glob(f".gguf-{digest}.*.old")]:
             shutil.rmtree(leftover, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".gguf-{digest}-", dir=root))
         try:
@@ -111,8 +113,7 @@ def gguf_folder(path: str | os.PathLike, cache_dir: str | os.PathLike | None = N
             convert_gguf(file, staging)
             staging.chmod(0o755)  # mkdtemp's folder is private; the cache's other folders are not
             _write_marker(staging, digest)
-            os.replace(staging, target)
-            fsync_directory(root)
+            swap_folder(staging, target)  # an earlier format's folder, if any, is replaced whole
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return target
@@ -170,39 +171,75 @@ def _one_line(error: BaseException, limit: int = 200) -> str:
 
 
 def _write_marker(folder: Path, digest: str) -> None:
-    sizes = {path.name: path.stat().st_size for path in sorted(folder.iterdir()) if path.is_file()}
-    write_atomically(folder / MARKER, json.dumps({"gguf_sha256": digest, "files": sizes}, indent=1).encode())
+    files = {
+        path.name: {"size": path.stat().st_size, "sha256": file_sha256(path)}
+        for path in sorted(folder.iterdir())
+        if path.is_file()
+    }
+    record = {"format": MARKER_FORMAT, "gguf_sha256": digest, "files": files}
+    write_atomically(folder / MARKER, json.dumps(record, indent=1).encode())
 
 
 def _trusted(folder: Path, digest: str, file: Path) -> bool:
-    """True for a complete conversion of ``digest``; False when there is none; an error for a folder
-    under the final name that is not a complete conversion (damaged, or written by something else)."""
+    """True for a complete conversion of ``digest`` whose files are what the conversion wrote; False
+    when there is none, or only one of the earlier format (converted anew); an error for a folder
+    under the final name that is not a complete, unchanged conversion (damaged, or written by something else)."""
     if not os.path.lexists(folder):
         return False
     problem = _marker_problem(folder, digest)
     if problem is None:
         return True
+    if problem is _EARLIER_FORMAT:
+        rank_zero_info(f"{folder} was converted by an earlier version (no content hashes): converting {file} anew.")
+        return False
     raise GgufError(
         f"{folder} (the converted folder of {file}) cannot be trusted: {problem}; delete it and run again "
         "(the file is converted anew)."
     )
 
 
+_EARLIER_FORMAT = "written in the earlier marker format (sizes only)"
+
+
 def _marker_problem(folder: Path, digest: str) -> Optional[str]:
+    """Why ``folder`` is not the unchanged conversion of ``digest`` (``None``: it is)."""
     try:
         record = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-        sizes = dict(record["files"])
+        files = dict(record["files"])
         recorded = record["gguf_sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return f"its completion marker {MARKER} is missing or unreadable"
     if recorded != digest:
         return f"its marker records another file (sha256 {str(recorded)[:12]}...)"
-    for name, size in sizes.items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != size:
-            return f"{name} is missing or not the size the conversion wrote"
-    if "model.safetensors" not in sizes or "config.json" not in sizes:
-        return "it holds no model"
+    if record.get("format") is None and all(isinstance(size, int) for size in files.values()):
+        return _EARLIER_FORMAT
+    if record.get("format") != MARKER_FORMAT or "model.safetensors" not in files or "config.json" not in files:
+        return f"its marker {MARKER} does not describe a converted model"
+    present = {entry.name for entry in os.scandir(folder)} - {MARKER}
+    if present != set(files):
+        extra = sorted(present - set(files)) or sorted(set(files) - present)
+        return (
+            f"it holds {extra[0]}, which the conversion did not write"
+            if present - set(files)
+            else f"{extra[0]} is missing"
+        )
+    for name, entry in files.items():
+        problem = _file_problem(folder / name, entry)
+        if problem:
+            return f"{name} {problem}"
+    return None
+
+
+def _file_problem(path: Path, entry: object) -> Optional[str]:
+    """Why the converted file ``path`` differs from its marker ``entry`` (``None``: it does not)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+        return "has no recorded sha256 in the marker"
+    if path.is_symlink() or not path.is_file():
+        return "is not a regular file"
+    if path.stat().st_size != entry.get("size"):
+        return "is not the size the conversion wrote"
+    if file_sha256(path) != entry["sha256"]:
+        return "is not what the conversion wrote (its sha256 differs: changed in place)"
     return None
 
 
@@ -225,6 +262,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 __all__ = [
+    "GGUF_MAGIC",
     "GGUF_SUFFIX",
     "MARKER",
     "GgufError",

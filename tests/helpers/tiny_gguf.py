@@ -5,7 +5,7 @@ cannot read (an unsupported architecture, a cut-short copy)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -28,8 +28,11 @@ def byte_level_alphabet() -> List[str]:
     return characters
 
 
-def write_tiny_llama(path: Path, seed: int = 0, architecture: str = "llama") -> Path:
-    """A tiny Llama GGUF at ``path`` (float32 tensors, tied embeddings, grouped-query attention)."""
+def write_tiny_llama(
+    path: Path, seed: int = 0, architecture: str = "llama", shapes: Optional[Dict[str, Tuple[int, ...]]] = None
+) -> Path:
+    """A tiny Llama GGUF at ``path`` (float32 tensors, tied embeddings, grouped-query attention);
+    ``shapes`` gives tensors another shape (numpy order), adds tensors, or (an empty shape) leaves one out."""
     from gguf import GGUFWriter, TokenType
 
     tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + byte_level_alphabet() + ["ab", "abc"]
@@ -60,7 +63,13 @@ def write_tiny_llama(path: Path, seed: int = 0, architecture: str = "llama") -> 
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
 
+    named: List[str] = []
+
     def tensor(name: str, *shape: int) -> None:
+        named.append(name)
+        shape = (shapes or {}).get(name, shape)
+        if not shape:
+            return
         values = rng.normal(0.0, 0.02, size=shape).astype(np.float32) if len(shape) > 1 else np.ones(shape, np.float32)
         writer.add_tensor(name, values)
 
@@ -76,6 +85,9 @@ def write_tiny_llama(path: Path, seed: int = 0, architecture: str = "llama") -> 
         tensor(f"blk.{i}.ffn_gate.weight", ffn, hidden)
         tensor(f"blk.{i}.ffn_up.weight", ffn, hidden)
         tensor(f"blk.{i}.ffn_down.weight", hidden, ffn)
+    for name, shape in (shapes or {}).items():
+        if name not in named:
+            tensor(name, *shape)  # a tensor the Llama of this file does not have
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

