@@ -71,7 +71,7 @@ def cpu_flags(cpuinfo: str, wanted: Sequence[str] = CPU_FLAGS) -> List[str]:
 
 def versions_section() -> Section:
     python = (f"python ({platform.python_implementation()})", platform.python_version())
-    return "Versions", [python, ("platform", platform.platform()), *package_versions()]
+    return "Versions", [python, ("system", f"{platform.system()} {platform.release()}"), *package_versions()]
 
 
 def threads_section() -> Section:
@@ -98,7 +98,7 @@ def cpu_section(cpuinfo_path: Path = Path("/proc/cpuinfo")) -> Section:
         ("cores this process may use", str(usable)),
         ("torch CPU capability", str(torch.backends.cpu.get_cpu_capability())),
         ("vector flags", flags),
-        ("processor", platform.processor() or platform.machine()),
+        ("machine", platform.machine()),  # not processor() or platform(): they run uname in a process
     ]
     return "CPU", rows
 
