@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, cast
 
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError
+from comlrl_lightning.runtime.text import one_line_text
 from comlrl_lightning.tasks.coding.check_transform import CheckOutcome, compile_check, run_check
 from comlrl_lightning.tasks.coding.child import ChildProcess, ChildStopped
 from comlrl_lightning.tasks.coding.run_cgroup import RunCgroup, find_parents, remove_stale_groups
@@ -174,8 +175,8 @@ def _report(
     parts = [stopped.detail] if stopped is not None else []
     if outcome.first_failure and (stopped is None or ChildStopped.__name__ not in outcome.first_failure):
         parts.append(outcome.first_failure)
-    detail = "; ".join(parts)
-    return TestReport(outcome.passed, total, status, detail[:DETAIL_CHARS])
+    detail = "; ".join(parts)  # one safe line: a check's own error may quote what the program returned
+    return TestReport(outcome.passed, total, status, one_line_text(detail, DETAIL_CHARS))
 
 
 def _check_program(program: Any) -> str:

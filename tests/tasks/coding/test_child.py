@@ -205,3 +205,13 @@ def test_a_returned_set_of_elements_that_hash_alike_fails_its_test_and_the_run_g
     report = run_tests(program, runner_item(check))
     assert report.passed == 1 and report.status == "finished"
     assert "RuntimeError: the program raised NotPlainData: 100 elements of one set share the hash 0" in report.detail
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("clean")
+def test_a_checks_own_error_quoting_a_returned_string_is_one_safe_line():
+    check = "def check(candidate):\n    assert getattr(int, candidate())\n"  # AttributeError quotes the name raw
+    report = run_tests(f"def f():\n    return {HOSTILE_MESSAGE!r}\n", runner_item(check))
+    assert report.passed == 0
+    assert_one_safe_line(report.detail)
+    assert "AttributeError: type object 'int' has no attribute '\\ud800 bad\\n2/2 tests passed" in report.detail
