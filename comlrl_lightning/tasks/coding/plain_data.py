@@ -21,10 +21,12 @@ Limits, on both sides:
   them took 41.6 s, holding the GIL. Each hash is computed and counted before the container is
   built.
 
-The bound: decoding a body of ``B`` bytes takes linear work for the bracket scan and the JSON parse
-(an integer has at most Python's 4,300 digits), then builds hashed containers of ``N`` elements in
-all (``N <= MAX_HASHED_ELEMENTS``): each element is hashed twice (its size in work) and compared
-with at most ``MAX_SAME_HASH - 1`` elements of the same hash (each comparison at most its size).
+The bound: decoding a body of ``B`` bytes (at most ``RunLimits.message_bytes``; every element takes
+at least two bytes, so it holds under ``B / 2`` elements) takes linear work for the bracket scan and
+the JSON parse (an integer has at most Python's 4,300 digits), then builds hashed containers of
+``N`` elements in all (``N <= MAX_HASHED_ELEMENTS``): each element is hashed twice (its size in
+work) and compared with at most ``MAX_SAME_HASH - 1`` elements of the same hash (each comparison
+at most its size).
 Whatever the hashes, CPython's open addressing inserts an element in at most ``8 * N + 13`` probe
 steps (a container's table has at most ``8 * N`` slots, and once the hash's bits are used up its
 probe sequence ``i -> 5 * i + 1`` visits every slot), so with the resizes under ``20 * N**2``
