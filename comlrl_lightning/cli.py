@@ -11,6 +11,13 @@ records itself in its checkpoints (:class:`~comlrl_lightning.callbacks.Checkpoin
 Lightning's default ``ModelCheckpoint`` is a :class:`~comlrl_lightning.callbacks.ResumableCheckpoint`.
 A logger without a ``save_dir`` (or with its class's default, ``"."`` for ``WandbLogger``) writes under
 ``trainer.default_root_dir``; one given is used.
+
+``validate``, ``test`` and ``predict`` with ``--ckpt_path`` evaluate its weights into a log version of
+their own (not a resume; the run's log, W&B run and checkpoints are left as they are): ``validate``
+the items fit evaluates (``eval/...``), ``test`` every evaluation item (``test/...``), ``predict``
+writes each agent's completions and the rewards to ``predictions.jsonl``; all with the seeds fit's
+evaluation of the same weights used (:mod:`comlrl_lightning.modules.evaluation_runs`). A run refused
+before it logged anything leaves no version folder (:class:`~comlrl_lightning.callbacks.refused_runs.RefusedRunLogs`).
 """
 
 from __future__ import annotations
@@ -29,14 +36,17 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
+from comlrl_lightning.callbacks.completions_writer import CompletionsWriter
 from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
+from comlrl_lightning.callbacks.refused_runs import RefusedRunLogs
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.datamodules.task_data import dataloader_reload, total_epochs
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.generation.vllm import engines_running
-from comlrl_lightning.modules.resume_rule import apply_resume_rule
+from comlrl_lightning.modules.resume_rule import apply_resume_rule, changes_text, resume_changes
 from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins, read_checkpoint
 from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, resumable, run_record
 from comlrl_lightning.runtime.command_line import restore_nulls
@@ -44,6 +54,15 @@ from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import own_copy
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.sharding import check_mesh_plan
+
+DESCRIPTION = (
+    "Train and use teams of cooperating LLM agents. fit: train (--ckpt_path resumes). With --ckpt_path "
+    "a checkpoint, each into a log version of its own: validate evaluates the items fit evaluates; test "
+    "evaluates every evaluation item (metrics test/...); predict writes each agent's completion and the "
+    "reward per item to predictions.jsonl. Also: export (a trained team as Hugging Face folders) and env "
+    "(versions, threads, devices); each takes --help."
+)
+"""What ``comlrl-lightning --help`` says first: every command, LightningCLI's and this library's own."""
 
 CSV_LOGGER = "comlrl_lightning.callbacks.ResumableCSVLogger"
 MODEL_PARALLEL = (
@@ -101,7 +120,8 @@ class PreferenceCLI(LightningCLI):
         if hasattr(strategy, "get") and strategy.get("class_path") in MODEL_PARALLEL:
             strategy["class_path"] = ATOMIC_MODEL_PARALLEL  # FSDP2 checkpoint folders replaced whole
         root = config["trainer"].get("default_root_dir")
-        record = self.resumed_record
+        # an evaluation of a checkpoint logs into a version of its own: the run's log and W&B run are not continued
+        record = self.resumed_record if self.config.get("subcommand") in (None, "fit") else {}
         logs, identity = record.get("logs") or {}, record.get("wandb") or {}
         for logger in _logger_sections(config["trainer"].get("logger")):
             init = logger.get("init_args")
@@ -128,6 +148,9 @@ class PreferenceCLI(LightningCLI):
         trainer = config["trainer"]
         given = trainer.get("callbacks") or []
         callbacks: List[Callback] = list(given) if isinstance(given, list) else [given]
+        callbacks.append(RefusedRunLogs())
+        if self.subcommand not in (None, "fit"):
+            return super().instantiate_trainer(**evaluation_trainer(self.subcommand, callbacks, kwargs))
         if not any(isinstance(callback, CheckpointRecord) for callback in callbacks):
             callbacks.insert(0, CheckpointRecord())
         checkpointing = trainer.get("enable_checkpointing") is not False
@@ -149,6 +172,27 @@ class PreferenceCLI(LightningCLI):
         resumed = self.resumed_checkpoint
         if resumed is not None:  # the resume rule: these options; a fixed one changed is refused now
             apply_resume_rule(resumed, self.model, self.datamodule, self.resumed_path)
+
+    def check_evaluated_checkpoint(self) -> None:
+        """Before an evaluation loads a checkpoint (its weights only; it is not a resume): a checkpoint
+        of another team is refused, naming the options; the model options that differ are listed."""
+        self.model.resume_checked = True  # the module's own hook would apply the resume rule
+        if self.resumed_checkpoint is None:
+            return
+        changes = resume_changes(self.resumed_checkpoint, self.model, None, self.resumed_path, "evaluate")
+        if changes:
+            rank_zero_info(f"evaluating {self.resumed_path} with changed options: {changes_text(changes)}")
+
+    before_validate = before_test = before_predict = check_evaluated_checkpoint
+
+    def report_evaluation(self) -> None:
+        """One line: what was evaluated (the checkpoint and its updates) and where its metrics are."""
+        weights = f"{self.resumed_path}" if self.resumed_path is not None else "the configured weights"
+        updates = getattr(self.model, "trained_updates", 0)
+        where = f"{self.trainer.log_dir}/metrics.csv" if self.trainer.loggers else "no logger"
+        rank_zero_info(f"{self.subcommand}: {weights} ({updates} updates); metrics in {where}")
+
+    after_validate = after_test = report_evaluation  # predict's CompletionsWriter says where its file is
 
     resumed_record: Dict[str, Any] = {}
     resumed_checkpoint: Optional[Dict[str, Any]] = None
@@ -182,6 +226,17 @@ class PreferenceCLI(LightningCLI):
         # a corrupt field or a newer version's: one line naming the file and the field, now
         self.resumed_checkpoint = resumable(read_checkpoint(self.resumed_path), self.resumed_path)
         self.resumed_record = run_record(self.resumed_checkpoint, self.resumed_path) or {}
+
+
+def evaluation_trainer(subcommand: str, callbacks: List[Callback], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The Trainer options of an evaluation subcommand (``validate``, ``test``, ``predict``): no
+    checkpoint callbacks (they write only in ``fit``, and would read the evaluated checkpoint's as
+    their own) and no checkpointing; ``predict`` writes its samples with a :class:`CompletionsWriter`
+    (one given in the config is kept)."""
+    kept = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, CheckpointRecord))]
+    if subcommand == "predict" and not any(isinstance(c, CompletionsWriter) for c in kept):
+        kept.append(CompletionsWriter())
+    return dict(kwargs, callbacks=kept, enable_checkpointing=False)
 
 
 class SaveConfigInPlace(SaveConfigCallback):
@@ -293,6 +348,7 @@ def run_cli(args: Optional[List[str]] = None) -> PreferenceCLI:
             auto_configure_optimizers=False,  # the modules take optimizer / lr_scheduler classes themselves
             save_config_callback=SaveConfigInPlace,
             save_config_kwargs={"overwrite": True},
+            parser_kwargs={"description": DESCRIPTION},
             args=args,
         )
 

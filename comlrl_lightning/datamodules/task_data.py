@@ -150,7 +150,8 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         self.eval_items = self.task_options.eval_items()
         require(bool(self.train_items), "train_dataset: training requires at least one task item.")
         check_items(self.task, self.train_items, "train")
-        check_items(self.task, self.eval_items[: self.eval_num_samples], "eval")
+        evaluated = self.eval_items if stage in ("test", "predict") else self.eval_items[: self.eval_num_samples]
+        check_items(self.task, evaluated, "eval")
         if module is not None:
             sharded = is_sharded(self.running_trainer.strategy)
             check_multi_turn(self.task, module, getattr(self, "comparator", None), sharded)
@@ -168,7 +169,23 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
             self._context_checked = True
 
     def val_dataloader(self) -> Union[DataLoader, List]:
-        items = self.evaluation_items()
+        return self.evaluation_loader(self.evaluation_items())
+
+    def test_dataloader(self) -> Union[DataLoader, List]:
+        """``test``: every evaluation item (the held-out split), batched as an evaluation."""
+        return self.evaluation_loader(self.test_items())
+
+    def predict_dataloader(self) -> Union[DataLoader, List]:
+        """``predict``: the items ``test`` evaluates, batched as an evaluation (the same seeds per batch)."""
+        return self.evaluation_loader(self.test_items())
+
+    def test_items(self) -> List[Dict[str, Any]]:
+        """What ``test`` and ``predict`` use: every evaluation item (``eval_num_samples`` is fit's and ``validate``'s)."""
+        require(bool(self.eval_items), "eval_dataset: test and predict use the evaluation items; the task has none.")
+        return list(self.eval_items)
+
+    def evaluation_loader(self, items: List[Dict[str, Any]]) -> Union[DataLoader, List]:
+        """``items`` in batches of ``eval_batch_size``, this rank's share (none: no batches)."""
         if not items:
             return []
         rank, world = rank_and_world(self.trainer)

@@ -18,6 +18,7 @@ from comlrl_lightning.generation.base import GenerationSettings, Generator
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
 from comlrl_lightning.modules.evaluation_metrics import DomainMetrics, renew_inference_states
+from comlrl_lightning.modules.evaluation_runs import EvaluationRuns
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.modules.real_model_safety import low_precision_weights_warning, real_model_learning_rates
 from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
@@ -29,7 +30,6 @@ from comlrl_lightning.runtime.files import check_log_files
 from comlrl_lightning.runtime.hparams import PlainHyperparameters, builtin_values, set_hyperparameter
 from comlrl_lightning.runtime.paths import confine_checkpoint_callbacks
 from comlrl_lightning.runtime.progress import Progress
-from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import check_strategy, is_sharded
 from comlrl_lightning.team.lora import agent_parameters
 from comlrl_lightning.team.options import TeamOptions
@@ -40,7 +40,7 @@ NOT_HYPERPARAMETERS = ["optimizer", "lr_scheduler", "generator", "critic", "coll
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
 
 
-class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningModule):
+class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparameters, LightningModule):
     """A team of N causal-LM agents with sampling settings and task-reward evaluation.
 
     Correct under a plain ``Trainer()``, which it never changes: it evaluates the team itself before
@@ -69,7 +69,7 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
         collaboration: how the team covers the roles: :class:`~comlrl_lightning.modules.Decentralized`
             (``None``: one agent per role) or :class:`~comlrl_lightning.modules.Centralized`
             (one model writes every role in one joint completion).
-        seed: seed of the evaluation (and rollout) sampling streams, derived per step and rank.
+        seed: seed of the evaluation (:mod:`~comlrl_lightning.modules.evaluation_runs`) and rollout streams.
     """
 
     def __init__(
@@ -277,10 +277,6 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
     # ------------------------------------------------------------------------------------------
     # Evaluation: the current policy's task reward (one sample per agent per eval item)
 
-    def _eval_stream(self, *keys: object) -> RandomStream:
-        # derived from the progress, so evaluation never shifts any other sampling, and resumes exactly
-        return RandomStream.derive(self.seed, "eval", self.global_step, self.global_rank, *keys)
-
     def validation_step(self, batch: List[Optional[Dict[str, Any]]], batch_idx: int) -> None:
         if self.trainer.sanity_checking:  # the module evaluates before the first update itself (on_train_start)
             return
@@ -288,8 +284,8 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
         unparsed_before = task.unparsed_completions
         items = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares
         if task.turns.multi:
-            return self.validate_turns(items, task, self._eval_stream(batch_idx))
-        rewards = self.evaluate_items(items, task, self._eval_stream(batch_idx))
+            return self.validate_turns(items, task, self.evaluation_batch_stream(batch_idx))
+        rewards = self.evaluate_items(items, task, self.evaluation_batch_stream(batch_idx))
         if not items:
             return
         values = torch.tensor(rewards, dtype=torch.float32, device=self.device)
@@ -317,7 +313,7 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
         with Progress.for_trainer(self.trainer, f"evaluation ({label})", len(items), "item") as progress:
             for index, start in enumerate(range(0, length, datamodule.eval_batch_size)):
                 batch = items[start : start + datamodule.eval_batch_size]
-                rewards += self.evaluate_items(batch, task, self._eval_stream(label, index))
+                rewards += self.evaluate_items(batch, task, self.evaluation_batch_stream(index))
                 progress.advance(len(batch))
         totals = gather_objects((sum(rewards), len(rewards), task.unparsed_completions - unparsed_before), world)
         count = max(sum(t[1] for t in totals), 1)
@@ -365,6 +361,7 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         # after the batch's optimizer step: a generator with its own copy of the weights refreshes it
         self.generator.weights_updated()
+        self.trained_updates = self.global_step
 
     resume_checked: bool = False
     """Whether the options of the checkpoint being resumed were compared with this run's already (the
@@ -389,6 +386,7 @@ class TeamModule(TurnEvaluation, DomainMetrics, PlainHyperparameters, LightningM
             if not self.resume_checked:  # the resume rule: this run's options, the changes listed
                 datamodule = self.trainer.datamodule  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
                 apply_resume_rule(checkpoint, self, datamodule, self.trainer.ckpt_path)
+        self.trained_updates = int(checkpoint.get("global_step") or 0)
         self.generator.weights_updated()
 
     def log_metrics_now(self, metrics: Dict[str, float]) -> None:

@@ -186,9 +186,12 @@ def given_options(module: Any, datamodule: Any) -> Tuple[Dict[str, Any], Dict[st
     return model, data
 
 
-def resume_changes(checkpoint: Mapping[str, Any], module: Any, datamodule: Any, path: Any) -> List[Change]:
+def resume_changes(
+    checkpoint: Mapping[str, Any], module: Any, datamodule: Any, path: Any, action: str = "resume"
+) -> List[Change]:
     """The options that differ between the checkpoint at ``path`` and this run; a
-    :class:`~comlrl_lightning.errors.ConfigurationError` naming every :data:`FIXED` one that differs.
+    :class:`~comlrl_lightning.errors.ConfigurationError` naming every :data:`FIXED` one that differs
+    (``cannot <action> <path> with other ...``; the evaluation commands pass ``"evaluate"``).
 
     A side the checkpoint does not record (one written before the data module recorded its
     options) is not compared.
@@ -209,7 +212,7 @@ def resume_changes(checkpoint: Mapping[str, Any], module: Any, datamodule: Any, 
     refused = [c for c in changes if is_fixed(c[0], kind) and _known(c[0], saved_all) and _known(c[0], given_all)]
     if refused:
         raise ConfigurationError(
-            f"cannot resume {path} with other {', '.join(name for name, _, _ in refused)} "
+            f"cannot {action} {path} with other {', '.join(name for name, _, _ in refused)} "
             f"({changes_text(refused)}; the checkpoint's state is meaningless with them): give the checkpoint's "
             "values, or start a new run."
         )
