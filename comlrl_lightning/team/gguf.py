@@ -31,7 +31,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Set, Tuple
 
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -53,9 +53,14 @@ MARKER = "comlrl-conversion.json"
 MARKER_FORMAT = 2
 """The marker's format: 2 records each file's sha256; 1 (no ``format`` entry) recorded sizes only."""
 
-_DIGESTS: Dict[Tuple[str, int, int, int, int, int], str] = {}
-"""sha256 of files already hashed in this process, keyed by (real path, device, inode, size, mtime,
-ctime): writing into a file changes its ctime, which no user can set back."""
+FileVersion = Tuple[str, int, int, int, int, int]
+"""(real path, device, inode, size, mtime, ctime): writing into a file changes its ctime, which no
+user can set back, so a file changed in place is a new version."""
+
+_DIGESTS: Dict[FileVersion, str] = {}
+"""sha256 of the file versions already hashed in this process."""
+_CHECKED: Set[FileVersion] = set()
+"""The GGUF file versions whose header this process has checked."""
 
 
 def is_gguf(source: str) -> bool:
@@ -65,8 +70,7 @@ def is_gguf(source: str) -> bool:
 
 def file_sha256(path: Path, chunk_size: int = 1 << 22) -> str:
     """The sha256 of ``path``'s bytes, streamed in chunks (remembered per file version in this process)."""
-    info = path.stat()
-    key = (os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    key = _file_version(path)
     if key not in _DIGESTS:
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
@@ -76,9 +80,16 @@ def file_sha256(path: Path, chunk_size: int = 1 << 22) -> str:
     return _DIGESTS[key]
 
 
+def _file_version(path: Path) -> FileVersion:
+    info = path.stat()
+    return (os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
 def forget_digests() -> None:
-    """Forget the digests remembered in this process (the next load hashes its file again, as a new process does)."""
+    """Forget the digests and header checks remembered in this process (the next load hashes and
+    checks its files again, as a new process does)."""
     _DIGESTS.clear()
+    _CHECKED.clear()
 
 
 def check_gguf_file(path: Path) -> None:
@@ -88,7 +99,10 @@ def check_gguf_file(path: Path) -> None:
         raise MissingPathError(f"model path {path} does not exist.")
     if not path.is_file():
         raise GgufError(f"{path} is not a file; a .gguf model source is a GGUF file.")
-    check_tensor_shapes(read_header(path), path)
+    version = _file_version(path)
+    if version not in _CHECKED:  # 0.3 s for SmolLM2's header; every agent, tokenizer and critic asks again
+        check_tensor_shapes(read_header(path), path)
+        _CHECKED.add(version)
 
 
 def gguf_folder(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:

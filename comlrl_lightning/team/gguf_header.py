@@ -187,9 +187,10 @@ def _read_tensor(cursor: _Cursor) -> TensorRecord:
         raise GgufError(f"{cursor.path}: tensor {name} has {n_dims} dimensions (ggml has 1 to {MAX_DIMS}).")
     dims = tuple(cursor.take("Q") for _ in range(n_dims))
     kind, offset = cursor.take("I"), cursor.take("Q")
-    sizes = (
-        GGML_QUANT_SIZES.get(GGMLQuantizationType(kind)) if kind in GGMLQuantizationType._value2member_map_ else None
-    )
+    try:
+        sizes = GGML_QUANT_SIZES.get(GGMLQuantizationType(kind))
+    except ValueError:  # not a ggml type at all
+        sizes = None
     if sizes is None:
         raise GgufError(f"{cursor.path}: tensor {name} has the unknown ggml type {kind}.")
     block, type_size = sizes

@@ -370,3 +370,44 @@ def test_a_cache_variable_that_names_a_file_is_one_line(tiny, tmp_path, monkeypa
             with pytest.raises(ConfigurationError) as error:
                 load()
             assert_one_line(error, "COMLRL_LIGHTNING_CACHE", str(root), "not a folder")
+
+
+@pytest.mark.real_model
+@pytest.mark.slow  # the session's SmolLM2 conversion, and a 540 MB folder hashed anew
+def test_the_offline_model_s_converted_folder_is_verified_by_content(real_model):
+    import time
+
+    from tests.conftest import REAL_MODEL
+
+    folder = Path(real_model)
+    record = json.loads((folder / MARKER).read_text())
+    assert record["format"] == gguf.MARKER_FORMAT
+    assert set(record["files"]) == {path.name for path in folder.iterdir()} - {MARKER}
+    weights = folder / "model.safetensors"
+    middle = weights.stat().st_size // 2
+    with open(weights, "rb") as handle:
+        handle.seek(middle)
+        original = handle.read(1 << 16)
+    assert original != bytes(len(original))
+    try:
+        zero_bytes(weights, middle, len(original))  # 64 KiB of the weights zeroed in place
+        with pytest.raises(GgufError) as error:
+            resolve_source(REAL_MODEL)
+        assert_one_line(error, str(folder), "model.safetensors is not what the conversion wrote")
+    finally:
+        with open(weights, "r+b") as handle:
+            handle.seek(middle)
+            handle.write(original)
+    gguf.forget_digests()  # a new process: the file and the whole folder are hashed again
+    start = time.perf_counter()
+    assert resolve_source(REAL_MODEL) == real_model
+    assert time.perf_counter() - start < 60  # 2.5 s measured on a loaded 2-core machine
+
+
+def test_a_tensor_of_an_unknown_ggml_type_is_refused_by_name(cache, tiny, hashed):
+    name = b"token_embd.weight"
+    type_at = tiny.read_bytes().index(name) + len(name) + 4 + 2 * 8  # after the name, n_dims and two dims
+    with pytest.raises(GgufError) as error:
+        load_model(str(patched(tiny, type_at, (999).to_bytes(4, "little"))))
+    assert_one_line(error, str(tiny), "tensor token_embd.weight has the unknown ggml type 999")
+    assert hashed == []
