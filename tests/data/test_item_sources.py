@@ -268,27 +268,38 @@ def test_an_item_set_gives_its_items_and_a_non_dict_is_named():
 # Bounds on data files
 
 
-def test_a_gzip_bomb_in_data_files_is_refused_before_datasets_reads_it(tmp_path, monkeypatch):
+def gzip_rows(path, mebibytes: int):
+    """A gzip file of ``mebibytes`` MiB of one repeated row (about 1,000:1)."""
     import gzip
 
-    bomb = tmp_path / "data" / "train.jsonl.gz"
-    bomb.parent.mkdir()
-    with gzip.open(bomb, "wb", compresslevel=9) as handle:
-        for _ in range(80):  # 80 MiB of rows in about 150 KB: far past 100:1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wb", compresslevel=9) as handle:
+        for _ in range(mebibytes):
             handle.write(b'{"prompt": "a"}\n' * (1 << 16))
-    assert bomb.stat().st_size < 200_000
+    return path
+
+
+def test_a_gzip_bomb_in_data_files_is_refused_before_datasets_reads_it(tmp_path, monkeypatch):
+    bomb = gzip_rows(tmp_path / "data" / "train.jsonl.gz", 12)
+    assert bomb.stat().st_size < 100_000
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: calls.append(args))
-    spec = HFDataset("json", data_files={"train": str(tmp_path / "data" / "*.gz")}, max_bytes=8 << 20, max_ratio=1e6)
+    spec = HFDataset("json", data_files={"train": str(tmp_path / "data" / "*.gz")}, max_bytes=8 << 20)
     with pytest.raises(DataError) as error:
         load_items(spec)
     message = str(error.value)
     assert message.startswith(f"train_dataset: {bomb} expands past 8.0 MiB") and "max_bytes" in message, message
-    with pytest.raises(DataError, match=rf"^train_dataset: {bomb} expands more than 100:1"):  # the default ratio
-        load_items(HFDataset("json", data_files=str(bomb)))
     with pytest.raises(DataError, match=rf"^eval_dataset: {bomb} expands past"):  # a folder's own files too
         load_items(HFDataset(str(tmp_path / "data"), max_bytes=1 << 20), role="eval")
     assert calls == []  # refused before datasets was asked
+
+
+@pytest.mark.slow  # 80 MiB decompressed: the default ratio applies past 64 MiB
+def test_the_default_ratio_refuses_a_bomb_under_the_size_bound(tmp_path, monkeypatch):
+    bomb = gzip_rows(tmp_path / "train.jsonl.gz", 80)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: pytest.fail("datasets was asked"))
+    with pytest.raises(DataError, match=rf"^train_dataset: {bomb} expands more than 100:1"):
+        load_items(HFDataset("json", data_files=str(bomb)))
 
 
 def test_data_files_within_the_bounds_load(tmp_path):
