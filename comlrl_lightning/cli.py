@@ -32,10 +32,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
+from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
@@ -94,7 +95,8 @@ class PreferenceCLI(LightningCLI):
         parser.link_arguments("model.init_args.team.num_agents", "data.init_args.num_agents")
         # A CSV logger that a resumed run continues, unless the config names one: Lightning's default
         # (logger: true) would print a notice about TensorBoard not being installed.
-        parser.set_defaults({"trainer.logger": {"class_path": CSV_LOGGER}})
+        # Its save_dir, ROOT_DIR, carries over to a logger chosen without one (TensorBoardLogger needs one).
+        parser.set_defaults({"trainer.logger": {"class_path": CSV_LOGGER, "init_args": {"save_dir": ROOT_DIR}}})
         # The modules evaluate before the first update themselves: a sanity validation would evaluate nothing.
         parser.set_defaults({"trainer.num_sanity_val_steps": 0})
 
@@ -109,8 +111,8 @@ class PreferenceCLI(LightningCLI):
         """No key's value in the config; ``ModelParallelStrategy`` built as
         :class:`~comlrl_lightning.runtime.checkpoint_io.AtomicModelParallelStrategy` (the same options);
         a logger without a ``save_dir`` writes under
-        ``trainer.default_root_dir`` (one given is kept); a resumed run continues the CSV log folder
-        and the W&B run of its checkpoint."""
+        ``trainer.default_root_dir`` (one given is kept); W&B loggers get a CSV log beside them
+        (:func:`with_csv_log`); a resumed run continues the CSV log folder and the W&B run of its checkpoint."""
         # the whole config is saved (config.yaml, hparams, checkpoints, loggers): no key's value anywhere in it
         config = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
         if self.resumed_path is not None:  # set aside in resolve_checkpoint_path
@@ -123,11 +125,14 @@ class PreferenceCLI(LightningCLI):
         # an evaluation of a checkpoint logs into a version of its own: the run's log and W&B run are not continued
         record = self.resumed_record if self.config.get("subcommand") in (None, "fit") else {}
         logs, identity = record.get("logs") or {}, record.get("wandb") or {}
+        config["trainer"]["logger"] = with_csv_log(config["trainer"].get("logger"))
         for logger in _logger_sections(config["trainer"].get("logger")):
             init = logger.get("init_args")
             if init is None:
                 continue
             kind = _class_of(logger["class_path"])
+            if init.get("save_dir") == ROOT_DIR:  # the default, or carried over to a logger chosen without one
+                init["save_dir"] = _unset_save_dir(kind, root)
             if root is not None and _save_dir_not_given(init, kind):
                 init["save_dir"] = str(root)
             if (
@@ -262,6 +267,36 @@ def _class_of(class_path: str) -> type:
     module, _, name = str(class_path).rpartition(".")
     found = getattr(importlib.import_module(module), name, None) if module else None
     return found if isinstance(found, type) else object
+
+
+ROOT_DIR = "<trainer.default_root_dir>"
+"""The default logger's ``save_dir``: replaced by ``trainer.default_root_dir`` before the logger is
+built. jsonargparse carries it over to a logger chosen on the command line or in a config without a
+``save_dir`` (``--trainer.logger TensorBoardLogger``), whose class may require one."""
+
+
+def _unset_save_dir(kind: type, root: Any) -> Any:
+    """A logger section's ``save_dir`` when none was given: its class's own default (``None``, or
+    ``"."`` for W&B, which the root then replaces), else the root folder (the working directory
+    without one, as Lightning's ``default_root_dir``)."""
+    parameter = inspect.signature(kind.__init__).parameters.get("save_dir")  # type: ignore[misc]  # kind is a class: its own __init__
+    if parameter is not None and parameter.default is not inspect.Parameter.empty:
+        return parameter.default
+    return str(root) if root is not None else os.getcwd()
+
+
+def with_csv_log(logger: Any) -> Any:
+    """``trainer.logger`` with a :class:`~comlrl_lightning.callbacks.ResumableCSVLogger` first where it
+    names W&B loggers and no CSV logger: the run has its ``metrics.csv``, and its ``config.yaml``, plots
+    and checkpoints go to that log's version folder (Lightning puts them in the first logger's), not
+    to a W&B run id's folder apart from them; W&B keeps its own files. Other choices are unchanged."""
+    sections = _logger_sections(logger)
+    kinds = [_class_of(section["class_path"]) for section in sections]
+    if not any(issubclass(kind, WandbLogger) for kind in kinds) or any(issubclass(kind, CSVLogger) for kind in kinds):
+        return logger
+    parameters = inspect.signature(ResumableCSVLogger.__init__).parameters.values()
+    defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    return [Namespace(class_path=CSV_LOGGER, init_args=Namespace(**{**defaults, "save_dir": ROOT_DIR})), *sections]
 
 
 def _save_dir_not_given(init: Any, kind: type) -> bool:

@@ -642,6 +642,7 @@ def test_a_cli_resume_continues_the_wandb_run_of_its_checkpoint_under_the_root_d
     """A WandbLogger without a save_dir writes under trainer.default_root_dir (never the working
     directory), and a resume from the checkpoint folder continues its W&B run in the same folder."""
     import wandb
+    from lightning.pytorch.loggers import WandbLogger
 
     from comlrl_lightning.cli import run_cli
     from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
@@ -657,13 +658,16 @@ def test_a_cli_resume_continues_the_wandb_run_of_its_checkpoint_under_the_root_d
         logger = ["--trainer.logger", "lightning.pytorch.loggers.WandbLogger", "--trainer.logger.init_args.offline"]
         return run_cli(["fit", "--config", config, "--trainer.default_root_dir", str(root), *words, *logger, "true"])
 
+    def wandb_run_id(cli):  # the CSV log the command line adds beside W&B is the first logger
+        return next(logger for logger in cli.trainer.loggers if isinstance(logger, WandbLogger)).version
+
     first = fit(1)
-    run_id = first.trainer.logger.version
+    run_id = wandb_run_id(first)
     (checkpoints,) = {path.parent for path in root.rglob("last.ckpt")}
     assert read_checkpoint_metadata(checkpoints)["wandb"]["id"] == run_id
     wandb.finish()
     second = fit(2, "--ckpt_path", str(checkpoints))
-    assert second.trainer.logger.version == run_id  # the same W&B run, continued
+    assert wandb_run_id(second) == run_id  # the same W&B run, continued
     assert {path.parent for path in root.rglob("last.ckpt")} == {checkpoints}  # in the same folder
     assert read_checkpoint_metadata(checkpoints)["progress"]["epochs"] == 2
     records = sorted(root.rglob("run-*.wandb"))
