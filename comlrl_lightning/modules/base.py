@@ -22,7 +22,7 @@ from comlrl_lightning.modules.evaluation_runs import EvaluationRuns
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.modules.real_model_safety import low_precision_weights_warning, real_model_learning_rates
 from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
-from comlrl_lightning.modules.turn_evaluation import TurnEvaluation
+from comlrl_lightning.modules.turn_evaluation import RETURN_KEY, TURN_1_KEY, TurnEvaluation
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
@@ -318,7 +318,7 @@ class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparame
         totals = gather_objects((sum(rewards), len(rewards), task.unparsed_completions - unparsed_before), world)
         count = max(sum(t[1] for t in totals), 1)
         value = sum(t[0] for t in totals) / count
-        metrics = {"eval/turn_1/reward_mean": value, "eval/turn_1/expected_return": value, **self.turn_summary(world)}
+        metrics = {TURN_1_KEY: value, RETURN_KEY: value, **self.turn_summary(world, value)}
         if task.centralized:
             metrics["eval/unparsed_rate"] = sum(t[2] for t in totals) / count
         metrics.update(self.evaluation_domain_metrics(world))
@@ -330,7 +330,7 @@ class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparame
         return value
 
     def _report_evaluation(self, label: str, value: float) -> None:
-        rank_zero_info(f"evaluation ({label}, {self.global_step} updates): eval/turn_1/reward_mean = {value:.4f}")
+        rank_zero_info(f"evaluation ({label}, {self.global_step} updates): {self.headline_metric} = {value:.4f}")
 
     initial_eval_reward: Optional[float] = None
     final_eval_reward: Optional[float] = None
@@ -347,7 +347,7 @@ class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparame
     _validated: Optional[tuple] = None
 
     def on_validation_end(self) -> None:
-        value = self.trainer.callback_metrics.get("eval/turn_1/reward_mean")
+        value = self.trainer.callback_metrics.get(self.headline_metric)  # the value the headline names
         if not self.trainer.sanity_checking and value is not None:
             self._validated = (self.global_step, float(value))
 

@@ -1,10 +1,12 @@
 """Domain metrics of an evaluation: the joint samples a team module's evaluation drew, given to a
 user's function whose numbers are logged under ``eval/<key>``.
 
-A team module with ``evaluation_metrics`` set (a callable, from Python) records every evaluation
-item, each role's prompt and completion and the task reward; when the evaluation ends it calls
-``evaluation_metrics(samples)`` once with the :class:`EvaluationSamples` of every process, and logs
-each returned ``key: number`` as ``eval/<key>`` beside ``eval/turn_1/reward_mean``. The seed API
+A team module records every evaluation item, each role's prompt and completion and the task reward
+(per turn, and the return); when the evaluation ends it keeps this process's
+:class:`EvaluationSamples` as ``evaluated_samples`` (what observers such as
+:class:`~comlrl_lightning.callbacks.SamplesLog` read), and with ``evaluation_metrics`` set (a
+callable, from Python) calls ``evaluation_metrics(samples)`` once with the samples of every
+process, and logs each returned ``key: number`` as ``eval/<key>`` beside ``eval/turn_1/reward_mean``. The seed API
 builds this callable from the reference (CoMLRL)'s ``eval_logger`` + ``eval_aggregator`` or
 ``metrics_callback``. A policy-gradient module's ``rollout_metrics`` is the same for each update's
 rollouts (:class:`RolloutSamples`), logged under the returned keys.
@@ -36,6 +38,8 @@ class EvaluationSamples:
         rewards: the processed task reward of each item's joint sample (a multi-turn task's: the return).
         earlier_turns: ``earlier_turns[k][t][r]``: with several turns, role ``r``'s completion at turn
             ``t`` before the last (``completions[k]`` holds the last turn's); empty lists for one turn.
+        turn_rewards: ``turn_rewards[k][t]``: the processed reward of item ``k``'s joint answer at turn
+            ``t`` (one entry per turn its trajectory reached; one turn: ``[rewards[k]]``).
     """
 
     items: List[Dict[str, Any]] = field(default_factory=list)
@@ -43,6 +47,7 @@ class EvaluationSamples:
     completions: List[List[str]] = field(default_factory=list)
     rewards: List[float] = field(default_factory=list)
     earlier_turns: List[List[List[str]]] = field(default_factory=list)
+    turn_rewards: List[List[float]] = field(default_factory=list)
 
     def add(
         self,
@@ -51,11 +56,14 @@ class EvaluationSamples:
         texts: Sequence[Sequence[str]],
         rewards: Sequence[float],
         earlier_turns: Optional[Sequence[Sequence[Sequence[str]]]] = None,
+        turn_rewards: Optional[Sequence[Sequence[float]]] = None,
     ):
         """Record ``items`` with ``texts[k]`` (each agent's completion for item ``k``; a multi-turn
-        task's last turn, its earlier turns in ``earlier_turns[k]``) and their rewards."""
+        task's last turn, its earlier turns in ``earlier_turns[k]``), their rewards (a multi-turn
+        task's returns) and each turn's reward (``None``: one turn, whose reward is ``rewards[k]``)."""
         earlier = earlier_turns if earlier_turns is not None else [[] for _ in items]
-        for item, agent_texts, reward, before in zip(items, texts, rewards, earlier):
+        per_turn = turn_rewards if turn_rewards is not None else [[reward] for reward in rewards]
+        for item, agent_texts, reward, before, turns in zip(items, texts, rewards, earlier, per_turn):
             if task.centralized:
                 roles = parse_roles(task.adapter, agent_texts[0], item, task.num_roles)
                 self.role_prompts.append(task.role_prompts(item))
@@ -66,6 +74,7 @@ class EvaluationSamples:
             self.items.append(item)
             self.rewards.append(float(reward))
             self.earlier_turns.append([list(turn) for turn in before])
+            self.turn_rewards.append([float(value) for value in turns])
 
     def turns_of(self, role: int) -> List[List[str]]:
         """Role ``role``'s completions of every turn, item by item: ``[k] -> [turn 1, ..., last turn]``."""
@@ -81,6 +90,7 @@ class EvaluationSamples:
             merged.completions += part.completions
             merged.rewards += part.rewards
             merged.earlier_turns += part.earlier_turns
+            merged.turn_rewards += part.turn_rewards
         return merged
 
 
@@ -159,21 +169,28 @@ def domain_metrics(function: Callable[[Any], Dict[str, Any]], samples: Any, pref
 
 
 class DomainMetrics:
-    """A team module's evaluation domain metrics: records each evaluation's samples while
-    ``evaluation_metrics`` is set and logs what it returns as ``eval/<key>``."""
+    """A team module's evaluation samples and domain metrics: records each evaluation's samples, keeps
+    the last one's as :attr:`evaluated_samples`, and logs what ``evaluation_metrics`` returns as ``eval/<key>``."""
 
     evaluation_metrics: Optional[EvaluationMetrics] = None
     """Domain metrics of every evaluation, logged as ``eval/<key>`` (a callable, set from Python)."""
     evaluation_record: Optional[EvaluationSamples] = None
     """The samples of the evaluation under way (``None``: not recording)."""
+    evaluated_samples: Optional[EvaluationSamples] = None
+    """This process's samples of the evaluation that ended last (``None`` before the first): read by
+    observers after it (a callback's ``on_validation_end``; after fit's own evaluations before the
+    first update and after the last, ``on_train_epoch_start`` and ``on_fit_end``), never changed."""
 
     def start_evaluation(self) -> None:
-        self.evaluation_record = EvaluationSamples() if self.evaluation_metrics is not None else None
+        self.evaluation_record = EvaluationSamples()
 
     def evaluation_domain_metrics(self, world: int) -> Dict[str, float]:
-        """The domain metrics of the evaluation that just ended (every process's samples), then stop recording."""
+        """The domain metrics of the evaluation that just ended (every process's samples), then stop
+        recording; its samples (this process's) become :attr:`evaluated_samples`."""
         samples, self.evaluation_record = self.evaluation_record, None
-        if samples is None or self.evaluation_metrics is None:  # a record is kept only while metrics are set
+        if samples is not None:
+            self.evaluated_samples = samples
+        if samples is None or self.evaluation_metrics is None:
             return {}
         return domain_metrics(self.evaluation_metrics, samples.merged(world))
 

@@ -4,8 +4,14 @@
 With the task's ``num_turns = H > 1`` the team module evaluates each item with one joint trajectory
 of up to ``H`` turns, sampled as collection samples them (the same transition, early stop and
 return), and logs ``eval/turn_<t>/reward_mean`` (the mean task reward of turn ``t`` over the
-trajectories that reached it, ``t = 1..H``) and ``eval/turn_1/expected_return`` (the mean return of
-the whole trajectory: the expected return from turn 1 on). A single-turn task never comes here.
+trajectories that reached it, ``t = 1..H``) and ``eval/return_mean`` (the mean return of the whole
+trajectory, :meth:`~comlrl_lightning.data.turns.Turns.trajectory_return`), also under the reference's
+name ``eval/turn_1/expected_return`` (the expected return from turn 1 on). A single-turn task never
+comes here.
+
+**The headline** of an evaluation (the line printed, the reward curve, ``initial_eval_reward`` and
+``final_eval_reward``) is one of these metrics, named as logged (:func:`headline_key`): with one turn
+``eval/turn_1/reward_mean`` (turn 1's reward is the return), with several ``eval/return_mean``.
 """
 
 from __future__ import annotations
@@ -14,13 +20,25 @@ from typing import Any, ContextManager, Dict, List, Optional, Protocol, Sequence
 
 import torch
 
+from comlrl_lightning.data.contract import optional_data_side
 from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.trajectories import sample_trajectories, team_context_check, team_sampler
 from comlrl_lightning.generation.base import sample_team
+from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.distributed import gather_objects
 from comlrl_lightning.runtime.rng import RandomStream
 
+TURN_1_KEY = "eval/turn_1/reward_mean"
 RETURN_KEY = "eval/turn_1/expected_return"
+"""The reference's name of the mean return (the same number as :data:`RETURN_MEAN_KEY`)."""
+RETURN_MEAN_KEY = "eval/return_mean"
+
+
+def headline_key(task: Any) -> str:
+    """The metric an evaluation of ``task`` reports first: ``eval/turn_1/reward_mean`` for one turn
+    (or no task yet), ``eval/return_mean`` (the mean return) for several turns, where turn 1's
+    reward is not the return."""
+    return RETURN_MEAN_KEY if task is not None and task.turns.multi else TURN_1_KEY
 
 
 def turn_sums(per_item: Sequence[Sequence[float]]) -> List[Tuple[float, int]]:
@@ -89,6 +107,14 @@ class TurnEvaluation:
     evaluated_turns: Optional[List[List[float]]] = None
     """Per-turn rewards of every item evaluated outside the validation loop since the last summary."""
 
+    @property
+    def headline_metric(self) -> str:
+        """The name of the metric this module's evaluations report first (:func:`headline_key` of the
+        task of the data module it runs with)."""
+        trainer = attached_trainer(self)  # type: ignore[arg-type]  # a mixin: the LightningModule's
+        datamodule = optional_data_side(trainer) if trainer is not None else None
+        return headline_key(getattr(datamodule, "task", None))  # a data module's task is None before setup
+
     def evaluate_items(
         self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
     ) -> List[float]:
@@ -122,7 +148,8 @@ class TurnEvaluation:
         if self.evaluation_record is not None:
             texts = [[c.text for c in t.completions[-1]] for t in trajectories]
             earlier = [[[c.text for c in turn] for turn in t.completions[:-1]] for t in trajectories]
-            self.evaluation_record.add(task, items, texts, returns, earlier)
+            turn_rewards = [list(t.rewards) for t in trajectories]
+            self.evaluation_record.add(task, items, texts, returns, earlier, turn_rewards)
         return [list(t.rewards) for t in trajectories], returns
 
     def evaluate_turns(
@@ -133,12 +160,13 @@ class TurnEvaluation:
         self.evaluated_turns = (self.evaluated_turns or []) + per_turn
         return returns
 
-    def turn_summary(self, world: int) -> Dict[str, float]:
-        """Per-turn means of what :meth:`evaluate_turns` evaluated (every process's); nothing for one turn."""
+    def turn_summary(self, world: int, return_mean: float) -> Dict[str, float]:
+        """Per-turn means of what :meth:`evaluate_turns` evaluated (every process's) and ``return_mean``
+        (the mean of the returns it gave) as ``eval/return_mean``; nothing for one turn."""
         if self.evaluated_turns is None:
             return {}
         per_turn, self.evaluated_turns = self.evaluated_turns, None
-        return turn_means(gather_objects(turn_sums(per_turn), world))
+        return {**turn_means(gather_objects(turn_sums(per_turn), world)), RETURN_MEAN_KEY: return_mean}
 
     def validate_turns(self: _TeamModuleParts, batch: List[Dict[str, Any]], task: Any, stream: RandomStream) -> None:
         """A validation step of a multi-turn task: turn 1's reward and the return in the module's exact
@@ -146,13 +174,12 @@ class TurnEvaluation:
         per_turn, returns = self.sample_turns(batch, task, stream)
         if not batch:
             return
-        values = {
-            "eval/turn_1/reward_mean": [rewards[0] for rewards in per_turn],
-            RETURN_KEY: returns,
-        }
+        values = {TURN_1_KEY: [rewards[0] for rewards in per_turn], RETURN_KEY: returns}
         for key, metric in self.eval_metrics.items():
             metric.update(torch.tensor(values[key], dtype=torch.float32, device=self.device))
             self.log(key, metric, on_step=False, on_epoch=True, batch_size=len(batch))
+        # the return under its own name too: the same exact metric as the reference's name
+        self.log(RETURN_MEAN_KEY, self.eval_metrics[RETURN_KEY], on_step=False, on_epoch=True, batch_size=len(batch))
         for turn in range(1, task.turns.num_turns):
             reached = [rewards[turn] for rewards in per_turn if len(rewards) > turn]
             if reached:
@@ -161,4 +188,12 @@ class TurnEvaluation:
                 self.log(key, value, on_step=False, on_epoch=True, batch_size=len(reached), sync_dist=True)
 
 
-__all__ = ["TurnEvaluation", "turn_means", "turn_sums"]
+__all__ = [
+    "RETURN_KEY",
+    "RETURN_MEAN_KEY",
+    "TURN_1_KEY",
+    "TurnEvaluation",
+    "headline_key",
+    "turn_means",
+    "turn_sums",
+]
