@@ -41,7 +41,6 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
 from comlrl_lightning.runtime.files import fsync_directory, read_bounded
 from comlrl_lightning.runtime.hparams import summarized
 from comlrl_lightning.runtime.paths import require_local
-from comlrl_lightning.runtime.quiet import transformers_bars_off
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.team.saving import LoraLayout, write_agent_folder
 from comlrl_lightning.team.team import Team
@@ -237,11 +236,10 @@ def write_team(team: Team, run: TrainedRun, folder: Path, merge_lora: bool) -> N
     team's card (``README.md``) and the run's options (``hparams.json``)."""
     layout: LoraLayout = "merged" if merge_lora else "adapter"
     written_as = "adapter" if team.is_lora and not merge_lora else "model"
-    with transformers_bars_off():  # no "Writing model shards" bar per agent
-        for index, (agent, tokenizer) in enumerate(zip(team.agents, team.tokenizers)):
-            write_agent_folder(agent, tokenizer, folder / f"agent_{index}", layout)
-            card = agent_card(run, index, written_as, _base_of(agent))
-            (folder / f"agent_{index}" / "README.md").write_text(card, encoding="utf-8")
+    for index, (agent, tokenizer) in enumerate(zip(team.agents, team.tokenizers)):
+        write_agent_folder(agent, tokenizer, folder / f"agent_{index}", layout)
+        card = agent_card(run, index, written_as, _base_of(agent))
+        (folder / f"agent_{index}" / "README.md").write_text(card, encoding="utf-8")
     (folder / "README.md").write_text(team_card(run, team.num_agents, team.is_lora, merge_lora), encoding="utf-8")
     options = json.dumps({"model": run.model, "data": run.data}, indent=2, default=str)
     (folder / "hparams.json").write_text(options + "\n", encoding="utf-8")

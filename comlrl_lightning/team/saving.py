@@ -11,6 +11,7 @@ from typing import Any, Literal
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.runtime.files import ensure_writable_folder, swap_folder
 from comlrl_lightning.runtime.paths import require_local
+from comlrl_lightning.runtime.quiet import transformers_bars_off
 from comlrl_lightning.team.lora import LoraAgent
 
 LoraLayout = Literal["merged", "adapter", "merged_and_adapter"]
@@ -22,14 +23,15 @@ def write_agent_folder(agent: Any, tokenizer: Any, folder: Path, lora_layout: Lo
     """Write ``folder`` (which must not exist yet): the agent's ``save_pretrained`` folder (weights,
     config, generation config) and its tokenizer. A LoRA agent as ``lora_layout`` says; its adapter
     folder holds the base's generation config too, so every folder says how its model samples."""
-    if isinstance(agent, LoraAgent) and lora_layout == "adapter":
-        agent.save_adapter(folder)  # adapter_config.json names the base (its folder or hub id)
-        agent.get_base_model().generation_config.save_pretrained(folder)
-    else:
-        agent.save_pretrained(folder)
-        if isinstance(agent, LoraAgent) and lora_layout == "merged_and_adapter":
-            agent.save_adapter(folder / "adapter")  # for peft's AutoPeftModelForCausalLM
-    tokenizer.save_pretrained(folder)
+    with transformers_bars_off():  # no "Writing model shards" bar per agent
+        if isinstance(agent, LoraAgent) and lora_layout == "adapter":
+            agent.save_adapter(folder)  # adapter_config.json names the base (its folder or hub id)
+            agent.get_base_model().generation_config.save_pretrained(folder)
+        else:
+            agent.save_pretrained(folder)
+            if isinstance(agent, LoraAgent) and lora_layout == "merged_and_adapter":
+                agent.save_adapter(folder / "adapter")  # for peft's AutoPeftModelForCausalLM
+        tokenizer.save_pretrained(folder)
 
 
 def save_team_folders(team: Any, output_dir: str) -> None:
