@@ -173,3 +173,20 @@ def test_a_lone_surrogate_crosses_as_an_ascii_escape_so_every_frame_is_utf8():
     body = encode(["\ud800", "é"])
     body.decode("utf-8")
     assert decode(body) == ["\ud800", "é"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'"a\\' * 300_000, b'["' + b"[" * 1_000_000, b"[" * 600_000, b'"' * 1_000_000, b'{"a":' * 200_000],
+    ids=["escaped-quotes", "unterminated-string", "deep", "quotes", "deep-objects"],
+)
+def test_a_hostile_body_of_a_mebibyte_is_refused_in_linear_time(body):
+    started = time.monotonic()
+    with pytest.raises(NotPlainData):
+        decode(body)
+    assert time.monotonic() - started < 10  # a sanity bound: each takes well under a second
+
+
+def test_escaped_backslashes_and_quotes_are_paired_as_json_pairs_them():
+    assert bracket_depth(b'["\\\\\\"[", [[1]]]') == 3  # the string holds \\, \" and [
+    assert bracket_depth(b'["\\\\", [[1]]]') == 3  # the string ends after an escaped backslash
