@@ -38,3 +38,23 @@ def test_a_link_or_a_folder_under_a_start_files_name_keeps_the_folder(tmp_path):
 def test_the_start_files_are_config_and_hparams():
     assert holds_only_start_files([]) and holds_only_start_files(["config.yaml", "hparams.yaml"])
     assert not holds_only_start_files(["config.yaml", "metrics.csv"])
+
+
+def test_a_trainer_refused_while_the_data_is_read_leaves_no_version_folder(tmp_path):
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.loggers import CSVLogger
+
+    from comlrl_lightning import MADPOModule, PreferenceDataModule, TaskOptions, TeamOptions
+    from comlrl_lightning.callbacks.refused_runs import RefusedRunLogs
+    from comlrl_lightning.errors import ComlrlError
+
+    data = PreferenceDataModule(task=TaskOptions(train_dataset=str(tmp_path / "missing.jsonl")))
+    logger = CSVLogger(str(tmp_path / "logs"))
+    trainer = Trainer(logger=logger, callbacks=[RefusedRunLogs()], enable_progress_bar=False, max_epochs=1)
+    try:
+        trainer.fit(MADPOModule(team=TeamOptions(agent_model="embedded")), data)
+    except ComlrlError:
+        pass
+    else:
+        raise AssertionError("the missing dataset was not refused")
+    assert not (tmp_path / "logs" / "lightning_logs" / "version_0").exists()

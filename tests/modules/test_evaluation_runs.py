@@ -58,6 +58,19 @@ def test_validate_test_and_predict_of_the_same_weights_give_the_same_numbers(tmp
     assert other["test/turn_1/reward_mean"] != tested["test/turn_1/reward_mean"]
 
 
+def test_untrained_weights_evaluate_with_the_streams_of_fits_evaluation_before_training(tmp_path):
+    """What fit's evaluation before training has always drawn (the docs quote its numbers): batch
+    ``b`` from ``(seed, "eval", 0, rank, "before training", b)``, whatever runs the evaluation."""
+    module, data = _module(), _data()
+    validated = _trainer(tmp_path).validate(module, data, verbose=False)[0]["eval/turn_1/reward_mean"]
+    items = data.evaluation_items()
+    rewards = []
+    for batch in range(2):  # eval_batch_size 2
+        stream = RandomStream.derive(0, "eval", 0, 0, "before training", batch)
+        rewards += module.evaluate_items(items[2 * batch : 2 * batch + 2], data.task, stream)
+    assert validated == pytest.approx(sum(rewards) / len(rewards), abs=1e-6)
+
+
 def test_outside_a_fit_the_weights_count_the_updates_of_the_checkpoint_loaded_last(tmp_path):
     module = _module()
     assert module.weights_updates == 0
