@@ -53,6 +53,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, res
 from comlrl_lightning.runtime.command_line import restore_nulls
 from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import own_copy
+from comlrl_lightning.runtime.import_paths import working_directory_first
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.sharding import check_mesh_plan
 
@@ -346,6 +347,7 @@ def main(args: Optional[List[str]] = None) -> None:
     distributed run's process group is closed before the process exits, unless vLLM engines run in
     this process: their own shutdown at exit tears the groups down (twice would raise).
     """
+    working_directory_first(sys.path)  # as python -m: a reward_func or part beside the config imports
     words = sys.argv[1:] if args is None else list(args)
     if words and words[0] in OWN_COMMANDS:  # this library's commands beside LightningCLI's (export, env)
         with one_line_errors():

@@ -11,13 +11,13 @@ scored through its roles, with every completion that does not split counted.
 
 from __future__ import annotations
 
-import importlib
 import re
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 
 from comlrl_lightning.data.chat import PromptRenderer, is_conversation, prompt_text
 from comlrl_lightning.data.task import Task
 from comlrl_lightning.errors import DataError
+from comlrl_lightning.runtime.import_paths import import_object
 from comlrl_lightning.validation import OptionError, require
 
 ADAPTER_OPTION = "adapter"
@@ -118,11 +118,7 @@ def resolve_adapter(spec: Any) -> Any:
         return TaggedCentralizedComparatorAdapter()
     adapter = spec
     if isinstance(spec, str):
-        module_name, _, name = spec.strip().rpartition(".")
-        try:
-            adapter = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError, ValueError) as error:
-            raise OptionError(f"{ADAPTER_OPTION}: cannot import {spec!r} ({error}).") from None
+        adapter = import_object(spec, ADAPTER_OPTION, OptionError)  # from sys.path, else the working directory
         if isinstance(adapter, type) or (callable(adapter) and not hasattr(adapter, "build_prompt")):
             adapter = adapter()
     for method in ("build_prompt", "parse_completion"):

@@ -28,7 +28,6 @@ both conventions give the same scores.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Sequence as SequenceType
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 from comlrl_lightning.errors import ConfigurationError, ConfigurationTypeError, DataError
+from comlrl_lightning.runtime.import_paths import import_object
 from comlrl_lightning.validation import OptionError, require
 
 CallableSpec = Union[str, Callable, None]
@@ -51,16 +51,13 @@ class RewardFunctionError(DataError, RuntimeError):
 
 
 def resolve_callable(spec: CallableSpec, option: str) -> Optional[Callable]:
-    """A callable given directly or by import path ``"package.module.name"``."""
+    """A callable given directly or by import path ``"package.module.name"`` (a module in the working
+    directory too: :func:`~comlrl_lightning.runtime.import_paths.import_object`)."""
     if spec is None or callable(spec):
         return spec
     if not isinstance(spec, str):
         raise ConfigurationTypeError(f"{option} must be a callable or an import path (got {spec!r}).")
-    module_name, _, attribute = str(spec).rpartition(".")
-    try:
-        value = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise ConfigurationError(f"{option}: cannot import {spec!r} ({error}).") from error
+    value = import_object(spec, option)  # from sys.path, else the working directory (as python -m)
     if not callable(value):
         raise ConfigurationError(f"{option}: {spec!r} is not callable.")
     return value

@@ -6,7 +6,7 @@ import copy
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 from comlrl_lightning.data.chat import (
     AgentPrompt,
@@ -15,6 +15,7 @@ from comlrl_lightning.data.chat import (
     check_agent_prompt,
     conversation_problem,
 )
+from comlrl_lightning.data.held_out import HELD_OUT, check_evaluation_source, check_held_out_size, held_out_split
 from comlrl_lightning.data.item_sources import HFDataset, ItemSet, load_dataset_items
 from comlrl_lightning.data.oracle import CallableSpec, Oracle, resolve_callable
 from comlrl_lightning.data.task_files import read_json, read_jsonl, task_file_format
@@ -274,9 +275,14 @@ class TaskOptions:
             ``class_path`` (``comlrl_lightning.tasks.coding.HumanEval``), a ``datasets.Dataset``
             (Python), or ``"embedded"`` (the toy task).
             Datasets are indexed where they are, never copied into a list.
-        eval_dataset: evaluation items, same forms (``None``: no evaluation).
+        eval_dataset: evaluation items, same forms (``None``: no evaluation), or ``"held_out"``: items
+            of ``train_dataset`` kept out of training (:mod:`~comlrl_lightning.data.held_out`). The
+            embedded task's (``"embedded"``) beside a ``train_dataset`` of one's own is refused.
         dataset_split: split for a Hugging Face ``train_dataset`` (unless it names its own).
         eval_split: split for a Hugging Face ``eval_dataset`` (unless it names its own).
+        held_out_size: with ``eval_dataset: held_out``, how many items of ``train_dataset`` are held
+            out: an int is a count, a float in (0, 1) a fraction (at least one item).
+        held_out_seed: the seed of that draw (the same held-out items whatever the run's seed).
         formatters: per-agent prompt builders: callables, import paths, or templates like
             ``"Q: {question}"``; ``None`` uses ``item["prompt"]`` (else ``item["messages"]``) for
             every agent (the embedded task: its own templates). A prompt is a text or a list of
@@ -296,11 +302,21 @@ class TaskOptions:
     eval_dataset: ItemSource = None
     dataset_split: str = "train"
     eval_split: str = "test"
+    held_out_size: Union[int, float] = 0.1
+    held_out_seed: int = 0
     formatters: Union[str, List[str], Callable, List[Callable], None] = None
     chat_template: bool = False
     reward_func: CallableSpec = None
     reward_processor: CallableSpec = None
     turns: Turns = Turns()
+
+    def __post_init__(self) -> None:
+        check_held_out_size(self.held_out_size)
+
+    @property
+    def held_out(self) -> bool:
+        """Whether the evaluation items are held out of ``train_dataset`` (``eval_dataset: held_out``)."""
+        return isinstance(self.eval_dataset, str) and self.eval_dataset == HELD_OUT
 
     @property
     def embedded(self) -> bool:
@@ -323,11 +339,20 @@ class TaskOptions:
             self.formatter_specs, self.reward_spec, self.reward_processor, num_agents, self.chat_template, self.turns
         )
 
+    def items(self) -> Tuple[Sequence[Dict[str, Any]], Sequence[Dict[str, Any]]]:
+        """``(training items, evaluation items)``, loaded once (with ``held_out``: one split of ``train_dataset``)."""
+        train = load_items(self.train_dataset, self.dataset_split, "train")
+        check_evaluation_source(self.train_dataset, self.eval_dataset)  # after train_dataset's own errors
+        if self.held_out:
+            return held_out_split(train, self.held_out_size, self.held_out_seed)
+        return train, load_items(self.eval_dataset, self.eval_split, "eval")
+
     def train_items(self) -> Sequence[Dict[str, Any]]:
-        return load_items(self.train_dataset, self.dataset_split, "train")
+        return self.items()[0] if self.held_out else load_items(self.train_dataset, self.dataset_split, "train")
 
     def eval_items(self) -> Sequence[Dict[str, Any]]:
-        return load_items(self.eval_dataset, self.eval_split, "eval")
+        check_evaluation_source(self.train_dataset, self.eval_dataset)
+        return self.items()[1] if self.held_out else load_items(self.eval_dataset, self.eval_split, "eval")
 
 
 EMBEDDED_REWARD = "comlrl_lightning.defaults.vowel_length_reward"

@@ -6,12 +6,14 @@ import inspect
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from lightning.pytorch import Callback, LightningDataModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from comlrl_lightning.data.collection import (
     CollectionResult,
 )
 from comlrl_lightning.data.contract import TeamSide, team_side
+from comlrl_lightning.data.held_out import split_summary
 from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoader, TrainLoader
 from comlrl_lightning.data.oracle import CallableSpec
 from comlrl_lightning.data.pairs import (
@@ -146,9 +148,13 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         # the task as the team sees it: prompts rendered with each agent's chat template where one
         # applies; a centralized team answers one joint prompt per item
         self.task = module.team_task(task) if module is not None else task
-        self.train_items = self.task_options.train_items()
-        self.eval_items = self.task_options.eval_items()
+        self.train_items, self.eval_items = self.task_options.items()
         require(bool(self.train_items), "train_dataset: training requires at least one task item.")
+        if self.task_options.held_out:  # which items evaluate is said before anything runs
+            options = self.task_options
+            rank_zero_info(
+                split_summary(self.train_items, self.eval_items, options.held_out_size, options.held_out_seed)
+            )
         check_items(self.task, self.train_items, "train")
         evaluated = self.eval_items if stage in ("test", "predict") else self.eval_items[: self.eval_num_samples]
         check_items(self.task, evaluated, "eval")

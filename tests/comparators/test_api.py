@@ -574,7 +574,7 @@ def test_example_configs_name_the_key_variable_and_validate(fmt):
     )
     assert data.comparator is comparator
     assert comparator.format == {"responses": "openai_responses"}.get(fmt, fmt)
-    assert comparator.num_candidates == options["preference_num_candidates"]
+    assert comparator.num_candidates is None  # the comparator samples as many as the team (preference_num_candidates)
 
 
 def _unicode_escaped(text):

@@ -232,3 +232,46 @@ def test_a_malformed_json_file_and_a_missing_one_are_named(tmp_path):
         load_items(str(path))
     with pytest.raises(MissingPathError, match=rf"^train_dataset: {tmp_path}/absent.jsonl does not exist"):
         load_items(str(tmp_path / "absent.jsonl"))
+
+
+# ---------------------------------------------------------------------------------------------
+# TaskOptions: where the evaluation items come from
+
+
+def test_held_out_evaluates_on_items_of_the_training_file_that_training_never_sees(tmp_path):
+    from comlrl_lightning.data.task import TaskOptions
+
+    path = tmp_path / "tasks.jsonl"
+    rows = [{"prompt": f"p{index}"} for index in range(10)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    options = TaskOptions(train_dataset=str(path), eval_dataset="held_out", held_out_size=3, held_out_seed=5)
+    train, held = options.items()
+    assert len(held) == 3 and len(train) == 7
+    assert sorted([*train, *held], key=lambda row: int(row["prompt"][1:])) == rows
+    assert list(options.train_items()) == list(train) and list(options.eval_items()) == list(held)
+    assert list(TaskOptions(train_dataset=rows, eval_dataset="held_out", held_out_size=0.3).eval_items()) != list(
+        TaskOptions(train_dataset=rows, eval_dataset="held_out", held_out_size=0.3, held_out_seed=1).eval_items()
+    )
+
+
+def test_the_toy_evaluation_items_beside_ones_own_training_data_are_refused_when_the_items_load(tmp_path):
+    from comlrl_lightning.data.task import TaskOptions
+    from comlrl_lightning.errors import ConfigurationError, MissingPathError
+
+    options = TaskOptions(train_dataset=ITEMS, eval_dataset="embedded")
+    for load in (options.items, options.eval_items):
+        with pytest.raises(ConfigurationError, match=r"^eval_dataset: 'embedded' is the toy task's 32 topics"):
+            load()
+    # a missing training file is reported as itself first
+    with pytest.raises(MissingPathError, match="^train_dataset: "):
+        TaskOptions(train_dataset=str(tmp_path / "absent.jsonl"), eval_dataset="embedded").items()
+    assert len(TaskOptions(train_dataset="embedded", eval_dataset="embedded").items()[1]) == EMBEDDED_EVAL_ITEMS
+    assert TaskOptions(train_dataset=ITEMS).items() == (ITEMS, [])  # no eval_dataset: no evaluation
+
+
+def test_a_held_out_size_that_cannot_work_is_refused_when_the_options_are_made():
+    from comlrl_lightning.data.task import TaskOptions
+    from comlrl_lightning.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"^held_out_size: a fraction must be in \(0, 1\), got 1.5"):
+        TaskOptions(train_dataset=ITEMS, eval_dataset="held_out", held_out_size=1.5)
