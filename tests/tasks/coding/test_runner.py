@@ -395,3 +395,88 @@ def test_when_the_trainer_dies_its_runs_die_with_it(tmp_path):
     left = list(Path(tempfile.gettempdir()).glob(f"comlrl-test-run-{trainer.pid}-*"))
     assert left and set(remove_stale_folders()) >= set(left)  # a killed trainer leaves its folder: the next removes it
     assert not any(folder.exists() for folder in left)
+
+
+DEEP_TREE = """
+def total(xs):
+    import os
+
+    os.symlink("/etc/passwd", "to-passwd")  # removed as a link, never followed
+    for _ in range(1500):
+        os.mkdir("d")
+        os.chdir("d")
+    os.mkdir("closed")
+    os.chmod("closed", 0o000)
+    os.chmod(".", 0o500)
+    return sum(xs)
+"""
+
+
+def test_a_deep_read_only_tree_a_program_leaves_is_removed_and_the_reward_does_not_raise(clean):
+    from comlrl_lightning.tasks.coding import CooperativeCodeReward
+
+    item = {
+        "task_id": "hostile/deep",
+        "prompt": "def total(xs):\n",
+        "entry_point": "total",
+        "test": "def check(candidate):\n    assert candidate([1, 2]) == 3\n",
+    }
+    passwd = Path("/etc/passwd").stat()
+    reward = CooperativeCodeReward(timeout=30.0)([""], [f"```python\n{DEEP_TREE}\n```"], batch_items=[item])
+    assert reward == [0.6 + 0.5 + 1.0]  # the entry point, parses, every test
+    assert Path("/etc/passwd").stat().st_mtime == passwd.st_mtime
+    # the clean fixture checks that the run's folder is gone
+
+
+def test_the_memory_layer_is_the_machines_cgroup_or_one_process(clean):
+    from comlrl_lightning.tasks.coding.run_cgroup import find_parents
+
+    assert active_isolation()["memory_cgroup"] == (find_parents() is not None)
+
+
+FORKS_TOUCHING = """
+import os, time
+def f(children, megabytes):
+    ready = []
+    for _ in range(children):
+        read, write = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            block = b"x" * (megabytes << 20)
+            os.write(write, b"1")
+            time.sleep(60)
+        os.close(write)
+        ready.append(read)
+    return sum(len(os.read(fd, 1)) for fd in ready)
+"""
+
+
+def test_a_runs_processes_together_stay_within_its_memory(clean):
+    """Three processes of 150 MB each against a run limit of 256 MiB: with the cgroup at most one
+    holds its memory (the others are killed), without it no process may start at all."""
+    check = "def check(candidate):\n    assert candidate(3, 150) <= 1\n"
+    report = run_tests(FORKS_TOUCHING, item(check), timeout=20.0, limits=RunLimits(memory_bytes=256 << 20))
+    assert (report.passed, report.status) == (1, "finished")
+    assert_goes_on()
+
+
+def test_memfd_pages_past_the_runs_memory_are_a_memory_stop(clean):
+    if not active_isolation()["memory_cgroup"]:
+        pytest.skip("no writable cgroup on this machine: memfd pages are bounded by file size x open files")
+    fills = "import os\ndef add(a, b):\n    while True:\n        fd = os.memfd_create('m')\n        os.write(fd, b'x' * (15 << 20))\n"
+    report = run_tests(fills, ADD, limits=RunLimits(memory_bytes=128 << 20))
+    assert (report.passed, report.status) == (0, "memory") and "128 MiB" in report.detail
+    assert_goes_on()
+
+
+def test_without_the_cgroup_a_program_may_start_no_process(clean):
+    from comlrl_lightning.tasks.coding.runner import _layers_off_for_measurement
+
+    check = "def check(candidate):\n    assert candidate(1, 1) == 1\n"
+    with _layers_off_for_measurement("memory_cgroup"):
+        report = run_tests(FORKS_TOUCHING, item(check))
+    assert (report.passed, report.status) == (0, "finished")  # its one fork failed
+    assert run_tests(FORKS_TOUCHING, item(check)).passed == int(active_isolation()["memory_cgroup"])
