@@ -49,6 +49,7 @@ def test_wandb_alone_gets_a_csv_log_first_and_other_choices_are_kept():
         assert with_csv_log(kept) is kept
 
 
+@pytest.mark.slow  # seconds: parses the shipped config through the whole command line
 def test_a_tensorboard_logger_chosen_without_a_save_dir_parses_with_the_root_folder_to_come(capsys):
     """Parsed only (tensorboard need not be installed): its class requires a save_dir, and the
     default logger's carries over instead of the parse failing on a missing one."""
