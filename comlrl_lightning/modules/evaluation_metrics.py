@@ -40,6 +40,7 @@ class EvaluationSamples:
             ``t`` before the last (``completions[k]`` holds the last turn's); empty lists for one turn.
         turn_rewards: ``turn_rewards[k][t]``: the processed reward of item ``k``'s joint answer at turn
             ``t`` (one entry per turn its trajectory reached; one turn: ``[rewards[k]]``).
+        num_turns: the task's turns (``H``; a trajectory may stop before its last).
     """
 
     items: List[Dict[str, Any]] = field(default_factory=list)
@@ -48,6 +49,7 @@ class EvaluationSamples:
     rewards: List[float] = field(default_factory=list)
     earlier_turns: List[List[List[str]]] = field(default_factory=list)
     turn_rewards: List[List[float]] = field(default_factory=list)
+    num_turns: int = 1
 
     def add(
         self,
@@ -63,6 +65,7 @@ class EvaluationSamples:
         task's returns) and each turn's reward (``None``: one turn, whose reward is ``rewards[k]``)."""
         earlier = earlier_turns if earlier_turns is not None else [[] for _ in items]
         per_turn = turn_rewards if turn_rewards is not None else [[reward] for reward in rewards]
+        self.num_turns = max(self.num_turns, task.turns.num_turns)
         for item, agent_texts, reward, before, turns in zip(items, texts, rewards, earlier, per_turn):
             if task.centralized:
                 roles = parse_roles(task.adapter, agent_texts[0], item, task.num_roles)
@@ -91,6 +94,7 @@ class EvaluationSamples:
             merged.rewards += part.rewards
             merged.earlier_turns += part.earlier_turns
             merged.turn_rewards += part.turn_rewards
+            merged.num_turns = max(merged.num_turns, part.num_turns)
         return merged
 
 
