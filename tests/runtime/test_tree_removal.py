@@ -153,13 +153,23 @@ def test_what_cannot_be_removed_is_returned_and_the_rest_goes(shared_folder):
     assert not (tree / "free").exists() and (tree / "roots" / "f").exists()
 
 
+def taken(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
 @contextmanager
 def free_descriptors(count: int) -> Iterator[None]:
     """Only ``count`` more descriptors may be opened in this block (the soft ``RLIMIT_NOFILE``)."""
-    lowest = os.open("/dev/null", os.O_RDONLY)
-    os.close(lowest)  # every descriptor below it is taken
+    limit, free = 0, 0  # the limit: the (count + 1)-th free number (open ones may lie between free ones)
+    while taken(limit) or free < count:
+        free += not taken(limit)
+        limit += 1
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest + count, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
     try:
         yield
     finally:
