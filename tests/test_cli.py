@@ -730,3 +730,27 @@ def test_a_cli_resume_uses_the_given_options_lists_them_in_one_line_and_refuses_
         main(args(3, "--ckpt_path", str(tmp_path / "corrupt.ckpt")))
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoint field loops.fit_loop.epoch_progress.current.processed is 'two'" in err[0]
+
+
+@pytest.mark.slow  # parses the command line three times (no run)
+def test_an_option_needs_no_init_args_once_its_class_is_known_as_model_help_spells_it(capsys):
+    import yaml
+
+    def printed(*words):
+        with pytest.raises(SystemExit):
+            main(["fit", *words, "--print_config"])
+        return yaml.safe_load(capsys.readouterr().out)
+
+    config = ["--config", "configs/madpo.yaml"]
+    short = printed(*config, "--model.dpo_beta", "0.25", "--data.eval_num_samples", "8", "--model.sampling.top_k", "5")
+    long = printed(*config, "--model.init_args.dpo_beta", "0.25", "--data.init_args.eval_num_samples", "8",
+                   "--model.init_args.sampling.top_k", "5")  # fmt: skip
+    assert short == long and short["model"]["init_args"]["dpo_beta"] == 0.25
+    assert short["data"]["init_args"]["eval_num_samples"] == 8 and short["model"]["init_args"]["sampling"]["top_k"] == 5
+    with pytest.raises(SystemExit):  # before --config the class is not known yet: no such option, either spelling
+        main(["fit", "--model.dpo_beta", "0.25", *config, "--print_config"])
+    assert "--model.dpo_beta: no such option" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["fit", "--model.help", "comlrl_lightning.MADPOModule"])
+    text = capsys.readouterr().out
+    assert "--model.dpo_beta DPO_BETA" in text and "--model.init_args." not in text
