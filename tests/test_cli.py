@@ -74,6 +74,7 @@ def test_fit_with_the_shipped_config_writes_checkpoint_config_and_metrics(tmp_pa
     version = tmp_path / "lightning_logs" / "version_0"
     assert list((version / "checkpoints").glob("*.ckpt"))
     assert (version / "reward_curve.png").stat().st_size > 0  # RewardCurvePlot from the config
+    assert (version / "evaluation_samples.jsonl").read_text().count("\n") > 0  # SamplesLog from the config
     config = (version / "config.yaml").read_text()
     assert "comlrl_lightning.MADPOModule" in config and "num_train_epochs: 2" in config
     rows = _metrics(tmp_path)
