@@ -58,6 +58,8 @@ class TrainedRun:
 
     Attributes:
         checkpoint: the checkpoint file read.
+        trained_by: the class that trained the team (the module's class path, else the trainer class the
+            run record names: a seed-API trainer such as ``MADPOTrainer``).
         model: the module's hyperparameters (``_class_path`` and its options, ``team`` among them).
         data: the data module's hyperparameters (lists longer than 16 items summarised).
         centralized: whether one model writes every role.
@@ -68,6 +70,7 @@ class TrainedRun:
     """
 
     checkpoint: Path
+    trained_by: str
     model: Dict[str, Any]
     data: Dict[str, Any]
     centralized: bool
@@ -78,8 +81,8 @@ class TrainedRun:
 
     @property
     def algorithm(self) -> str:
-        """The module class that trained the team (``MADPOModule``...)."""
-        return str(self.model.get("_class_path", "an unrecorded module")).rsplit(".", 1)[-1]
+        """:attr:`trained_by` without its module path (``MADPOModule``...)."""
+        return self.trained_by.rsplit(".", 1)[-1]
 
     @property
     def run_id(self) -> Optional[str]:
@@ -93,9 +96,12 @@ def trained_run(checkpoint: Dict[str, Any], path: Path) -> TrainedRun:
     progress = checkpoint_progress(checkpoint, path)
     layout = checkpoint.get(TEAM_KEY) or {}
     step, evaluation = last_evaluation(metrics_rows((record or {}).get("logs")), max(progress.step - 1, 0))
+    model = dict(checkpoint.get("hyper_parameters") or {})
+    trained_by = model.get("_class_path") or layout.get("class") or (record or {}).get("trainer_class")
     return TrainedRun(
         checkpoint=path,
-        model=dict(checkpoint.get("hyper_parameters") or {}),
+        trained_by=str(trained_by or "a class not recorded"),
+        model=model,
         data=summarized(dict(checkpoint.get("datamodule_hyper_parameters") or {})),
         centralized=layout.get("collaboration") == "centralized",
         record=record,
@@ -256,13 +262,13 @@ def _run_lines(run: TrainedRun) -> List[str]:
     logs = (run.record or {}).get("logs")
     where = log_folder(logs["save_dir"], logs.get("name"), logs["version"]) if logs else None
     lines = [
-        f"- trained by: `{run.model.get('_class_path', run.algorithm)}` (comlrl-lightning)",
+        f"- trained by: `{run.trained_by}` (comlrl-lightning)",
         f"- run id: `{run.run_id or 'not recorded'}`",
         f"- checkpoint: `{run.checkpoint}`",
         f"- progress: epochs {run.progress.epochs}, updates {run.progress.step}",
     ]
     if where is not None:
-        lines.append(f"- run folder (config.yaml, metrics.csv, plots): `{where}`")
+        lines.append(f"- the run's log folder (metrics.csv; config.yaml and plots from the command line): `{where}`")
     return lines
 
 

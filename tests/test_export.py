@@ -205,3 +205,20 @@ def test_a_file_or_a_link_as_out_dir_is_refused(tmp_path):
         with pytest.raises(ConfigurationError, match="is not a folder"):
             check_out_dir(str(tmp_path / name))
     assert check_out_dir(str(tmp_path / "new")) == tmp_path / "new"
+
+
+@pytest.mark.slow  # trains a team with the seed API
+def test_a_seed_api_checkpoint_folder_exports_with_its_trainer_named(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from comlrl_lightning.trainers.configs import MADPOConfig
+    from comlrl_lightning.trainers.preference import MADPOTrainer
+
+    small = dict(max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=None, agent_learning_rate=3e-3)
+    args = MADPOConfig(**small, preference_num_candidates=4, preference_pairs_per_sample=4, num_train_epochs=1)
+    trainer = MADPOTrainer(agent_model="embedded", args=args, wandb_config={"output_dir": str(tmp_path / "run")})
+    trainer.train(checkpoint_dir=str(tmp_path / "checkpoints"))
+    out = export_team(tmp_path / "checkpoints", tmp_path / "team")  # a folder of checkpoint-N: the newest
+    assert "- trained by: `MADPOModule`" in (out / "README.md").read_text()
+    for index, agent in enumerate(trainer.module.team.agents):
+        assert torch.equal(_logits(AutoModelForCausalLM.from_pretrained(out / f"agent_{index}")), _logits(agent))
