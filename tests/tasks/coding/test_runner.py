@@ -20,6 +20,7 @@ import pytest
 
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.tasks.coding import RunLimits, TestReport, active_isolation, run_tests, run_tests_batch
+from comlrl_lightning.tasks.coding.run_cgroup import find_parents
 from comlrl_lightning.tasks.coding.sandbox import processes_of, remove_stale_folders, spare_uid
 
 pytestmark = pytest.mark.slow
@@ -62,14 +63,28 @@ def rss_bytes() -> int:
     raise AssertionError("no VmRSS")
 
 
+def run_cgroups() -> list:
+    """This process's runs' cgroups that are still there."""
+    parents = find_parents()
+    if parents is None:
+        return []
+    return [
+        group
+        for parent in (parents.memory, parents.pids)
+        if parent
+        for group in parent.glob(f"comlrl-test-run-{os.getpid()}-*")
+    ]
+
+
 @pytest.fixture
 def clean():
-    """After the test: no process of the runs is left, and no run folder."""
+    """After the test: no process of the runs is left, no run folder and no run cgroup."""
     folders = Path(tempfile.gettempdir())
     before = set(folders.glob("comlrl-test-run-*"))
     yield
     assert runner_processes() == []
     assert set(folders.glob("comlrl-test-run-*")) - before == set()
+    assert run_cgroups() == []
 
 
 def assert_goes_on():
@@ -429,8 +444,6 @@ def test_a_deep_read_only_tree_a_program_leaves_is_removed_and_the_reward_does_n
 
 
 def test_the_memory_layer_is_the_machines_cgroup_or_one_process(clean):
-    from comlrl_lightning.tasks.coding.run_cgroup import find_parents
-
     assert active_isolation()["memory_cgroup"] == (find_parents() is not None)
 
 
