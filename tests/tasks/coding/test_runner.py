@@ -20,7 +20,7 @@ import pytest
 
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.tasks.coding import RunLimits, TestReport, active_isolation, run_tests, run_tests_batch
-from comlrl_lightning.tasks.coding.run_cgroup import find_parents
+from comlrl_lightning.tasks.coding.run_cgroup import find_parents, remove_stale_groups
 from comlrl_lightning.tasks.coding.sandbox import processes_of, remove_stale_folders, spare_uid
 
 pytestmark = pytest.mark.slow
@@ -410,6 +410,16 @@ def test_when_the_trainer_dies_its_runs_die_with_it(tmp_path):
     left = list(Path(tempfile.gettempdir()).glob(f"comlrl-test-run-{trainer.pid}-*"))
     assert left and set(remove_stale_folders()) >= set(left)  # a killed trainer leaves its folder: the next removes it
     assert not any(folder.exists() for folder in left)
+    parents = find_parents()  # and its run's cgroup, where there is one
+    if parents is not None:
+        groups = [
+            folder
+            for parent in (parents.memory, parents.pids)
+            if parent
+            for folder in parent.glob(f"comlrl-test-run-{trainer.pid}-*")
+        ]
+        assert groups and set(remove_stale_groups(parents)) >= set(groups)
+        assert not any(folder.exists() for folder in groups)
 
 
 DEEP_TREE = """
