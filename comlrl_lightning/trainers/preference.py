@@ -49,6 +49,7 @@ from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins
 from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.hparams import set_hyperparameter
+from comlrl_lightning.runtime.threads import ThreadDefaults
 from comlrl_lightning.team.saving import save_team_folders
 from comlrl_lightning.trainers import mapping
 from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments, refuse_saved_keys, turns_for
@@ -233,7 +234,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         self._apply_generation_kwargs(generation_kwargs, saved)
         if loaded is not None:  # the resume rule: this run's options; a fixed one changed is refused now
             apply_resume_rule(loaded, self.module, self.datamodule, plan.resume)
-        callbacks: List[Callback] = [RewardCurvePlot(), self.environment_steps, *plan.callbacks]
+        callbacks: List[Callback] = [RewardCurvePlot(), self.environment_steps, *plan.callbacks, ThreadDefaults()]
         if getattr(self.args, "log_reward_distribution", False):
             from comlrl_lightning.callbacks.reward_distributions import (
                 RewardDistributions,

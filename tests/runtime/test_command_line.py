@@ -6,7 +6,7 @@ import pytest
 from lightning.pytorch import LightningDataModule, LightningModule
 
 from comlrl_lightning.errors import ConfigurationError
-from comlrl_lightning.runtime.command_line import null_options
+from comlrl_lightning.runtime.command_line import null_options, set_aside_nulls
 
 PARTS = ["--model=comlrl_lightning.MADPOModule", "--data=comlrl_lightning.IterativePreferenceDataModule"]
 
@@ -28,6 +28,23 @@ def parsed(tmp_path, *args):
 def test_null_options_are_found_in_both_spellings():
     args = ["fit", "--a.b=null", "--c.d", "~", "--e=None", "--f", "x", "--g=NULL", "--h"]
     assert null_options(args) == ["a.b", "c.d", "g"]
+
+
+def test_nested_nulls_are_set_aside_and_a_later_value_wins():
+    args = ["fit", "--model.sampling.top_k", "null", "--data.init_args.task.eval_dataset=~", "--model.seed=null"]
+    args += ["--data.task.x=null", "--data.task.x=3", "--trainer.max_steps", "null"]
+    assert set_aside_nulls(args) == (
+        ["fit", "--model.seed=null", "--data.task.x=null", "--data.task.x=3", "--trainer.max_steps", "null"],
+        ["model.sampling.top_k", "data.init_args.task.eval_dataset"],
+    )
+
+
+def test_a_null_for_a_nested_number_is_none(tmp_path):
+    generator = "--model.generator=comlrl_lightning.generation.HFGenerator"
+    cli = parsed(tmp_path, "--model.init_args.sampling.top_k", "null", generator, "--model.generator.batch_size=null")
+    assert cli.model.generation_settings.top_k is None  # was a parse error: jsonargparse passed on the text "None"
+    assert cli.config["model"]["init_args"]["generator"]["init_args"]["batch_size"] is None
+    assert parsed(tmp_path, "--model.sampling.top_k=50").model.generation_settings.top_k == 50
 
 
 @pytest.mark.parametrize(
