@@ -50,12 +50,14 @@ from comlrl_lightning.generation.vllm import engines_running
 from comlrl_lightning.modules.resume_rule import apply_resume_rule, changes_text, resume_changes
 from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins, read_checkpoint
 from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, resumable, run_record
-from comlrl_lightning.runtime.command_line import restore_nulls
+from comlrl_lightning.runtime.command_line import parse_with_nulls
 from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import own_copy
 from comlrl_lightning.runtime.import_paths import working_directory_first
+from comlrl_lightning.runtime.parse_errors import short_parse_errors
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.sharding import check_mesh_plan
+from comlrl_lightning.runtime.threads import ThreadDefaults
 
 DESCRIPTION = (
     "Train and use teams of cooperating LLM agents. fit: train (--ckpt_path resumes). With --ckpt_path "
@@ -104,8 +106,8 @@ class PreferenceCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         """The arguments, with ``null`` meaning ``None``; a resume's ``ckpt_path`` is resolved and read
         here and set aside until the classes are built (:meth:`resolve_checkpoint_path`)."""
-        super().parse_arguments(parser, args)
-        restore_nulls(self.config, sys.argv[1:] if args is None else args)  # null means None, nested too
+        with short_parse_errors(parser, args):  # the message in two lines, not the usage and a type dump
+            self.config = parse_with_nulls(parser, args)  # null means None, nested too
         self.resolve_checkpoint_path()
 
     def before_instantiate_classes(self) -> None:
@@ -154,6 +156,8 @@ class PreferenceCLI(LightningCLI):
         trainer = config["trainer"]
         given = trainer.get("callbacks") or []
         callbacks: List[Callback] = list(given) if isinstance(given, list) else [given]
+        if not any(isinstance(callback, ThreadDefaults) for callback in callbacks):
+            callbacks.append(ThreadDefaults())  # one thread for a small model (runtime/threads.py)
         callbacks.append(RefusedRunLogs())
         if self.subcommand not in (None, "fit"):
             return super().instantiate_trainer(**evaluation_trainer(self.subcommand, callbacks, kwargs))
