@@ -156,9 +156,9 @@ class PreferenceCLI(LightningCLI):
         trainer = config["trainer"]
         given = trainer.get("callbacks") or []
         callbacks: List[Callback] = list(given) if isinstance(given, list) else [given]
+        callbacks.append(RefusedRunLogs())
         if not any(isinstance(callback, ThreadDefaults) for callback in callbacks):
             callbacks.append(ThreadDefaults())  # one thread for a small model (runtime/threads.py)
-        callbacks.append(RefusedRunLogs())
         if self.subcommand not in (None, "fit"):
             return super().instantiate_trainer(**evaluation_trainer(self.subcommand, callbacks, kwargs))
         if not any(isinstance(callback, CheckpointRecord) for callback in callbacks):
