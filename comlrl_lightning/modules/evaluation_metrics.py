@@ -65,7 +65,8 @@ class EvaluationSamples:
         task's returns) and each turn's reward (``None``: one turn, whose reward is ``rewards[k]``)."""
         earlier = earlier_turns if earlier_turns is not None else [[] for _ in items]
         per_turn = turn_rewards if turn_rewards is not None else [[reward] for reward in rewards]
-        self.num_turns = max(self.num_turns, task.turns.num_turns)
+        declared = getattr(getattr(task, "turns", None), "num_turns", 1)  # a task of one's own may not say
+        self.num_turns = max(self.num_turns, declared, *(len(before) + 1 for before in earlier))
         for item, agent_texts, reward, before, turns in zip(items, texts, rewards, earlier, per_turn):
             if task.centralized:
                 roles = parse_roles(task.adapter, agent_texts[0], item, task.num_roles)

@@ -19,6 +19,25 @@ def test_evaluation_samples_record_each_roles_prompt_completion_and_reward():
     assert samples.merged(world=1).items == samples.items
 
 
+def test_evaluation_samples_keep_each_turns_reward_and_how_many_turns_the_task_has():
+    from types import SimpleNamespace
+
+    from comlrl_lightning.data.turns import Turns
+
+    one = EvaluationSamples()
+    one.add(TASK, [{"prompt": "sun"}], [["a", "b"]], [0.5])
+    assert one.turn_rewards == [[0.5]] and one.num_turns == 1
+    two_turns = Turns(num_turns=2, external_transition="tests.helpers.turn_helpers.reward_feedback")
+    task = Task(["w {prompt}", "m {prompt}"], reward_func=lambda a, b: [0.0], num_agents=2, turns=two_turns)
+    two = EvaluationSamples()  # every trajectory stopped after turn 1: still a two-turn evaluation
+    two.add(task, [{"prompt": "sun"}], [["a", "b"]], [0.25], earlier_turns=[[]], turn_rewards=[[0.25]])
+    assert two.num_turns == 2 and two.merged(world=1).turn_rewards == [[0.25]] and two.merged(world=1).num_turns == 2
+    own = SimpleNamespace(centralized=False, agent_prompts=lambda item: ["w", "m"])  # a task that names no turns
+    three = EvaluationSamples()
+    three.add(own, [{"prompt": "sun"}], [["a3", "b3"]], [1.0], [[["a1", "b1"], ["a2", "b2"]]], [[0.0, 0.5, 1.0]])
+    assert three.num_turns == 3 and three.turns_of(0) == [["a1", "a2", "a3"]]
+
+
 def test_update_rollouts_keep_generations_per_role_and_each_roles_return():
     rollouts = RolloutSamples.of_update(
         TASK,
