@@ -83,3 +83,23 @@ def test_the_command_line_refuses_the_configs_toy_evaluation_beside_ones_own_tra
         "of training: held_out_size, held_out_seed), or eval_dataset=null (no evaluation). On the command line: "
         "--data.init_args.task.eval_dataset held_out"
     ]
+
+
+@pytest.mark.slow  # trains a few steps through the command line
+def test_the_command_line_evaluates_on_held_out_items_of_ones_own_file(tmp_path, caplog):
+    from comlrl_lightning.cli import run_cli
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    tiny = ["--model.init_args.sampling.max_new_tokens", "4", "--data.init_args.preference_num_candidates", "2"]
+    tiny += ["--data.init_args.num_train_epochs", "1", "--trainer.enable_progress_bar", "false"]
+    with caplog.at_level(logging.INFO):
+        cli = run_cli(
+            ["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path), *tiny]
+            + ["--data.init_args.task.train_dataset", str(path), "--data.init_args.task.eval_dataset", "held_out"]
+        )
+    data = cli.datamodule
+    assert len(data.eval_items) == 2 and len(data.train_items) == 18
+    assert {item["prompt"] for item in data.evaluation_items()} <= {row["prompt"] for row in ROWS}
+    assert "eval_dataset: held_out: 2 of train_dataset's 20 items held out for evaluation" in caplog.text
+    assert cli.model.final_eval_reward is not None
