@@ -56,6 +56,7 @@ from comlrl_lightning.runtime.files import own_copy
 from comlrl_lightning.runtime.import_paths import working_directory_first
 from comlrl_lightning.runtime.parse_errors import short_parse_errors
 from comlrl_lightning.runtime.paths import require_local
+from comlrl_lightning.runtime.progress import progress_callbacks
 from comlrl_lightning.runtime.sharding import check_mesh_plan
 from comlrl_lightning.runtime.threads import ThreadDefaults
 
@@ -159,6 +160,7 @@ class PreferenceCLI(LightningCLI):
         callbacks.append(RefusedRunLogs())
         if not any(isinstance(callback, ThreadDefaults) for callback in callbacks):
             callbacks.append(ThreadDefaults())  # one thread for a small model (runtime/threads.py)
+        callbacks += progress_callbacks(trainer.get("enable_progress_bar") is not False, callbacks)  # lines in a log
         if self.subcommand not in (None, "fit"):
             return super().instantiate_trainer(**evaluation_trainer(self.subcommand, callbacks, kwargs))
         if not any(isinstance(callback, CheckpointRecord) for callback in callbacks):

@@ -10,6 +10,11 @@ A collection has two phases, sampling (units: agent prompts, each sampled ``K`` 
   Lightning's ``rank_zero_info`` at most every ``interval`` seconds, so a log file shows that a
   long collection is moving without one line per batch.
 
+Lightning's own progress bar redraws itself with carriage returns, which fill a log file; where
+standard output renders no bar, :func:`progress_callbacks` gives a run :class:`ProgressLines` in its
+place: one line per training epoch (a round of the iterative modules' training) with elapsed time
+and an estimate, and one per evaluation in the validation loop with its headline metric.
+
 Sampling advances after each batch a generation backend finishes: :class:`~comlrl_lightning.team.Team`
 reports its batches through :func:`report_generated`, and :meth:`Progress.part` counts whatever a
 backend did not report when its call returns, so a backend that reports nothing still advances
@@ -22,8 +27,9 @@ import contextlib
 import sys
 import time
 from contextvars import ContextVar
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
+from lightning.pytorch.callbacks import Callback, ProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 
 LINE_INTERVAL_S = 30.0
@@ -160,4 +166,75 @@ class Progress:
         self.close()
 
 
-__all__ = ["Progress", "report_generated", "seconds_left", "progress_line", "renders_live", "show_bars"]
+class ProgressLines(ProgressBar):
+    """Lightning's progress bar as lines, for output that is no terminal (a log file, CI).
+
+    Prints ``"training: <epoch>/<epochs> epochs (<s> elapsed, about <s> left)"`` after each training
+    epoch and ``"evaluation at <n> updates: <metric> = <value> (<s> elapsed)"`` after each evaluation
+    in the validation loop; nothing is redrawn. Being a ``ProgressBar``, it takes the place of
+    Lightning's bar (which needs ``enable_progress_bar`` left on).
+
+    Args:
+        report: where lines go (rank 0 only by default).
+        clock: monotonic seconds (replaceable in tests).
+    """
+
+    def __init__(
+        self, report: Callable[[str], None] = rank_zero_info, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self.report, self.clock = report, clock
+        self.enabled = True
+        self.started: Optional[float] = None
+
+    def disable(self) -> None:
+        self.enabled = False
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def _elapsed(self) -> float:
+        if self.started is None:
+            self.started = self.clock()
+        return self.clock() - self.started
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.started = self.clock()
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if not self.enabled or not trainer.is_global_zero:
+            return
+        done, total = trainer.current_epoch + 1, trainer.max_epochs
+        if total is None or total < 0:  # no epoch limit: no estimate
+            self.report(f"training: epoch {done} ({self._elapsed():.0f}s elapsed)")
+            return
+        self.report(progress_line("training", done, total, "epoch", self._elapsed()))
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if not self.enabled or trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        name = getattr(pl_module, "headline_metric", None)
+        value = trainer.callback_metrics.get(name) if name else None
+        result = f": {name} = {float(value):.4f}" if value is not None else ""
+        self.report(f"evaluation at {trainer.global_step} updates{result} ({self._elapsed():.0f}s elapsed)")
+
+
+def progress_callbacks(enabled: bool, given: List[Any]) -> List[Callback]:
+    """``[ProgressLines()]`` for a run whose progress bar is ``enabled`` (``enable_progress_bar``)
+    where standard output renders no bar and ``given`` (the run's callbacks) holds no progress bar;
+    else nothing (Lightning's bar, or none)."""
+    if not enabled or renders_live(sys.stdout) or any(isinstance(callback, ProgressBar) for callback in given):
+        return []
+    return [ProgressLines()]
+
+
+__all__ = [
+    "Progress",
+    "ProgressLines",
+    "progress_callbacks",
+    "report_generated",
+    "seconds_left",
+    "progress_line",
+    "renders_live",
+    "show_bars",
+]

@@ -49,6 +49,7 @@ from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins
 from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.hparams import set_hyperparameter
+from comlrl_lightning.runtime.progress import progress_callbacks
 from comlrl_lightning.runtime.threads import ThreadDefaults
 from comlrl_lightning.team.saving import save_team_folders
 from comlrl_lightning.trainers import mapping
@@ -242,6 +243,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
 
             callbacks.append(RewardDistributions())
         verbose = self.wandb_config.get("config_sections", {}).get("output", {}).get("verbose", True)
+        callbacks += progress_callbacks(bool(verbose), callbacks)  # lines, not a bar, in a log file
         self.trainer = Trainer(
             accelerator="auto",
             devices=1,

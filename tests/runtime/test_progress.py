@@ -11,6 +11,8 @@ import pytest
 
 from comlrl_lightning.runtime.progress import (
     Progress,
+    ProgressLines,
+    progress_callbacks,
     progress_line,
     renders_live,
     report_generated,
@@ -113,3 +115,57 @@ def test_an_evaluation_outside_the_validation_loop_reports_its_progress(tmp_path
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluation (before training): ")]
     assert len(lines) == 2  # one per batch of 2 items
     assert re.match(r"evaluation \(before training\): 2/4 items \(\d+s elapsed, about \d+s left\)", lines[0])
+
+
+def test_progress_lines_say_each_epoch_and_evaluation_with_an_estimate():
+    lines, now = [], [0.0]
+    progress = ProgressLines(report=lines.append, clock=lambda: now[0])
+    trainer = SimpleNamespace(
+        is_global_zero=True, current_epoch=0, max_epochs=4, sanity_checking=False, global_step=8, callback_metrics={}
+    )
+    module = SimpleNamespace(headline_metric="eval/turn_1/reward_mean")
+    progress.on_train_start(trainer, module)
+    now[0] = 10.0
+    progress.on_train_epoch_end(trainer, module)
+    trainer.callback_metrics = {"eval/turn_1/reward_mean": 0.25}
+    now[0] = 12.0
+    progress.on_validation_end(trainer, module)
+    trainer.sanity_checking = True
+    progress.on_validation_end(trainer, module)  # Lightning's sanity check is no evaluation
+    progress.disable()
+    progress.on_train_epoch_end(trainer, module)
+    assert lines == [
+        "training: 1/4 epochs (10s elapsed, about 30s left)",
+        "evaluation at 8 updates: eval/turn_1/reward_mean = 0.2500 (12s elapsed)",
+    ]
+
+
+def test_lines_replace_lightnings_bar_only_where_no_bar_renders(monkeypatch):
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # a log file
+    assert [type(c) for c in progress_callbacks(True, [])] == [ProgressLines]
+    assert progress_callbacks(False, []) == []  # enable_progress_bar: false
+    assert progress_callbacks(True, [TQDMProgressBar()]) == []  # the user's own bar
+    monkeypatch.setattr(sys, "stdout", _Terminal())
+    assert progress_callbacks(True, []) == []
+
+
+@pytest.mark.slow  # a run
+def test_a_run_logging_to_a_file_prints_a_line_per_epoch_and_evaluation(tmp_path, monkeypatch):
+    from comlrl_lightning import MADPOModule, PreferenceDataModule
+    from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
+
+    lines = []
+    data = PreferenceDataModule(**{**TINY_DATA, "num_train_epochs": 2})
+    trainer = tiny_trainer(
+        tmp_path, max_epochs=2, enable_progress_bar=True, callbacks=[ProgressLines(report=lines.append)]
+    )
+    trainer.fit(MADPOModule(**TINY_MODEL), data)
+    assert [line.split(" (")[0] for line in lines if line.startswith("training")] == [
+        "training: 1/2 epochs",
+        "training: 2/2 epochs",
+    ]
+    assert any(
+        re.match(r"evaluation at \d+ updates: eval/turn_1/reward_mean = -?\d\.\d{4} \(\d+s elapsed\)", l) for l in lines
+    )
