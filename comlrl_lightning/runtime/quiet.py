@@ -3,6 +3,9 @@
 * :func:`transformers_bars_off`: Hugging Face's per-file "Loading weights" / "Writing model shards"
   bars, only around this package's own model loads and saves (every agent, snapshot and embedded
   model would print two). Download bars of the hub stay: a first download can take minutes.
+* :func:`gguf_bar_off_in_logs`: transformers' "Converting and de-quantizing GGUF tensors" bar (plain
+  tqdm, out of reach of transformers' own switch) where standard error renders no bar: in a log file
+  it is one carriage-return redraw per tensor. A terminal keeps it (a real model takes a while).
 * :func:`expect_eval_mode_parts`: Lightning's warning about modules in eval mode at the start of
   training, for modules that keep parts in eval mode on purpose (MAGRPO/MARLHF: a frozen reward
   model or reference copy, and critics left in eval mode as the reference leaves them); filtered
@@ -78,6 +81,26 @@ def transformers_bars_off() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def gguf_bar_off_in_logs() -> Iterator[None]:
+    """No de-quantising bar from transformers' GGUF reader for the block unless standard error
+    renders bars (:func:`~comlrl_lightning.runtime.progress.renders_live`)."""
+    import functools
+    import sys
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_reader
+
+    from comlrl_lightning.runtime.progress import renders_live
+
+    original = gguf_reader.tqdm
+    if not renders_live(sys.stderr):
+        gguf_reader.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_reader.tqdm = original
+
+
+@contextlib.contextmanager
 def peft_wrapping_quiet() -> Iterator[None]:
     """Filter transformers' ``is_gradient_checkpointing`` deprecation (raised inside its
     ``modeling_utils``) for the block: peft reads the old name while it wraps a model."""
@@ -134,6 +157,7 @@ __all__ = [
     "DropCommercialLoggerTip",
     "ResumeLines",
     "expect_eval_mode_parts",
+    "gguf_bar_off_in_logs",
     "install_noise_filters",
     "peft_wrapping_quiet",
     "transformers_bars_off",

@@ -39,7 +39,7 @@ from comlrl_lightning.defaults import cache_root, cache_root_option
 from comlrl_lightning.errors import MissingPathError, RunStateError
 from comlrl_lightning.runtime.files import open_in_place, swap_folder, write_atomically
 from comlrl_lightning.runtime.paths import make_folder
-from comlrl_lightning.runtime.quiet import transformers_bars_off
+from comlrl_lightning.runtime.quiet import gguf_bar_off_in_logs, transformers_bars_off
 from comlrl_lightning.team.gguf_header import GGUF_MAGIC, GgufError, check_tensor_shapes, read_header
 
 try:
@@ -147,7 +147,7 @@ def convert_gguf(file: Path, folder: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        with transformers_bars_off():
+        with transformers_bars_off(), gguf_bar_off_in_logs():
             tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
             model = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype="float32")
     except Exception as error:  # transformers and gguf raise many kinds for an unreadable file

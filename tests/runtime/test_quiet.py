@@ -116,3 +116,31 @@ def test_a_lora_team_is_built_without_transformers_gradient_checkpointing_deprec
         warnings.warn("`is_gradient_checkpointing` is deprecated (a user's own call)", FutureWarning)
     messages = [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)]
     assert messages == ["`is_gradient_checkpointing` is deprecated (a user's own call)"]
+
+
+def test_the_gguf_bar_is_off_in_a_log_file_and_back_after(monkeypatch):
+    import io
+    import sys
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_reader
+
+    from comlrl_lightning.runtime.quiet import gguf_bar_off_in_logs
+
+    original = gguf_reader.tqdm
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    with gguf_bar_off_in_logs():
+        for _ in gguf_reader.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors...", file=log):
+            pass
+    assert log.getvalue() == "" and gguf_reader.tqdm is original
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    with gguf_bar_off_in_logs():  # a terminal keeps the bar
+        for _ in gguf_reader.tqdm(range(3), desc="de-quantizing", file=screen):
+            pass
+    assert "de-quantizing" in screen.getvalue()
