@@ -174,9 +174,9 @@ def test_the_link_checker_catches_what_it_should(tmp_path):
 
 @pytest.mark.slow  # the default run at its full size: about 20 s of CPU time
 def test_the_numbers_getting_started_quotes_are_what_the_default_run_gives(tmp_path):
-    """A newcomer's first run prints these numbers; they hold for every thread count on each CPU we
-    measured, and the pages quote each CPU's (the iterative config's drift with the thread count
-    too, and the pages say so instead of pinning them)."""
+    """A newcomer's first run prints these numbers: the default run takes one thread on any machine
+    (runtime/threads.py), so they hold whatever the core count on each CPU we measured, and the pages
+    quote each CPU's (another thread count ends elsewhere, and the pages say so)."""
     from comlrl_lightning.cli import run_cli
 
     cli = run_cli(

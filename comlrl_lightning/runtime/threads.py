@@ -2,12 +2,12 @@
 always the user's own count.
 
 Why: torch runs one intra-op thread per physical core. A tiny model's operations are too small to
-split (most run below torch's grain size on one thread anyway), so a second thread only waits at the
-end of every parallel region, and GNU OpenMP (libgomp, which torch's Linux wheels use) waits by
-spinning. When another process shares the cores, a spinning thread burns the time slices the working
-thread needs: the default run (271 K parameters) took 377 s of CPU with 2 threads against 105 s with
-one on a busy 2-core machine (``benchmarks/busy_machine.py`` measures it). A real model's operations
-are large enough to split, and it keeps torch's default.
+gain from splitting, so a second thread mostly waits at the end of every parallel region, and GNU
+OpenMP (libgomp, which torch's Linux wheels use) waits by spinning. When other processes share the
+cores, a spinning thread burns the time slices the working thread needs: the default run (271 K
+parameters) took 892 s of CPU and 63 minutes with 2 threads against 79 s and 6 minutes with one on a
+2-core AMD EPYC that other jobs kept busy (``benchmarks/busy_machine.py`` measures idle against
+busy). A real model's operations are large enough to split, and it keeps torch's default.
 
 What can change at run time: :func:`torch.set_num_threads` sets the size of every later parallel
 region, so the choice is made once the model is built (its parameters are counted) and before the
@@ -38,10 +38,10 @@ from comlrl_lightning.errors import ConfigurationError
 THREADS_VARIABLE = "COMLRL_LIGHTNING_THREADS"
 """The environment variable that sets a run's thread count (before ``OMP_NUM_THREADS``)."""
 TINY_MODEL_PARAMETERS = 20_000_000
-"""Below this many parameters a model runs on one thread. Measured on a 2-core AMD EPYC (AVX2), one
-training step of a GPT-2 team at 2 threads against 1 (``benchmarks/busy_machine.py --sizes``): the
-embedded model (271 K) and a 3 M one gain nothing on an idle machine and lose several times over on a
-busy one; SmolLM2-135M runs 1.6x faster on 2 idle cores."""
+"""Below this many parameters a model runs on one thread. The embedded model (271 K), on a busy
+2-core AMD EPYC, took 892 s of CPU with 2 threads against 79 s with one; SmolLM2-135M, the smallest real model the docs use, is far above the line (its matrix
+products split across cores). ``benchmarks/busy_machine.py --sizes`` times a training step per
+size at 1 and 2 threads."""
 TORCH_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """What torch reads for its default intra-op thread count, in its order of precedence (the last wins)."""
 
