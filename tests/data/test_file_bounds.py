@@ -40,7 +40,9 @@ def assert_one_line(error, *parts):
 
 
 @pytest.mark.parametrize(
-    "opener, kind", [(gzip.open, "gzip"), (bz2.open, "bz2"), (lzma.open, "xz"), (open, None)], ids=str
+    "opener, kind",
+    [(gzip.open, "gzip"), (bz2.open, "bz2"), (lzma.open, "xz"), (open, None)],
+    ids=["gzip", "bz2", "xz", "plain"],
 )
 def test_compressed_files_are_read_whole_and_recognised_by_their_first_bytes(tmp_path, opener, kind):
     path = tmp_path / "rows.data"  # the name says nothing: the first bytes do
