@@ -29,6 +29,7 @@ SUPPORTED: Dict[str, str] = {
     "transformers": ">=5.19,<6",
     "torch": ">=2.11,<3",
     "peft": ">=0.21.2",
+    "jsonargparse": ">=4.32",
 }
 """The versions whose private parts this module knows (tested with lightning 2.6.6, transformers
 5.25.0 (5.19.0 in the vLLM stage), torch 2.13.0, peft 0.21.2, the versions CI installs); the lower bounds are the package's dependency pins."""
@@ -277,6 +278,22 @@ def casts_lora_input(layer: "nn.Module") -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
+# jsonargparse (and argparse under it)
+
+
+def parser_actions(parser: Any) -> List[Any]:
+    """An argparse (jsonargparse) parser's actions, its options' definitions (``_actions``)."""
+    return list(private(parser, "_actions", "jsonargparse"))
+
+
+def subcommand_parsers(parser: Any) -> Dict[str, Any]:
+    """A jsonargparse parser's subcommands and their parsers (``_subcommands_action._name_parser_map``);
+    empty for a parser without subcommands."""
+    action = private(parser, "_subcommands_action", "jsonargparse")
+    return dict(private(action, "_name_parser_map", "jsonargparse")) if action is not None else {}
+
+
+# ----------------------------------------------------------------------------------------------
 # torch
 
 
@@ -302,6 +319,8 @@ __all__ = [
     "lora_base_layer",
     "lora_parts",
     "lora_plain",
+    "parser_actions",
+    "subcommand_parsers",
     "model_parallel_sizes",
     "peft_tuner_classes",
     "private",

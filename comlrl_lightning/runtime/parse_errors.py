@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from comlrl_lightning.errors import TRACEBACK_VARIABLE
+from comlrl_lightning.runtime.compat import parser_actions, subcommand_parsers
 
 PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
 CLASS_PATH_PROBLEM = re.compile(r"^Problem with given class_path '([^']+)':\s*(.*)$")
@@ -192,7 +193,7 @@ def class_options(class_path: str) -> List[str]:
 def parser_options(parser: Any) -> List[str]:
     """The dotted long options of an argparse ``parser`` (no ``--``; ``--help``/``--config`` left out)."""
     options = []
-    for action in getattr(parser, "_actions", []):
+    for action in parser_actions(parser):
         for option in action.option_strings:
             name = option[2:]
             if (
@@ -273,14 +274,12 @@ def short_report(report: str, parser: Any, args: Sequence[str]) -> List[str]:
 
 def subcommand_parser(parser: Any, args: Sequence[str]) -> Any:
     """The parser of the subcommand ``args`` name (the first word that is one), else ``parser``."""
-    action = getattr(parser, "_subcommands_action", None)
-    commands = getattr(action, "_name_parser_map", {}) if action is not None else {}
+    commands = subcommand_parsers(parser)
     return next((commands[word] for word in args if isinstance(word, str) and word in commands), parser)
 
 
 def _parsers(parser: Any) -> List[Any]:
-    action = getattr(parser, "_subcommands_action", None)
-    return [parser, *(getattr(action, "_name_parser_map", {}).values() if action is not None else [])]
+    return [parser, *subcommand_parsers(parser).values()]
 
 
 @contextlib.contextmanager
