@@ -12,24 +12,9 @@ import yaml
 from jsonargparse import Namespace
 
 from comlrl_lightning.cli import CSV_LOGGER, ROOT_DIR, main, run_cli, with_csv_log
+from tests.helpers.cli_helpers import TWO_UPDATES as TINY
 
 CONFIG = str(Path(__file__).parents[1] / "configs" / "madpo.yaml")
-TINY = [
-    "--model.init_args.sampling.max_new_tokens",
-    "4",
-    "--data.init_args.preference_num_candidates",
-    "4",
-    "--data.init_args.preference_pairs_per_sample",
-    "4",
-    "--data.init_args.num_train_epochs",
-    "1",
-    "--data.init_args.eval_num_samples",
-    "4",
-    "--trainer.max_steps",
-    "2",
-    "--trainer.enable_progress_bar",
-    "false",
-]
 WANDB = "lightning.pytorch.loggers.WandbLogger"
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
 

@@ -13,23 +13,8 @@ import torch
 from comlrl_lightning.cli import main, run_cli
 from comlrl_lightning.errors import ConfigurationError, DataError
 from comlrl_lightning.export import export_team, last_evaluation, team_options
+from tests.helpers.cli_helpers import TWO_UPDATES as TINY
 
-TINY = [
-    "--model.init_args.sampling.max_new_tokens",
-    "4",
-    "--data.init_args.preference_num_candidates",
-    "4",
-    "--data.init_args.preference_pairs_per_sample",
-    "4",
-    "--data.init_args.num_train_epochs",
-    "1",
-    "--data.init_args.eval_num_samples",
-    "4",
-    "--trainer.max_steps",
-    "2",
-    "--trainer.enable_progress_bar",
-    "false",
-]
 LORA = "{class_path: peft.LoraConfig, init_args: {r: 4, lora_alpha: 16, target_modules: [c_attn]}}"
 INPUT = torch.tensor([[5, 9, 14, 3, 22, 7, 11]])
 """A fixed input: token ids of the embedded model's character vocabulary."""
