@@ -219,8 +219,9 @@ def test_switching_the_comparator_from_the_command_line(tmp_path, flags, class_n
     comparator = _switch(tmp_path, *flags)
     assert comparator["class_path"] == f"comlrl_lightning.comparators.{class_name}"
     assert {k: comparator["init_args"][k] for k in own} == own
-    # an option both classes have keeps its value; the config's HistoryComparator k does not follow
-    assert comparator["init_args"]["num_candidates"] == 16
+    # the config pins no candidate count (the comparator follows preference_num_candidates); the config's
+    # HistoryComparator k does not follow a switch to another class
+    assert comparator["init_args"]["num_candidates"] is None
     assert ("k" in comparator["init_args"]) == (class_name == "HistoryComparator")
 
 

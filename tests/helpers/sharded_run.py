@@ -51,7 +51,7 @@ from comlrl_lightning.runtime.sharding import full_state_dict  # noqa: E402
 TASK = dict(
     task=TaskOptions(
         train_dataset=load_items("embedded")[:15],
-        eval_dataset="embedded",
+        eval_dataset=load_items("embedded", role="eval"),  # the toy evaluation items, given as one's own list
         formatters=embedded_formatters(),
         reward_func=vowel_length_reward,
     ),
