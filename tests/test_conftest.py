@@ -1,4 +1,4 @@
-"""The test tiers: a test that starts a process must be marked slow, so the everyday tier starts none."""
+"""The suite's own conftest.py: a test that starts a process must be marked slow, so the everyday tier starts none."""
 
 from __future__ import annotations
 
