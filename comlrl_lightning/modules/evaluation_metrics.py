@@ -1,28 +1,33 @@
-"""Domain metrics of an evaluation: the joint samples a team module's evaluation drew, given to a
-user's function whose numbers are logged under ``eval/<key>``.
+"""An evaluation handed to its observers: the joint samples a team module's evaluation drew, and
+the callbacks that read them and name their own metrics.
 
-A team module records every evaluation item, each role's prompt and completion and the task reward
-(per turn, and the return); when the evaluation ends it keeps this process's
-:class:`EvaluationSamples` as ``evaluated_samples`` (what observers such as
-:class:`~comlrl_lightning.callbacks.SamplesLog` read), and with ``evaluation_metrics`` set (a
-callable, from Python) calls ``evaluation_metrics(samples)`` once with the samples of every
-process, and logs each returned ``key: number`` as ``eval/<key>`` beside ``eval/turn_1/reward_mean``. The seed API
-builds this callable from the reference (CoMLRL)'s ``eval_logger`` + ``eval_aggregator`` or
-``metrics_callback``. A policy-gradient module's ``rollout_metrics`` is the same for each update's
-rollouts (:class:`RolloutSamples`), logged under the returned keys.
+A team module records every evaluation item, each role's prompt and completion, the task reward
+(per turn, and the return) and what the reward reported on each answer (:class:`EvaluationSamples`).
+When the evaluation ends it keeps this process's samples as ``evaluated_samples`` (what
+:class:`~comlrl_lightning.callbacks.SamplesLog` reads after it), and hands the samples of every
+process to each :class:`EvaluationObserver` among the Trainer's callbacks, once; each returns its
+own ``{key: number}``, which the module logs as ``eval/<key>`` beside ``eval/turn_1/reward_mean``
+(``test/<key>`` while testing). Observers only read: nothing outside the module writes into it.
+:class:`EvaluationMetricsCallback` is the observer of a plain function; the seed API builds one
+from the reference (CoMLRL)'s ``eval_logger`` + ``eval_aggregator`` or ``metrics_callback``. A
+policy-gradient module's ``rollout_metrics`` does the same for each update's rollouts
+(:class:`RolloutSamples`), logged under the returned keys.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
+from lightning.pytorch import Callback
 from torchmetrics import Metric
 
 from comlrl_lightning.data.centralized_task import parse_roles
 from comlrl_lightning.errors import DataError
+from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.distributed import gather_objects
 
 
@@ -41,6 +46,9 @@ class EvaluationSamples:
         turn_rewards: ``turn_rewards[k][t]``: the processed reward of item ``k``'s joint answer at turn
             ``t`` (one entry per turn its trajectory reached; one turn: ``[rewards[k]]``).
         num_turns: the task's turns (``H``; a trajectory may stop before its last).
+        reports: ``reports[k][t]``: what the reward reported on item ``k``'s joint answer at turn ``t``
+            (e.g. the coding reward's :class:`~comlrl_lightning.tasks.coding.reward.CodeScore` with
+            its test report; ``None`` where the reward reports nothing beside its value).
     """
 
     items: List[Dict[str, Any]] = field(default_factory=list)
@@ -50,6 +58,7 @@ class EvaluationSamples:
     earlier_turns: List[List[List[str]]] = field(default_factory=list)
     turn_rewards: List[List[float]] = field(default_factory=list)
     num_turns: int = 1
+    reports: List[List[Any]] = field(default_factory=list)
 
     def add(
         self,
@@ -59,15 +68,18 @@ class EvaluationSamples:
         rewards: Sequence[float],
         earlier_turns: Optional[Sequence[Sequence[Sequence[str]]]] = None,
         turn_rewards: Optional[Sequence[Sequence[float]]] = None,
+        reports: Optional[Sequence[Sequence[Any]]] = None,
     ):
         """Record ``items`` with ``texts[k]`` (each agent's completion for item ``k``; a multi-turn
         task's last turn, its earlier turns in ``earlier_turns[k]``), their rewards (a multi-turn
-        task's returns) and each turn's reward (``None``: one turn, whose reward is ``rewards[k]``)."""
+        task's returns), each turn's reward (``None``: one turn, whose reward is ``rewards[k]``) and
+        what the reward reported at each turn (``None``: nothing)."""
         earlier = earlier_turns if earlier_turns is not None else [[] for _ in items]
         per_turn = turn_rewards if turn_rewards is not None else [[reward] for reward in rewards]
+        reported = reports if reports is not None else [[None] * len(turns) for turns in per_turn]
         declared = getattr(getattr(task, "turns", None), "num_turns", 1)  # a task of one's own may not say
         self.num_turns = max(self.num_turns, declared, *(len(before) + 1 for before in earlier))
-        for item, agent_texts, reward, before, turns in zip(items, texts, rewards, earlier, per_turn):
+        for item, agent_texts, reward, before, turns, said in zip(items, texts, rewards, earlier, per_turn, reported):
             if task.centralized:
                 roles = parse_roles(task.adapter, agent_texts[0], item, task.num_roles)
                 self.role_prompts.append(task.role_prompts(item))
@@ -79,11 +91,18 @@ class EvaluationSamples:
             self.rewards.append(float(reward))
             self.earlier_turns.append([list(turn) for turn in before])
             self.turn_rewards.append([float(value) for value in turns])
+            self.reports.append(list(said))
 
     def turns_of(self, role: int) -> List[List[str]]:
         """Role ``role``'s completions of every turn, item by item: ``[k] -> [turn 1, ..., last turn]``."""
         earlier = self.earlier_turns + [[] for _ in range(len(self.completions) - len(self.earlier_turns))]
         return [[turn[role] for turn in before] + [last[role]] for before, last in zip(earlier, self.completions)]
+
+    def report_after_turn(self, k: int, turn: int) -> Any:
+        """What the reward reported on item ``k``'s answer after turn ``turn`` (0-based; a trajectory
+        that ended earlier keeps its last answer's report); ``None`` when it reported nothing."""
+        said = self.reports[k] if k < len(self.reports) else []
+        return said[min(turn, len(said) - 1)] if said else None
 
     def merged(self, world: int) -> "EvaluationSamples":
         """Every process's samples, in rank order (the same on every rank)."""
@@ -95,6 +114,7 @@ class EvaluationSamples:
             merged.rewards += part.rewards
             merged.earlier_turns += part.earlier_turns
             merged.turn_rewards += part.turn_rewards
+            merged.reports += part.reports
             merged.num_turns = max(merged.num_turns, part.num_turns)
         return merged
 
@@ -149,17 +169,55 @@ class RolloutSamples:
         return record
 
 
-EvaluationMetrics = Callable[[EvaluationSamples], Dict[str, Any]]
-"""What a team module's ``evaluation_metrics`` is: samples in, ``{key: number}`` out."""
+EvaluationMetrics = Callable[[EvaluationSamples], Mapping[str, Any]]
+"""A function of an evaluation's samples: samples in, ``{key: number}`` out."""
 
 
-def domain_metrics(function: Callable[[Any], Dict[str, Any]], samples: Any, prefix: str = "eval/") -> Dict[str, float]:
+class EvaluationObserver(Callback):
+    """A callback that reads every evaluation's samples and names its own metrics.
+
+    The team module calls :meth:`on_evaluation_samples` once per evaluation (fit's evaluations,
+    ``validate``, ``test``, the seed API's ``evaluate()``) with the samples of every process, on
+    every process, and logs what it returns as ``eval/<key>`` (``test/<key>`` while testing). An
+    observer never writes into the module or the samples.
+    """
+
+    def on_evaluation_samples(self, trainer: Any, pl_module: Any, samples: EvaluationSamples) -> Mapping[str, Any]:
+        """``{key: number}`` of one evaluation's samples (nothing by default)."""
+        return {}
+
+
+class EvaluationMetricsCallback(EvaluationObserver):
+    """The observer of a plain function: ``metrics(samples)`` logged as ``eval/<key>``.
+
+    Args:
+        metrics: samples in, ``{key: number}`` out (e.g. the reference's ``eval_logger`` +
+            ``eval_aggregator`` as the seed API wraps them).
+    """
+
+    def __init__(self, metrics: EvaluationMetrics) -> None:
+        self.metrics = metrics
+
+    def on_evaluation_samples(self, trainer: Any, pl_module: Any, samples: EvaluationSamples) -> Mapping[str, Any]:
+        return self.metrics(samples)
+
+
+def evaluation_observers(trainer: Any) -> List[EvaluationObserver]:
+    """The Trainer's callbacks that observe evaluations, in the Trainer's order (none without a Trainer)."""
+    return [
+        callback for callback in getattr(trainer, "callbacks", None) or [] if isinstance(callback, EvaluationObserver)
+    ]
+
+
+def domain_metrics(
+    function: Callable[[Any], Mapping[str, Any]], samples: Any, prefix: str = "eval/"
+) -> Dict[str, float]:
     """``{"<prefix><key>": float(value)}`` of what ``function(samples)`` returns; a value that is not a
     finite number is an error naming the key (a silently dropped metric would go unnoticed)."""
     if not samples.items:
         return {}
     returned = function(samples)
-    if not isinstance(returned, dict):
+    if not isinstance(returned, Mapping):
         raise DataError(f"evaluation metrics must return a dict of numbers (got {type(returned).__name__}).")
     metrics = {}
     for key, value in returned.items():
@@ -175,10 +233,9 @@ def domain_metrics(function: Callable[[Any], Dict[str, Any]], samples: Any, pref
 
 class DomainMetrics:
     """A team module's evaluation samples and domain metrics: records each evaluation's samples, keeps
-    the last one's as :attr:`evaluated_samples`, and logs what ``evaluation_metrics`` returns as ``eval/<key>``."""
+    the last one's as :attr:`evaluated_samples`, and logs what each :class:`EvaluationObserver`
+    returns for them as ``eval/<key>``."""
 
-    evaluation_metrics: Optional[EvaluationMetrics] = None
-    """Domain metrics of every evaluation, logged as ``eval/<key>`` (a callable, set from Python)."""
     evaluation_record: Optional[EvaluationSamples] = None
     """The samples of the evaluation under way (``None``: not recording)."""
     evaluated_samples: Optional[EvaluationSamples] = None
@@ -190,14 +247,21 @@ class DomainMetrics:
         self.evaluation_record = EvaluationSamples()
 
     def evaluation_domain_metrics(self, world: int) -> Dict[str, float]:
-        """The domain metrics of the evaluation that just ended (every process's samples), then stop
-        recording; its samples (this process's) become :attr:`evaluated_samples`."""
+        """The observers' metrics of the evaluation that just ended (every process's samples, handed to
+        each :class:`EvaluationObserver` of the Trainer), then stop recording; its samples (this
+        process's) become :attr:`evaluated_samples`."""
         samples, self.evaluation_record = self.evaluation_record, None
         if samples is not None:
             self.evaluated_samples = samples
-        if samples is None or self.evaluation_metrics is None:
+        trainer = attached_trainer(self)  # type: ignore[arg-type]  # a mixin: the LightningModule's
+        observers = evaluation_observers(trainer)
+        if samples is None or not observers:
             return {}
-        return domain_metrics(self.evaluation_metrics, samples.merged(world))
+        merged = samples.merged(world)
+        metrics: Dict[str, float] = {}
+        for observer in observers:
+            metrics.update(domain_metrics(functools.partial(observer.on_evaluation_samples, trainer, self), merged))
+        return metrics
 
     def on_validation_epoch_start(self) -> None:
         self.start_evaluation()
@@ -234,9 +298,12 @@ RolloutMetrics = Callable[[RolloutSamples], Dict[str, Any]]
 __all__ = [
     "DomainMetrics",
     "EvaluationMetrics",
+    "EvaluationMetricsCallback",
+    "EvaluationObserver",
     "EvaluationSamples",
     "RolloutMetrics",
     "RolloutSamples",
     "domain_metrics",
+    "evaluation_observers",
     "renew_inference_states",
 ]

@@ -24,6 +24,7 @@ from comlrl_lightning.data.contract import optional_data_side
 from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.trajectories import sample_trajectories, team_context_check, team_sampler
 from comlrl_lightning.generation.base import sample_team
+from comlrl_lightning.modules.reward_reports import ReportRecorder, reporting_oracle
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.distributed import gather_objects
 from comlrl_lightning.runtime.rng import RandomStream
@@ -61,6 +62,18 @@ def turn_means(parts: Sequence[Sequence[Tuple[float, int]]]) -> Dict[str, float]
         count = sum(part[turn][1] for part in parts if len(part) > turn)
         metrics[f"eval/turn_{turn + 1}/reward_mean"] = total / max(count, 1)
     return metrics
+
+
+def turn_reports(recorder: ReportRecorder, turn_rewards: Sequence[Sequence[float]]) -> List[List[Any]]:
+    """``reports[k][t]`` of trajectories scored turn by turn (every trajectory that reached turn ``t``
+    in one oracle call, in item order: :func:`~comlrl_lightning.data.trajectories.sample_trajectories`)
+    from the recorder's reports in scoring order; ``turn_rewards[k]`` says which turns item ``k`` reached."""
+    reports: List[List[Any]] = [[] for _ in turn_rewards]
+    for turn in range(max((len(rewards) for rewards in turn_rewards), default=0)):
+        reached = [k for k, rewards in enumerate(turn_rewards) if len(rewards) > turn]
+        for k, report in zip(reached, recorder.take(len(reached))):
+            reports[k].append(report)
+    return reports
 
 
 class _TeamModuleParts(Protocol):
@@ -127,9 +140,11 @@ class TurnEvaluation:
             samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
         texts = [[samples[a][k][0].text for a in range(len(samples))] for k in range(len(items))]
         requests = [([[text] for text in texts[k]], prompts[k], item) for k, item in enumerate(items)]
-        rewards = [processed[0] for _, processed in score_requests(task.oracle, requests)]
+        oracle, recorder = reporting_oracle(task.oracle)  # what the reward says of each answer, kept
+        rewards = [processed[0] for _, processed in score_requests(oracle, requests)]
         if self.evaluation_record is not None:
-            self.evaluation_record.add(task, items, texts, rewards)
+            reports = [[report] for report in recorder.take(len(items))] if recorder is not None else None
+            self.evaluation_record.add(task, items, texts, rewards, reports=reports)
         return rewards
 
     def sample_turns(
@@ -138,19 +153,21 @@ class TurnEvaluation:
         """One joint trajectory per item: ``(per-turn rewards per item, returns)``, recorded as evaluation samples."""
         sampler = team_sampler(self.generator, self.team, self.generation_settings, stream)
         prompts = [task.prompts(item) for item in items]
+        oracle, recorder = reporting_oracle(task.oracle)  # what the reward says of each answer, kept
         with self.generation_context():
             fits = team_context_check(self.team, self.generation_settings)
             sampled = sample_trajectories(
-                sampler, task.oracle, task.turns, items, prompts, 1, lambda: self.team.tokenizers, context_check=fits
+                sampler, oracle, task.turns, items, prompts, 1, lambda: self.team.tokenizers, context_check=fits
             )
         trajectories = [per_item[0] for per_item in sampled]
         returns = [task.turns.trajectory_return(t.rewards) for t in trajectories]
+        turn_rewards = [list(t.rewards) for t in trajectories]
         if self.evaluation_record is not None:
             texts = [[c.text for c in t.completions[-1]] for t in trajectories]
             earlier = [[[c.text for c in turn] for turn in t.completions[:-1]] for t in trajectories]
-            turn_rewards = [list(t.rewards) for t in trajectories]
-            self.evaluation_record.add(task, items, texts, returns, earlier, turn_rewards)
-        return [list(t.rewards) for t in trajectories], returns
+            reports = turn_reports(recorder, turn_rewards) if recorder is not None else None
+            self.evaluation_record.add(task, items, texts, returns, earlier, turn_rewards, reports)
+        return turn_rewards, returns
 
     def evaluate_turns(
         self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
@@ -195,5 +212,6 @@ __all__ = [
     "TurnEvaluation",
     "headline_key",
     "turn_means",
+    "turn_reports",
     "turn_sums",
 ]

@@ -1,4 +1,4 @@
-"""The reference (CoMLRL)'s evaluation callbacks as a team module's ``evaluation_metrics``.
+"""The reference (CoMLRL)'s evaluation callbacks as evaluation observers of a seed-API run.
 
 * ``eval_logger`` + ``eval_aggregator`` (MADPO and the MAGRPO-family MARLHF): called once per
   evaluation as ``eval_aggregator(eval_logger(agent_completions_turns=..., batch_items=...,
@@ -13,10 +13,14 @@
 
 As in the reference, the MAGRPO-family path ignores ``metrics_callback``, the actor-critic path's
 evaluations ignore ``eval_logger`` / ``eval_aggregator``, and ``evaluate()`` always uses the latter.
+Each is an :class:`~comlrl_lightning.modules.evaluation_metrics.EvaluationMetricsCallback` on the
+Trainer that runs (:meth:`ReferenceCallbacks.observers`): it reads the module's evaluation samples and
+never writes into the module.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
@@ -26,7 +30,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import WandbLogger
 
 from comlrl_lightning.errors import ConfigurationTypeError
-from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, RolloutSamples
+from comlrl_lightning.modules.evaluation_metrics import EvaluationMetricsCallback, EvaluationSamples, RolloutSamples
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.validation import OptionError, at_least, require
 
@@ -129,40 +133,53 @@ class ReferenceCallbacks:
         self.rollout_metrics = RolloutMetrics(metrics_callback) if metrics_callback is not None else None
 
     def install(self, module: Any, actor_critic: bool) -> None:
-        """Set the module's ``evaluation_metrics`` (and a ``maac`` / ``iac`` module's ``rollout_metrics``)."""
-        module.evaluation_metrics = self.rollout_metrics if actor_critic else self.logger_metrics
+        """Set a ``maac`` / ``iac`` module's ``rollout_metrics`` (its updates' metrics; evaluations are
+        observed by :meth:`observers`)."""
         if actor_critic:
             module.rollout_metrics = self.rollout_metrics
+
+    def observers(self, actor_critic: bool) -> List[EvaluationMetricsCallback]:
+        """The callbacks that log ``eval/<key>`` at a ``train()``'s evaluations: ``metrics_callback``'s
+        for ``maac`` / ``iac``, else ``eval_logger`` + ``eval_aggregator``'s (none when not given)."""
+        chosen = self.rollout_metrics if actor_critic else self.logger_metrics
+        return [EvaluationMetricsCallback(chosen)] if chosen is not None else []
 
 
 def evaluate_now(trainer: Any, num_eval_samples: Optional[int] = None) -> Dict[str, float]:
     """A seed-API trainer's ``evaluate()``: a validation of its module on its data module (at most
     ``num_eval_samples`` items), its metrics logged to the loggers of the last ``train()`` (if any) and returned."""
-    datamodule, module = trainer.datamodule, trainer.module
-    default, in_training = datamodule.eval_num_samples, module.evaluation_metrics
-    if num_eval_samples is not None:
-        at_least("num_eval_samples", num_eval_samples, 0)
-        datamodule.eval_num_samples = num_eval_samples
-    module.evaluation_metrics = trainer.reference_callbacks.logger_metrics  # the reference's evaluate(): always these
+    datamodule = evaluation_data(trainer.datamodule, num_eval_samples)
+    # the reference's evaluate() always logs eval_logger + eval_aggregator's metrics
+    observers = trainer.reference_callbacks.observers(actor_critic=False)
     # no inference mode: tensors made under it (the team's buffers, metric states) could not be trained after
     validator = Trainer(
         accelerator="auto",
         devices=1,
         default_root_dir=str(trainer.output_dir),  # an iterative data module's folders: the run's, not the cwd
+        callbacks=observers,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         inference_mode=False,
     )
-    try:
-        results = validator.validate(module, datamodule, verbose=False)
-    finally:
-        datamodule.eval_num_samples, module.evaluation_metrics = default, in_training
+    results = validator.validate(trainer.module, datamodule, verbose=False)
     metrics = {key: float(value) for key, value in (results[0] if results else {}).items()}
     if trainer.trainer is not None and metrics:
         log_after_training(trainer.trainer, metrics)
     return metrics
+
+
+def evaluation_data(datamodule: Any, num_eval_samples: Optional[int]) -> Any:
+    """The data module an ``evaluate(num_eval_samples)`` validates with: ``datamodule`` itself, or
+    for a count a shallow copy that evaluates its first ``num_eval_samples`` items (``datamodule``
+    is never changed)."""
+    if num_eval_samples is None:
+        return datamodule
+    at_least("num_eval_samples", num_eval_samples, 0)
+    counted = copy.copy(datamodule)
+    counted.eval_num_samples = num_eval_samples
+    return counted
 
 
 def log_after_training(trainer: Trainer, metrics: Dict[str, float]) -> None:
@@ -181,6 +198,7 @@ __all__ = [
     "RolloutMetrics",
     "RolloutSample",
     "evaluate_now",
+    "evaluation_data",
     "item_rollouts",
     "log_after_training",
 ]

@@ -236,6 +236,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         if loaded is not None:  # the resume rule: this run's options; a fixed one changed is refused now
             apply_resume_rule(loaded, self.module, self.datamodule, plan.resume)
         callbacks: List[Callback] = [RewardCurvePlot(), self.environment_steps, *plan.callbacks, ThreadDefaults()]
+        callbacks += self.reference_callbacks.observers(mapping.actor_critic(self.args))
         if getattr(self.args, "log_reward_distribution", False):
             from comlrl_lightning.callbacks.reward_distributions import (
                 RewardDistributions,

@@ -87,3 +87,29 @@ def test_metric_states_made_in_inference_mode_become_ordinary_with_their_values(
     holder["mean"].update(torch.tensor([5.0]))  # outside inference mode, as fit's validation runs
     holder["cat"].update(torch.tensor([4.0]))
     assert float(holder["mean"].compute()) == 3.0 and holder["cat"].compute().tolist() == [2.0, 4.0]
+
+
+def test_every_evaluation_observer_on_the_trainer_gets_the_samples_and_names_its_metrics(tmp_path):
+    from lightning.pytorch import Callback, Trainer
+
+    from comlrl_lightning import MADPOModule, PreferenceDataModule, TaskOptions, TeamOptions
+    from comlrl_lightning.defaults import TOY_EVAL_SEED, toy_items
+    from comlrl_lightning.modules.evaluation_metrics import EvaluationMetricsCallback, EvaluationObserver
+
+    seen = []
+
+    class Counting(EvaluationObserver):
+        def on_evaluation_samples(self, trainer, pl_module, samples):
+            seen.append((trainer, pl_module, len(samples.items)))
+            return {"items": len(samples.items)}
+
+    module = MADPOModule(team=TeamOptions(agent_model="embedded"))
+    data = PreferenceDataModule(
+        task=TaskOptions(train_dataset="embedded", eval_dataset=toy_items(3, TOY_EVAL_SEED)), eval_num_samples=3
+    )
+    callbacks = [Counting(), EvaluationMetricsCallback(lambda s: {"mean": sum(s.rewards) / len(s.rewards)}), Callback()]
+    trainer = Trainer(default_root_dir=str(tmp_path), logger=False, enable_progress_bar=False, callbacks=callbacks)
+    metrics = trainer.validate(module, data, verbose=False)[0]
+    assert seen == [(trainer, module, 3)] and metrics["eval/items"] == 3.0  # once, with every item
+    assert metrics["eval/mean"] == pytest.approx(metrics["eval/turn_1/reward_mean"], abs=1e-6)
+    assert module.evaluated_samples is not None and len(module.evaluated_samples.items) == 3

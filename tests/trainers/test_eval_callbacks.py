@@ -110,3 +110,15 @@ def test_training_evaluations_log_the_aggregated_metrics_under_eval(tmp_path):
     last = [row for row in rows if row.get("eval/turn_1/length")][-1]
     assert float(last["eval/turn_1/length"]) == pytest.approx(metrics["eval/turn_1/length"])
     assert float(last["eval/turn_1/reward_mean"]) == pytest.approx(metrics["eval/turn_1/reward_mean"])
+
+
+def test_evaluating_a_number_of_items_is_an_argument_the_data_module_is_never_changed():
+    from comlrl_lightning import PreferenceDataModule
+    from comlrl_lightning.trainers.eval_callbacks import evaluation_data
+
+    data = PreferenceDataModule(eval_num_samples=4)
+    counted = evaluation_data(data, 2)
+    assert counted is not data and counted.eval_num_samples == 2 and data.eval_num_samples == 4
+    assert evaluation_data(data, None) is data
+    with pytest.raises(OptionError, match="num_eval_samples"):
+        evaluation_data(data, -1)

@@ -1,9 +1,11 @@
 """What the team wrote at each evaluation: pass@1 and the other coding metrics, and a readable sample.
 
-:class:`CodingEvaluationLog` is a callback: it makes itself the team module's evaluation domain
-metrics (:mod:`comlrl_lightning.modules.evaluation_metrics`), so every evaluation's joint samples
-(one per held-out problem) come to it. It scores them again with the coding reward (the test runner
-runs each combined program once more) and logs, beside ``eval/turn_1/reward_mean``:
+:class:`CodingEvaluationLog` is an evaluation observer
+(:class:`~comlrl_lightning.modules.evaluation_metrics.EvaluationObserver`): the team module hands it
+every evaluation's joint samples (one per held-out problem) with what the configured reward reported
+on each when the evaluation scored it (a :class:`~comlrl_lightning.tasks.coding.reward.CodeScore`
+with the program's test report: each program's tests run once, under the run's ``timeout``). From
+these it logs, beside ``eval/turn_1/reward_mean``:
 
 * ``eval/pass_at_1``: share of problems whose combined program passes every test;
 * ``eval/code_reward_mean``: mean reward before the training shift (0 to 4);
@@ -23,18 +25,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-from lightning.pytorch import Callback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.modules.evaluation_metrics import EvaluationObserver, EvaluationSamples
 from comlrl_lightning.runtime.files import write_atomically
 from comlrl_lightning.runtime.text import one_line_text, valid_text
-from comlrl_lightning.tasks.coding.reward import CodeScore, CooperativeCodeReward, cooperative_code_reward
-
-if TYPE_CHECKING:
-    from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples
+from comlrl_lightning.tasks.coding.reward import CodeScore, CooperativeCodeReward
 
 SAMPLES_FILE = "evaluation_programs.jsonl"
 TABLE_COLUMNS = [
@@ -86,7 +85,7 @@ def sample_record(step: int, item: Dict[str, Any], completions: List[str], score
     }
 
 
-def answers_after_each_turn(samples: "EvaluationSamples") -> List[List[List[str]]]:
+def answers_after_each_turn(samples: EvaluationSamples) -> List[List[List[str]]]:
     """``answers[t][k]``: item ``k``'s joint answer (one completion per role) after turn ``t + 1``; a
     trajectory that ended before a turn keeps its last answer. One entry for a single-turn evaluation."""
     roles = len(samples.completions[0]) if samples.completions else 0
@@ -98,37 +97,58 @@ def answers_after_each_turn(samples: "EvaluationSamples") -> List[List[List[str]
     ]
 
 
-class CodingEvaluationLog(Callback):
+def configured_reward(trainer: Any) -> CooperativeCodeReward:
+    """The coding reward of the task the Trainer's data module runs (its ``timeout``, its runner)."""
+    task = getattr(getattr(trainer, "datamodule", None), "task", None)
+    reward = getattr(getattr(task, "oracle", None), "reward_func", None)
+    if not isinstance(reward, CooperativeCodeReward):
+        raise ConfigurationError(
+            "CodingEvaluationLog needs the coding task's reward_func (comlrl_lightning.tasks.coding.cooperative_code_reward"
+            f" or a CooperativeCodeReward); the run's is {reward!r}."
+        )
+    return reward
+
+
+def answer_scores(
+    samples: EvaluationSamples, answers: List[List[List[str]]], reward: Callable[[], CooperativeCodeReward]
+) -> List[List[CodeScore]]:
+    """``scores[t][k]``: the :class:`CodeScore` of item ``k``'s answer after turn ``t + 1``: the report
+    the reward made when the evaluation scored it, else (a centralized team's evaluation, whose
+    oracle keeps no reports) that answer scored now with ``reward()``, the run's configured reward."""
+    scores: List[List[Optional[CodeScore]]] = [
+        [samples.report_after_turn(k, turn) for k in range(len(samples.items))] for turn in range(len(answers))
+    ]
+    missing = [(t, k) for t, row in enumerate(scores) for k, score in enumerate(row) if score is None]
+    if missing:
+        made = reward().code_scores(
+            [answers[t][k][0] for t, k in missing],
+            [answers[t][k][1] for t, k in missing],
+            [samples.items[k] for _, k in missing],
+        )
+        for (t, k), score in zip(missing, made):
+            scores[t][k] = score
+    return [[score for score in row if score is not None] for row in scores]
+
+
+class CodingEvaluationLog(EvaluationObserver):
     """Coding metrics of every evaluation and a sample of its programs (see the module's docstring).
 
     Args:
         sample_size: programs of each evaluation written to the samples file (and W&B table).
-        reward: the reward that scores them (default: :data:`cooperative_code_reward`).
     """
 
-    def __init__(self, sample_size: int = 8, reward: Optional[CooperativeCodeReward] = None) -> None:
+    def __init__(self, sample_size: int = 8) -> None:
         if sample_size < 0:
             raise ConfigurationError(f"CodingEvaluationLog sample_size must be at least 0 (got {sample_size}).")
         self.sample_size = sample_size
-        self.reward = reward if reward is not None else cooperative_code_reward
-        self.trainer: Any = None
-        self.previous: Optional[Callable[[Any], Dict[str, Any]]] = None
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if not hasattr(pl_module, "evaluation_metrics"):
-            raise ConfigurationError(f"CodingEvaluationLog needs a team module; {type(pl_module).__name__} is not one.")
-        self.trainer = trainer
-        if pl_module.evaluation_metrics is not self:
-            self.previous = pl_module.evaluation_metrics  # a user's own metrics keep being logged
-            pl_module.evaluation_metrics = self
-
-    def __call__(self, samples: "EvaluationSamples") -> Dict[str, Any]:
+    def on_evaluation_samples(self, trainer: Any, pl_module: Any, samples: EvaluationSamples) -> Dict[str, Any]:
         items = list(samples.items)
-        metrics: Dict[str, Any] = dict(self.previous(samples)) if self.previous is not None else {}
+        metrics: Dict[str, Any] = {}
         answers = answers_after_each_turn(samples)
+        scores_after = answer_scores(samples, answers, lambda: configured_reward(trainer))
         records = []
-        for turn, completions in enumerate(answers, start=1):
-            scores = self.reward.score([c[0] for c in completions], [c[1] for c in completions], items)
+        for turn, (completions, scores) in enumerate(zip(answers, scores_after), start=1):
             if turn == len(answers):
                 metrics.update(coding_metrics(scores))
             if len(answers) > 1:
@@ -136,28 +156,36 @@ class CodingEvaluationLog(Callback):
             shown = list(zip(items, completions, scores))[: self.sample_size]
             turn_key = {"turn": turn} if len(answers) > 1 else {}
             records += [{**sample_record(0, item, list(texts), score), **turn_key} for item, texts, score in shown]
-        if self.trainer is not None and self.trainer.is_global_zero and self.sample_size:
-            step = int(self.trainer.global_step)
-            self.write([{**record, "step": step} for record in records])
+        if trainer is not None and trainer.is_global_zero and self.sample_size:
+            step = int(trainer.global_step)
+            self.write(trainer, [{**record, "step": step} for record in records])
         return metrics
 
-    def folder(self) -> Path:
+    @staticmethod
+    def folder(trainer: Any) -> Path:
         """Where the samples file goes: the CSV log's folder, else the run's root folder."""
-        for logger in self.trainer.loggers:
+        for logger in trainer.loggers:
             if isinstance(logger, CSVLogger):
                 return Path(logger.log_dir)
-        return Path(self.trainer.default_root_dir)
+        return Path(trainer.default_root_dir)
 
-    def write(self, records: List[Dict[str, Any]]) -> None:
+    def write(self, trainer: Any, records: List[Dict[str, Any]]) -> None:
         """Append ``records`` to the samples file (the whole file rewritten atomically) and the W&B table.
         Each line is valid UTF-8 whatever a record holds (a lone surrogate anywhere becomes U+FFFD)."""
-        path = self.folder() / SAMPLES_FILE
+        path = self.folder(trainer) / SAMPLES_FILE
         old = path.read_bytes() if path.is_file() else b""
         new = "".join(valid_text(json.dumps(record, ensure_ascii=False)) + "\n" for record in records).encode("utf-8")
         write_atomically(path, old + new)
-        for logger in self.trainer.loggers:
+        for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.log_table("eval/programs", TABLE_COLUMNS, [[r[c] for c in TABLE_COLUMNS] for r in records])
 
 
-__all__ = ["CodingEvaluationLog", "answers_after_each_turn", "coding_metrics", "sample_record"]
+__all__ = [
+    "CodingEvaluationLog",
+    "answer_scores",
+    "answers_after_each_turn",
+    "coding_metrics",
+    "configured_reward",
+    "sample_record",
+]

@@ -108,7 +108,7 @@ class CodeFeedback:
     def score(self, aux: str, main: str, item: Mapping[str, Any]) -> CodeScore:
         """The turn's score: the reward's own when at hand, else the tests run again."""
         recent = self.reward.recent(aux, main, item)
-        return recent if recent is not None else self.reward.score([aux], [main], [item])[0]
+        return recent if recent is not None else self.reward.code_scores([aux], [main], [item])[0]
 
     def __call__(self, item: Mapping[str, Any], turn: int, history: TurnHistory) -> List[str]:
         aux, main = history.responses[-1][:2]

@@ -119,7 +119,7 @@ class CooperativeCodeReward:
         self.timeout, self.run_tests_batch = timeout, run_tests_batch
         self._recent: Dict[Tuple[str, str, str, str], CodeScore] = {}
 
-    def score(
+    def code_scores(
         self,
         aux_completions: Sequence[str],
         main_completions: Sequence[str],
@@ -147,7 +147,7 @@ class CooperativeCodeReward:
         return scores
 
     def recent(self, aux_completion: str, main_completion: str, item: Mapping[str, Any]) -> Optional[CodeScore]:
-        """The score of this joint answer from the last :meth:`score` call, if it was among them (what a
+        """The score of this joint answer from the last :meth:`code_scores` call, if it was among them (what a
         multi-turn transition reads right after the turn was scored, without running the tests again)."""
         return self._recent.get(_key(aux_completion, main_completion, item))
 
@@ -161,7 +161,19 @@ class CooperativeCodeReward:
         """One reward per joint answer (the reference's convention: one list per agent, the items as
         the keyword ``batch_items``; keyword-only, so that the reference (CoMLRL), which counts
         positional parameters, passes the two lists and no prompts)."""
-        return [score.reward for score in self.score(aux_completions, main_completions, batch_items)]
+        return [score.reward for score in self.code_scores(aux_completions, main_completions, batch_items)]
+
+    def reported(
+        self,
+        aux_completions: Sequence[str],
+        main_completions: Sequence[str],
+        *,
+        batch_items: Optional[Sequence[Mapping[str, Any]]] = None,
+    ) -> List[CodeScore]:
+        """What a call returns, as reports: each joint answer's :class:`CodeScore` (its ``reward`` is
+        the call's value), which an evaluation keeps for its observers
+        (:mod:`comlrl_lightning.modules.reward_reports`)."""
+        return self.code_scores(aux_completions, main_completions, batch_items)
 
     def __repr__(self) -> str:
         return f"CooperativeCodeReward(timeout={self.timeout!r})"
