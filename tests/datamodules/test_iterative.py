@@ -14,11 +14,15 @@ import torch
 from comlrl_lightning import (
     CurrentComparator,
     CurrentReplay,
+    HistoryComparator,
     IterativePreferenceDataModule,
+    LambdaDecayReplay,
     MADPOModule,
     OptionError,
 )
+from comlrl_lightning.defaults import toy_items, vowel_length_reward
 from comlrl_lightning.errors import ConfigurationError
+from tests.conftest import tiny_task
 from tests.helpers.iterative_run import ITER_MODEL, iter_data, make_run, make_trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -343,3 +347,123 @@ def test_a_fraction_of_an_epoch_between_validations_is_refused_before_collection
     with pytest.raises(ConfigurationError, match=r"trainer.val_check_interval: a fraction of an epoch \(0.5\)"):
         trainer.fit(module, datamodule)
     assert not list(tmp_path.rglob("iteration_*.json"))
+
+
+# ----------------------------------------------------------------------------------------------
+# The round logic in the everyday tier: the data module's own methods on a team that a validation
+# attached to a Trainer (no fit, no training step, no process), 4 items, a round in under a second
+
+
+FOUR_ITEMS = toy_items(4)
+
+
+def _attached(root, **data):
+    """(module, datamodule) attached to a Trainer by a validation without batches: ``epoch_loader``
+    then collects a round as ``fit`` would at that epoch, without training between rounds."""
+    task = tiny_task(train_dataset=FOUR_ITEMS, eval_dataset=FOUR_ITEMS, reward_func=vowel_length_reward)
+    options = dict(task=task, preference_num_candidates=2, comparator=CurrentComparator(num_candidates=2))
+    module, datamodule, trainer = make_run(root, data={**options, **data}, limit_val_batches=0)
+    trainer.validate(module, datamodule, verbose=False)
+    return module, datamodule
+
+
+def _round_records(root):
+    return [json.loads(text)["pairs"] for text in _round_files(root).values()]
+
+
+@pytest.fixture(scope="module")
+def rounds(tmp_path_factory):
+    """Three rounds of two epochs with a lambda-decay replay of 24, recorded epoch by epoch; the
+    data module's state after round 2; its folders released for a resume in the same root."""
+    root = tmp_path_factory.mktemp("rounds")
+    module, datamodule = _attached(root, replay=LambdaDecayReplay(lam=0.5, sample_size=24))
+    epochs = []
+    for epoch in range(6):
+        datamodule.epoch_loader(epoch)
+        built, collection = datamodule.round_collection()
+        epochs.append(dict(built=built, collection=collection, files=_round_files(root), pairs=list(datamodule.pairs)))
+        if epoch == 3:
+            state = datamodule.data_state_dict()
+    datamodule.release_folders()
+    return dict(root=root, epochs=epochs, state=state, team=module.team)
+
+
+def test_a_round_is_collected_at_the_first_epoch_of_each_round_and_only_then(rounds):
+    epochs = rounds["epochs"]
+    assert [epoch["built"] for epoch in epochs] == [0, 0, 1, 1, 2, 2]  # num_train_epochs=2
+    assert [len(epoch["files"]) for epoch in epochs] == [1, 1, 2, 2, 3, 3]
+    for first, second in zip(epochs[::2], epochs[1::2]):  # the round's second epoch collects nothing
+        assert second["collection"] is first["collection"] and second["files"] == first["files"]
+        assert [p.to_record() for p in second["pairs"]] == [p.to_record() for p in first["pairs"]]
+    assert len({id(epoch["collection"]) for epoch in epochs}) == 3
+
+
+def test_a_rounds_file_holds_exactly_the_pairs_its_collection_built(rounds):
+    files = rounds["epochs"][-1]["files"]
+    assert sorted(files) == ["iteration_0001.json", "iteration_0002.json", "iteration_0003.json"]
+    for index, name in enumerate(sorted(files)):
+        payload = json.loads(files[name])
+        records = json.loads(json.dumps([p.to_record() for p in rounds["epochs"][2 * index]["collection"].pairs]))
+        assert payload == {"iteration": index + 1, "num_pairs": len(records), "pairs": records}
+        assert records and all(r["winner_reward"] > r["loser_reward"] for r in records)  # ties are dropped
+        assert all(r["target_raw_reward"] is not None and r["comparator_raw_reward"] is not None for r in records)
+    assert not list((rounds["root"] / "preference_replay").glob("*.tmp"))
+
+
+def test_replay_draws_each_rounds_training_pairs_from_every_round_written_so_far(rounds):
+    written = _round_records(rounds["root"])
+    as_json = lambda records: [json.dumps(r, sort_keys=True) for r in records]  # noqa: E731
+    for round_index in range(3):
+        training = as_json(json.loads(json.dumps([p.to_record() for p in rounds["epochs"][2 * round_index]["pairs"]])))
+        assert len(training) == 24  # the rule's sample_size, more than any round's pair count: drawn with repeats
+        origins = [{r for r in range(round_index + 1) if record in as_json(written[r])} for record in training]
+        assert all(origins), "a training pair that no round file written so far holds"
+        if round_index:  # lam=0.5 weighs the older rounds too: 24 draws take pairs of more than one round
+            assert len(set().union(*origins)) > 1
+
+
+def test_the_current_replay_trains_on_the_rounds_own_pairs(tmp_path):
+    module, datamodule = _attached(tmp_path, num_iterations=2, num_train_epochs=1, replay=CurrentReplay())
+    for epoch in range(2):
+        datamodule.epoch_loader(epoch)
+        assert datamodule.pairs == datamodule.round_collection()[1].pairs  # this round's, in collection order
+        assert json.loads(json.dumps([p.to_record() for p in datamodule.pairs])) == _round_records(tmp_path)[epoch]
+    datamodule.release_folders()
+
+
+def test_a_restored_state_continues_the_run_exactly_without_collecting_its_round_again(rounds):
+    root, state = rounds["root"], rounds["state"]
+    assert state["built_round"] == 1 and state["replay"] is not None
+    module, datamodule = _attached(root, replay=LambdaDecayReplay(lam=0.5, sample_size=24))
+    datamodule.load_data_state_dict(state)
+    before = (root / "preference_replay" / "iteration_0002.json").stat().st_mtime_ns
+    datamodule.epoch_loader(3)  # the restored round's second epoch: its pairs, not a new collection
+    assert datamodule.round_collection() == (None, None)
+    assert [p.to_record() for p in datamodule.pairs] == [p.to_record() for p in rounds["epochs"][3]["pairs"]]
+    assert (root / "preference_replay" / "iteration_0002.json").stat().st_mtime_ns == before
+    datamodule.epoch_loader(4)  # the next round: the same file and the same replay draw as the run that went on
+    assert _round_files(root) == rounds["epochs"][4]["files"]
+    assert [p.to_record() for p in datamodule.pairs] == [p.to_record() for p in rounds["epochs"][4]["pairs"]]
+    datamodule.release_folders()
+
+
+def test_the_history_comparator_compares_with_the_policy_of_k_rounds_before(tmp_path):
+    module, datamodule = _attached(tmp_path, num_train_epochs=1, comparator=HistoryComparator(k=1, num_candidates=2))
+    comparator, started = datamodule.comparator, []
+    agent_0 = lambda weights: {k[len("agents.0.") :]: v for k, v in weights.items() if k.startswith("agents.0.")}  # noqa: E731
+    for round_index in range(3):
+        with torch.no_grad():  # a step of "training" between rounds: each round starts from other weights
+            next(module.team.agents[0].parameters()).add_(0.5)
+        started.append(agent_0(_weights(module)))
+        datamodule.epoch_loader(round_index)
+        comparator.start_round(round_index)  # loads the snapshot the round compared with (still kept)
+        try:
+            loaded = comparator.source().agents[0].state_dict()
+        finally:
+            comparator.end_round()
+        expected = started[max(round_index - 1, 0)]  # k=1: the policy at the start of the round before
+        assert expected and all(torch.equal(loaded[k], expected[k]) for k in expected), round_index
+        if round_index:  # not the current policy
+            assert any(not torch.equal(loaded[k], started[-1][k]) for k in expected)
+    assert [comparator.snapshot_round(r) for r in range(3)] == [0, 0, 1]
+    datamodule.release_folders()
