@@ -142,58 +142,6 @@ def test_two_process_marlhf_run_keeps_replicas_and_reward_models_identical(tmp_p
     assert (tmp_path / "reward_0.txt").read_text() == (tmp_path / "reward_1.txt").read_text()
 
 
-def test_cli_runs_with_the_plain_ddp_strategy_flag(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    command = [
-        sys.executable,
-        "-m",
-        "comlrl_lightning",
-        "fit",
-        "--config",
-        "configs/madpo_iter.yaml",
-        "--trainer.strategy",
-        "ddp",
-        "--trainer.devices",
-        "2",
-        "--trainer.default_root_dir",
-        str(tmp_path),
-        "--data.init_args.num_iterations",
-        "2",
-        "--data.init_args.num_train_epochs",
-        "1",
-        "--trainer.enable_progress_bar",
-        "false",
-        "--model.init_args.sampling.max_new_tokens",
-        "4",
-        "--data.init_args.preference_num_candidates",
-        "3",
-        "--data.init_args.comparator.init_args.num_candidates",
-        "3",
-        "--data.init_args.replay.init_args.sample_size",
-        "16",
-        "--data.init_args.eval_num_samples",
-        "4",
-    ]
-    result = subprocess.run(
-        command,
-        cwd=Path(__file__).resolve().parents[2],
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "preference_replay").iterdir()) == [
-        ".lock",
-        "iteration_0001.json",
-        "iteration_0002.json",
-    ]
-    assert list(tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt"))
-
-
 def reward_failing_on_rank_1(writer, matcher):
     import torch.distributed as dist
 

@@ -121,14 +121,32 @@ def round_files(root: Path) -> Dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def one_node(tmp_path_factory) -> Dict[str, bytes]:
-    """Round files of one node with two processes (Lightning starts the second)."""
+def one_node_root(tmp_path_factory) -> Path:
+    """The folder of a run on one node with two processes: the command line with the plain
+    ``--trainer.strategy ddp`` flag (Lightning starts the second process)."""
     root = tmp_path_factory.mktemp("one_node")
     command = [sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo_iter.yaml"]
     launch([command + ["--trainer.strategy", "ddp", "--trainer.devices", "2"]], [{}], root)
-    files = round_files(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def one_node(one_node_root) -> Dict[str, bytes]:
+    """Round files of one node with two processes."""
+    files = round_files(one_node_root)
     assert sorted(files) == ["iteration_0001.json", "iteration_0002.json"]
     return files
+
+
+@pytest.mark.slow
+def test_cli_runs_with_the_plain_ddp_strategy_flag(one_node_root):
+    # one set of round files (rank 0 writes them) and a checkpoint
+    assert sorted(p.name for p in (one_node_root / "preference_replay").iterdir()) == [
+        ".lock",
+        "iteration_0001.json",
+        "iteration_0002.json",
+    ]
+    assert list(one_node_root.glob("lightning_logs/version_0/checkpoints/*.ckpt"))
 
 
 def test_the_docs_give_a_torchrun_line_per_strategy_and_an_srun_line():
