@@ -103,6 +103,9 @@ class PreferenceCLI(LightningCLI):
         parser.set_defaults({"trainer.logger": {"class_path": CSV_LOGGER, "init_args": {"save_dir": ROOT_DIR}}})
         # The modules evaluate before the first update themselves: a sanity validation would evaluate nothing.
         parser.set_defaults({"trainer.num_sanity_val_steps": 0})
+        # Set once here, not in every shipped config: ParameterSummary (a callback the configs list) prints
+        # one line of parameters in place of Lightning's table.
+        parser.set_defaults({"trainer.enable_model_summary": False})
 
     def parse_arguments(self, parser, args) -> None:
         """The arguments, with ``null`` meaning ``None``; a resume's ``ckpt_path`` is resolved and read

@@ -48,7 +48,7 @@ def test_the_trainer_is_built_with_atomic_checkpoints_and_never_changed_after(tm
             args=["--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false", *args],
         ).trainer  # fmt: skip
 
-    trainer = built("--config", "configs/madpo_iter_fsdp.yaml")
+    trainer = built("--config", "configs/madpo_iter.yaml", "--config", "configs/overlays/fsdp.yaml")
     assert type(trainer.strategy) is AtomicModelParallelStrategy  # the config names ModelParallelStrategy
     assert type(trainer.strategy.checkpoint_io) is AtomicCheckpointIO
     assert isinstance(trainer.callbacks[0], CheckpointRecord)
@@ -683,19 +683,23 @@ def test_a_cli_resume_continues_the_wandb_run_of_its_checkpoint_under_the_root_d
     assert not list((tmp_path / "cwd").iterdir())  # nothing in the working directory
 
 
-def test_the_vllm_config_is_the_iterative_default_with_another_generator():
-    """``configs/madpo_iter_vllm.yaml`` (parsed only where vLLM is installed) keeps up with
-    ``madpo_iter.yaml``: the same trainer, model and data but for its folder and its generator."""
-    import yaml
+def test_the_vllm_overlay_changes_only_the_generator_and_the_run_folder_of_the_iterative_default():
+    """``configs/overlays/vllm.yaml`` over ``madpo_iter.yaml``: the same trainer, model and data but
+    for its folder and its generator."""
+    from tests.helpers.configs import CONFIGS, composed
 
-    default, vllm = (
-        yaml.safe_load(Path(f"configs/{name}.yaml").read_text()) for name in ("madpo_iter", "madpo_iter_vllm")
-    )
+    default, vllm = yaml_of(CONFIGS / "madpo_iter.yaml"), composed(CONFIGS / "overlays" / "vllm.yaml")
     assert vllm["model"]["init_args"].pop("generator")["class_path"] == "comlrl_lightning.generation.VLLMGenerator"
     default["model"]["init_args"].pop("generator")
     assert vllm["trainer"].pop("default_root_dir") == "runs/madpo_iter_vllm"
     default["trainer"].pop("default_root_dir")
     assert vllm == default
+
+
+def yaml_of(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 @pytest.mark.slow

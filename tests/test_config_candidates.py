@@ -11,21 +11,31 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.configs import OVERLAYS, composed
+
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def shipped(path: Path) -> dict:
+    """A shipped config as it runs: a base alone, an overlay over its base."""
+    return composed(path) if path in OVERLAYS else yaml.safe_load(path.read_text())
+
+
 ITERATIVE = sorted(
     path
-    for path in CONFIGS.glob("*.yaml")
-    if "comparator" in (yaml.safe_load(path.read_text())["data"].get("init_args") or {})
+    for path in [*CONFIGS.glob("*.yaml"), *OVERLAYS]
+    if "comparator" in ((shipped(path).get("data") or {}).get("init_args") or {})
 )
 
 
 def test_the_iterative_configs_are_found():
-    assert {"madpo_iter.yaml", "madpo_iter_fsdp.yaml", "madpo_iter_api_openai.yaml"} <= {p.name for p in ITERATIVE}
+    found = {path.relative_to(CONFIGS).as_posix() for path in ITERATIVE}
+    assert {"madpo_iter.yaml", "overlays/fsdp.yaml", "overlays/api_openai.yaml"} <= found
 
 
-@pytest.mark.parametrize("path", ITERATIVE, ids=lambda path: path.name)
+@pytest.mark.parametrize("path", ITERATIVE, ids=lambda path: path.relative_to(CONFIGS).as_posix())
 def test_no_iterative_config_pins_the_comparators_candidates(path):
-    comparator = yaml.safe_load(path.read_text())["data"]["init_args"]["comparator"]
+    comparator = shipped(path)["data"]["init_args"]["comparator"]
     options = comparator.get("init_args") or {}
     source = (options.get("source") or {}).get("init_args") or {}  # a centralized comparator's source
     assert "num_candidates" not in options and "num_candidates" not in source

@@ -522,7 +522,9 @@ def cli_fails(tmp_path, capsys, *args):
             [
                 "fit",
                 "--config",
-                str(CONFIGS / "madpo_iter_api_openai.yaml"),
+                str(CONFIGS / "madpo_iter.yaml"),
+                "--config",
+                str(CONFIGS / "overlays" / "api_openai.yaml"),
                 "--trainer.default_root_dir",
                 str(tmp_path),
                 *args,
@@ -555,16 +557,16 @@ def test_example_configs_name_the_key_variable_and_validate(fmt):
     import importlib
     import re
 
-    import yaml
-
     def instantiate(spec):
         module, _, name = spec["class_path"].rpartition(".")
         return getattr(importlib.import_module(module), name)(**(spec.get("init_args") or {}))
 
-    path = CONFIGS / f"madpo_iter_api_{fmt}.yaml"
+    from tests.helpers.configs import composed
+
+    path = CONFIGS / "overlays" / f"api_{fmt}.yaml"
     text = path.read_text()
     assert not re.search(r"sk-[A-Za-z0-9]|api_key:", text)  # a variable name only, never a key
-    options = yaml.safe_load(text)["data"]["init_args"]
+    options = composed(path)["data"]["init_args"]
     assert not [name for name in options if name.startswith("comparator_")]  # all inside the comparator object
     spec = options["comparator"]
     assert spec["class_path"] == "comlrl_lightning.comparators.ApiComparator"

@@ -29,6 +29,7 @@ from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.generation.vllm import vllm_available
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team
+from tests.helpers.configs import OVERLAYS, base_of, run_arguments
 from tests.helpers.fake_providers import FakeProvider
 
 TINY_CLI = [
@@ -328,17 +329,19 @@ def test_unknown_classes_and_options_are_the_parsers_ordinary_errors(tmp_path, c
     "config",
     [
         pytest.param(
-            str(p),
+            arguments,
             marks=pytest.mark.skipif(
-                "vllm" in p.name and not vllm_available(), reason="its generator needs vLLM to be parsed"
+                "vllm" in arguments[-1] and not vllm_available(), reason="its generator needs vLLM to be parsed"
             ),
+            id=arguments[-1],
         )
-        for p in sorted(Path("configs").glob("*iter*.yaml"))
+        for arguments in [["--config", str(p)] for p in sorted(Path("configs").glob("*iter*.yaml"))]
+        + [run_arguments(overlay) for overlay in OVERLAYS if "iter" in base_of(overlay).name]
     ],
 )
 def test_print_config_shows_the_parts_as_objects(config, capsys):
     with pytest.raises(SystemExit):
-        main(["fit", "--config", config, "--print_config"])
+        main(["fit", *config, "--print_config"])
     printed = yaml.safe_load(capsys.readouterr().out)
     data = printed["data"]["init_args"]
     assert data["comparator"]["class_path"].startswith("comlrl_lightning.comparators.")

@@ -3,7 +3,7 @@
 Skipped where vLLM is not installed (the main CI environment); ``.ci/vllm`` runs them in a virtual
 environment with vLLM. Most use a tiny Llama (32-wide heads) with the embedded character tokenizer;
 the embedded GPT-2 (2 heads of 32, its head tied to its embedding) samples with vLLM too, and
-``configs/madpo_iter_vllm.yaml`` runs it.
+``configs/overlays/vllm.yaml`` (over ``madpo_iter.yaml``) runs it.
 """
 
 from __future__ import annotations
@@ -213,12 +213,13 @@ def test_the_embedded_default_samples_with_vllm_as_generate_does():
 @needs_vllm
 @pytest.mark.slow
 def test_the_vllm_config_runs_the_embedded_default_iteratively(tmp_path):
-    """``configs/madpo_iter_vllm.yaml`` as the docs run it, with smaller sizes: every round file written."""
+    """``configs/overlays/vllm.yaml`` over ``madpo_iter.yaml`` as the docs run it, with smaller sizes: every round file written."""
     import os
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo_iter_vllm.yaml"]
+    command = [sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo_iter.yaml"]
+    command += ["--config", "configs/overlays/vllm.yaml"]
     command += ["--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"]
     command += ["--data.init_args.num_iterations", "2", "--data.init_args.preference_num_candidates", "4"]
     command += ["--data.init_args.comparator.init_args.num_candidates", "4", "--data.init_args.eval_num_samples", "8"]

@@ -277,9 +277,10 @@ def test_the_centralized_configs_parse_and_show_the_collaboration_object(capsys)
 
     from comlrl_lightning.cli import main
 
-    for config in ("madpo_centralized", "madpo_iter_centralized", "marlhf_centralized"):
+    overlay = ["configs/madpo_iter.yaml", "--config", "configs/overlays/centralized.yaml"]
+    for config in (["configs/madpo_centralized.yaml"], overlay, ["configs/marlhf_centralized.yaml"]):
         with pytest.raises(SystemExit):
-            main(["fit", "--config", f"configs/{config}.yaml", "--print_config"])
+            main(["fit", "--config", *config, "--print_config"])
         printed = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["collaboration"]
         assert printed["class_path"] == "comlrl_lightning.modules.Centralized"
         assert printed["init_args"]["adapter"]["class_path"] == "comlrl_lightning.data.DelimitedAdapter"

@@ -41,14 +41,15 @@ SIZES = [
 
 
 def documented_commands() -> Dict[str, List[str]]:
-    """The torchrun and srun command lines of docs/scaling.md's "Several nodes" section, by config and launcher."""
+    """The torchrun and srun command lines of docs/scaling.md's "Several nodes" section, by launcher and
+    configs (a base and its overlays joined by ``+``: ``torchrun madpo_iter+fsdp``)."""
     text = (REPO / "docs" / "scaling.md").read_text(encoding="utf-8")
     section = text[text.index("## Several nodes") :]
     section = section[: section.index("\n## ", 1)]
     commands = {}
     for line in re.findall(r"^(?:torchrun|srun) .*$", section, flags=re.M):
         words = shlex.split(line)
-        config = Path(words[words.index("--config") + 1]).stem
+        config = "+".join(Path(words[i + 1]).stem for i, word in enumerate(words) if word == "--config")
         commands[f"{words[0]} {config}"] = words
     return commands
 
@@ -151,7 +152,7 @@ def test_cli_runs_with_the_plain_ddp_strategy_flag(one_node_root):
 
 def test_the_docs_give_a_torchrun_line_per_strategy_and_an_srun_line():
     commands = documented_commands()
-    assert sorted(commands) == ["srun madpo_iter", "torchrun madpo_iter", "torchrun madpo_iter_fsdp"]
+    assert sorted(commands) == ["srun madpo_iter", "torchrun madpo_iter", "torchrun madpo_iter+fsdp"]
     for words in commands.values():
         assert words[words.index("--trainer.num_nodes") + 1] == "2"
         assert words[words.index("--trainer.devices") + 1] == "1"
@@ -160,7 +161,7 @@ def test_the_docs_give_a_torchrun_line_per_strategy_and_an_srun_line():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["madpo_iter", "madpo_iter_fsdp"])
+@pytest.mark.parametrize("config", ["madpo_iter", "madpo_iter+fsdp"])
 def test_two_torchrun_nodes_write_the_round_files_of_one_node(one_node, tmp_path, config):
     words, port = documented_commands()[f"torchrun {config}"], free_port()
     launch([node_command(words, node, port) for node in (0, 1)], [{}, {}], tmp_path)

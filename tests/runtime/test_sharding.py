@@ -292,6 +292,9 @@ def test_tensor_parallelism_is_refused_with_the_sizes_to_set():
 # ----------------------------------------------------------------------------------------------
 # Misconfigured sharded runs: named before any process starts or any model loads
 
+FSDP_CONFIG = ["--config", "configs/madpo_iter.yaml", "--config", "configs/overlays/fsdp.yaml"]
+"""The iterative default sharded with FSDP2 over 2 processes (the fsdp overlay over its base)."""
+
 FSDP_TINY = [
     "--model.init_args.sampling.max_new_tokens",
     "4",
@@ -343,11 +346,7 @@ def test_a_mesh_that_does_not_fit_the_processes_is_named_before_any_process_star
     from comlrl_lightning.cli import main
 
     with pytest.raises(SystemExit) as exit_info:
-        main(
-            ["fit", "--config", "configs/madpo_iter_fsdp.yaml", "--trainer.default_root_dir", str(tmp_path)]
-            + FSDP_TINY
-            + overrides
-        )
+        main(["fit", *FSDP_CONFIG, "--trainer.default_root_dir", str(tmp_path)] + FSDP_TINY + overrides)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err
     assert (
@@ -361,7 +360,7 @@ def test_a_mesh_that_does_not_fit_the_processes_is_named_before_any_process_star
 @pytest.mark.slow
 def test_a_sharded_lora_team_with_the_history_comparator_is_named_before_any_model_loads(tmp_path):
     """Two real processes (gloo): each names the problem in setup, before the comparator loads the team."""
-    command = [sys.executable, "-m", "comlrl_lightning", "fit", "--config", "configs/madpo_iter_fsdp.yaml"]
+    command = [sys.executable, "-m", "comlrl_lightning", "fit", *FSDP_CONFIG]
     lora = "{class_path: peft.LoraConfig, init_args: {r: 4}}"
     command += ["--trainer.default_root_dir", str(tmp_path), "--model.init_args.team.lora", lora, *FSDP_TINY]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
