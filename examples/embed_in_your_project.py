@@ -96,7 +96,7 @@ def plain_pytorch_part(steps: int = 3) -> list:
         margins = []
         for agent in range(team.num_agents):
             batch = pack_sequences([prompt, prompt], [winner, loser], [3, 2], team.tokenizers[agent].pad_token_id)
-            logprobs = team.sequence_logprobs(agent, **batch)
+            logprobs = team.score([batch], unit="sequence", agents=[agent])[0]
             margins.append(logprobs[:1] - logprobs[1:])
         loss = madpo_loss(torch.stack(margins, dim=-1), beta=0.1)
         optimizer.zero_grad()

@@ -39,14 +39,14 @@ def test_madpo_loss_in_a_plain_pytorch_loop_decreases():
 def test_bf16_mixed_precision_generates_and_trains_with_float32_log_softmax(tiny_run):
     module, datamodule, trainer = tiny_run(trainer=dict(precision="bf16-mixed", max_epochs=1))
     seen = []
-    original = module.team.sequence_logprobs
+    original = module.team.score
 
     def spy(*args, **kwargs):
-        value = original(*args, **kwargs)
-        seen.append(value.dtype)
-        return value
+        values = original(*args, **kwargs)
+        seen.extend(value.dtype for value in values)
+        return values
 
-    module.team.sequence_logprobs = spy
+    module.team.score = spy
     trainer.fit(module, datamodule)
     assert trainer.global_step > 0 and seen and all(dtype == torch.float32 for dtype in seen)
     assert torch.isfinite(trainer.callback_metrics["train/loss"])

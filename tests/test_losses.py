@@ -208,7 +208,7 @@ def single_pass_margins(team: Team, pairs, score_last_token: bool) -> torch.Tens
         completions = [pair[agent][1] for pair in pairs] + [pair[agent][2] for pair in pairs]
         scored = [team.scored_length(agent, c, score_last_token) for c in completions]
         packed = pack_sequences(prompts, completions, scored, team.tokenizers[agent].pad_token_id)
-        logprobs = team.sequence_logprobs(agent, **packed)
+        logprobs = team.score([packed], unit="sequence", agents=[agent])[0]
         columns.append(logprobs[:batch] - logprobs[batch:])
     return torch.stack(columns, dim=1)
 
@@ -293,10 +293,10 @@ def test_padding_does_not_change_sequence_logprobs(tokenizer, score_last_token):
     completions = [pair[0][1] for pair in pairs] + [pair[0][2] for pair in pairs]
     scored = [team.scored_length(0, c, score_last_token) for c in completions]
     with torch.no_grad():
-        batched = team.sequence_logprobs(0, **pack_sequences(prompts, completions, scored, eos))
+        batched = team.score([pack_sequences(prompts, completions, scored, eos)], unit="sequence", agents=[0])[0]
         alone = torch.cat(
             [
-                team.sequence_logprobs(0, **pack_sequences([p], [c], [s], eos))
+                team.score([pack_sequences([p], [c], [s], eos)], unit="sequence", agents=[0])[0]
                 for p, c, s in zip(prompts, completions, scored)
             ]
         )

@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 import torch
-from torch.utils.checkpoint import checkpoint
 from torchmetrics import MeanMetric
 
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.data.trajectory_pairs import TrajectoryPair, trajectory_rows
 from comlrl_lightning.losses import madpo_loss, trajectory_margins
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS, TeamModule
-from comlrl_lightning.team.team import pack_sequences
+from comlrl_lightning.team.team import Graphs, pack_sequences
 from comlrl_lightning.validation import positive
 
 
@@ -89,14 +88,13 @@ class MADPOModule(TeamModule):
         return self.team.scored_length(agent, completion, self.score_last_token)
 
     def margins(self, batch: Dict[str, Any]) -> torch.Tensor:
-        """``[B, N]`` per-pair, per-agent log-prob margins (with grad); a LoRA team scores every
-        agent's winners and losers in one pass (:meth:`~comlrl_lightning.team.Team.agents_sequence_logprobs`).
+        """``[B, N]`` per-pair, per-agent log-prob margins (with grad), every agent's winners and
+        losers scored by :meth:`~comlrl_lightning.team.Team.score` (a LoRA team's in one pass), each
+        agent's graph recomputed in the backward where :meth:`recomputes_agents` says.
         Multi-turn batches sum each trajectory's turns (:func:`~comlrl_lightning.losses.trajectory_margins`)."""
         size = batch["candidate_reward_mean"].shape[0]
-        if self.recomputes_agents():
-            logprobs = [recomputed_sequence_logprobs(self.team, i, agent) for i, agent in enumerate(batch["agents"])]
-        else:
-            logprobs = self.team.agents_sequence_logprobs(batch["agents"])
+        graphs: Graphs = "recompute" if self.recomputes_agents() else "held"
+        logprobs = self.team.score(batch["agents"], unit="sequence", graphs=graphs)
         if "owners" in batch:
             margins = [trajectory_margins(rows, owners, size) for rows, owners in zip(logprobs, batch["owners"])]
             return torch.stack(margins, dim=-1)
@@ -140,23 +138,6 @@ class MADPOModule(TeamModule):
         self.log("train/loss_step", loss.detach(), batch_size=size, prog_bar=True, logger=False)
         self.log("train/preference_accuracy", self.preference_accuracy, on_step=False, on_epoch=True, batch_size=size)
         return loss
-
-
-def recomputed_sequence_logprobs(team, agent: int, batch: Dict[str, Any]) -> torch.Tensor:
-    """``team.sequence_logprobs`` of agent ``agent``'s batch, its activations dropped after the forward
-    and recomputed in the backward (``torch.utils.checkpoint``, non-reentrant, the random state kept).
-
-    Backward reaches the agents one after another (the last scored first), so only one agent's
-    activations are alive at a time; the values and gradients are those of the plain forward.
-    """
-    return checkpoint(
-        team.sequence_logprobs,
-        agent,
-        batch["input_ids"],
-        batch["attention_mask"],
-        batch["score_mask"],
-        use_reentrant=False,
-    )
 
 
 def padded_turn_means(pairs: List[PreferencePair]) -> torch.Tensor:

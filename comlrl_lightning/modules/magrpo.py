@@ -200,11 +200,11 @@ class MAGRPOModule(TeamModule):
         pass of its base, and the reference rows of every agent in one more (adapters disabled,
         without grad: in the trained pass they would cost a backward for nothing)."""
         batches = [self.rollout_batch(agent, prompts, samples[agent]) for agent in range(self.num_agents)]
-        token_logprobs = self.team.agents_token_logprobs(batches)
+        token_logprobs = self.team.score(batches)
         kls: List[Optional[torch.Tensor]] = [None] * self.num_agents
         if self.reference_kl is not None:
             with torch.no_grad():
-                references = self.team.agents_token_logprobs(
+                references = self.team.score(
                     batches, models=[self.reference_model(agent) for agent in range(self.num_agents)]
                 )
             kls = [

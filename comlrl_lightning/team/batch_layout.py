@@ -78,7 +78,7 @@ def pack_sequences(
     scored_lengths: Sequence[int],
     pad_id: int,
 ) -> dict:
-    """Lay out prompt/completion pairs for :meth:`Team.sequence_logprobs`.
+    """Lay out prompt/completion pairs for :meth:`Team.score`.
 
     Returns ``input_ids`` and ``attention_mask`` of shape ``[M, P + C]`` (prompt left-padded to
     ``P``, completion right-padded to ``C >= 1``) and ``score_mask`` ``[M, C]``.

@@ -1,6 +1,6 @@
 """Packed scoring: every distinct prompt and every completion token runs exactly once, unpadded.
 
-:meth:`Team.sequence_logprobs` needs, per row, the summed log-probabilities of scored completion
+:meth:`Team.score` needs, per row, the summed log-probabilities of scored completion
 tokens. One padded forward of ``[winners; losers]`` computes each prompt twice (winner and loser
 share it) and pads every completion to the longest. Here the tokens are laid out as ONE sequence:
 the distinct prompts, then each row's completion up to the last token it scores. Everything in a

@@ -2,16 +2,19 @@
 
 How the team scores (full models, LoRA agent by agent or in one pass; fused head or logits) is
 its :class:`~comlrl_lightning.team.scoring_plan.ScoringPlan`, decided when the team is built;
-:meth:`Team.score` is the one entry point that follows it. Sampling lives in :mod:`comlrl_lightning.generation` (a generator samples with a team's agents);
-where models and tokenizers come from lives in :mod:`comlrl_lightning.team.loading`.
+:meth:`Team.score` is the one public scoring method and follows it: token or sequence
+log-probabilities, each agent's graph held until the backward or recomputed in it. Sampling lives
+in :mod:`comlrl_lightning.generation` (a generator samples with a team's agents); where models and
+tokenizers come from lives in :mod:`comlrl_lightning.team.loading`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Literal, Optional, Sequence
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.losses import gathered_logprobs
@@ -34,6 +37,11 @@ from comlrl_lightning.team.lora import BaseModelView, LoraAgent
 from comlrl_lightning.team.lora_routing import MixedAdapters
 from comlrl_lightning.team.packed_scoring import packed_token_logprobs
 from comlrl_lightning.team.scoring_plan import SamplingPlan, ScoringPlan, decide_scoring_plan
+
+ScoreUnit = Literal["token", "sequence"]
+"""What :meth:`Team.score` returns per row: every scored token's log-probability, or their sum."""
+Graphs = Literal["held", "recompute"]
+"""Whether :meth:`Team.score` keeps each forward's activations for the backward or recomputes them there."""
 
 
 class Team(nn.Module):
@@ -154,31 +162,7 @@ class Team(nn.Module):
         cut = list(completion).index(pad)
         return cut + 1 if pad == tokenizer.eos_token_id else cut
 
-    def sequence_logprobs(
-        self,
-        agent_index: int,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        score_mask: torch.Tensor,
-    ) -> torch.Tensor:
-        """Summed log-probabilities of the scored completion tokens, one value per row.
-
-        Computed packed (:func:`~comlrl_lightning.team.packed_scoring.packed_token_logprobs`: each
-        distinct prompt once, no padding) when the model allows it, else with one padded forward: the batch
-        layout (see :func:`pack_sequences`) puts every completion at the same columns, prompts
-        left-padded to width ``P``, completions right-padded to width ``C``, so only the last
-        ``C + 1`` positions need the LM head. Log-softmax runs in float32 whatever the dtype.
-
-        Args:
-            input_ids, attention_mask: ``[M, P + C]``.
-            score_mask: ``[M, C]``, 1 where a completion token is scored.
-        """
-        token_logprobs = self.token_logprobs(
-            agent_index, input_ids, attention_mask, score_mask.shape[1], score_mask=score_mask
-        )
-        return (token_logprobs * score_mask.to(token_logprobs.device)).sum(dim=-1)
-
-    def token_logprobs(
+    def _token_logprobs(
         self,
         agent_index: int,
         input_ids: torch.Tensor,
@@ -188,8 +172,12 @@ class Team(nn.Module):
         score_mask: Optional[torch.Tensor] = None,
         row_groups: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """``[M, width]`` float32 log-probabilities of the last ``width`` tokens of each row.
+        """``[M, width]`` float32 log-probabilities of the last ``width`` tokens of each row, in one
+        forward of agent ``agent_index`` (the step :meth:`score` takes per forward).
 
+        Without ``score_mask``, one padded forward: the batch layout (:func:`pack_sequences`) puts
+        every completion at the same columns, so only the last ``width + 1`` positions need the LM
+        head; log-softmax runs in float32 whatever the dtype.
         ``model`` scores with another model of the same vocabulary (a frozen reference policy).
         With ``score_mask`` (``[M, width]``) the batch is scored packed when the model allows it
         (:func:`~comlrl_lightning.team.packed_scoring.packed_token_logprobs`: each distinct prompt
@@ -231,37 +219,78 @@ class Team(nn.Module):
     # ------------------------------------------------------------------------------------------
     # Every agent at once: one pass for a LoRA team
 
-    def score(self, batches: Sequence[dict], models: Optional[Sequence] = None) -> List[torch.Tensor]:
-        """The one scoring entry point: every agent's ``[M_i, C_i]`` token log-probabilities of its
-        own :func:`pack_sequences` batch (scored packed where the model allows it, as
-        :meth:`token_logprobs` with the batch's ``score_mask``), as the team's :attr:`plan` says.
+    def score(
+        self,
+        batches: Sequence[dict],
+        *,
+        unit: ScoreUnit = "token",
+        graphs: Graphs = "held",
+        models: Optional[Sequence] = None,
+        agents: Optional[Sequence[int]] = None,
+    ) -> List[torch.Tensor]:
+        """The team's one scoring method: the log-probabilities of every batch's scored completion
+        tokens, each batch (:func:`pack_sequences`: ``input_ids``, ``attention_mask``, ``score_mask``
+        ``[M_i, C_i]``) by its own agent, as the team's :attr:`plan` says.
 
-        A one-pass LoRA team scores the rows of every agent in one forward of its shared base,
-        each row through its own agent's adapter; one backward then gives every adapter the
-        gradient of its own rows, as N forwards would. ``models`` (one per agent) scores with
-        other models, e.g. the frozen reference policy: in one pass too when they are all the
-        team's base with its adapters disabled. Otherwise agent by agent.
+        Each batch is scored packed where the model allows it (each distinct prompt once, no
+        padding, :func:`~comlrl_lightning.team.packed_scoring.packed_token_logprobs`), else padded.
+        A one-pass LoRA team scores the rows of every agent in one forward of its shared base, each
+        row through its own agent's adapter; one backward then gives every adapter the gradient of
+        its own rows, as N forwards would. Otherwise agent by agent.
+
+        Args:
+            batches: one batch per agent (``batches[i]`` is agent ``i``'s), or as ``agents`` says.
+            unit: ``"token"``: ``[M_i, C_i]`` float32 log-probabilities (0 where a token is not
+                scored when packed); ``"sequence"``: ``[M_i]``, their sum over the scored tokens.
+            graphs: ``"held"``: each forward's activations kept until the backward; ``"recompute"``:
+                dropped after each forward and recomputed in the backward (``torch.utils.checkpoint``,
+                non-reentrant, the random state kept: the same values and gradients, one forward's
+                activations alive at a time when the backward reaches the agents one after another).
+            models: one model per batch to score with instead of its agent (e.g. the frozen reference
+                policy): in one pass too when they are all the team's base with its adapters disabled.
+            agents: the agent of each batch (default: batch ``i`` is agent ``i``'s).
         """
+        if unit not in ("token", "sequence"):
+            raise ValueError(f"score: unit must be 'token' or 'sequence' (got {unit!r}).")
+        if graphs not in ("held", "recompute"):
+            raise ValueError(f"score: graphs must be 'held' or 'recompute' (got {graphs!r}).")
+        owners = list(agents) if agents is not None else list(range(len(batches)))
+        if len(owners) != len(batches):
+            raise ValueError(f"score: {len(batches)} batches but {len(owners)} agents.")
+        forward = self._token_logprobs if graphs == "held" else self._recomputed_token_logprobs
+        logprobs = self._planned_token_logprobs(batches, owners, models, forward)
+        if unit == "token":
+            return logprobs
+        return [(lp * batch["score_mask"].to(lp.device)).sum(dim=-1) for lp, batch in zip(logprobs, batches)]
+
+    def _planned_token_logprobs(
+        self, batches: Sequence[dict], owners: List[int], models: Optional[Sequence], forward
+    ) -> List[torch.Tensor]:
+        """Every batch's token log-probabilities by ``forward`` (:meth:`_token_logprobs` or its
+        recomputed form), in one pass of the shared base where the plan allows it."""
         adapters = self.plan.adapters
         shared = self.lora_agent(0).shared if adapters is not None else None
         if models is not None and not all(isinstance(m, BaseModelView) and m.shared is shared for m in models):
             adapters = None
+        if len(batches) < 2:  # one batch: its agent alone (a pass of one needs no routing)
+            adapters = None
         if adapters is None or shared is None:  # shared: None exactly when the plan has no adapters
             return [
-                self.token_logprobs(
-                    i,
+                forward(
+                    agent,
                     batch["input_ids"],
                     batch["attention_mask"],
                     batch["score_mask"].shape[1],
                     model=models[i] if models is not None else None,
                     score_mask=batch["score_mask"],
                 )
-                for i, batch in enumerate(batches)
+                for i, (agent, batch) in enumerate(zip(owners, batches))
             ]
         stacked, groups = stack_batches(batches, self.tokenizers[0].pad_token_id)
-        model = MixedAdapters(shared, adapters, groups) if models is None else models[0]
-        logprobs = self.token_logprobs(
-            0,
+        routed = [adapters[agent] for agent in owners]
+        model = MixedAdapters(shared, routed, groups) if models is None else models[0]
+        logprobs = forward(
+            owners[0],
             stacked["input_ids"],
             stacked["attention_mask"],
             stacked["score_mask"].shape[1],
@@ -271,15 +300,9 @@ class Team(nn.Module):
         )
         return unstack_rows(logprobs, batches)
 
-    def agents_token_logprobs(self, batches: Sequence[dict], models: Optional[Sequence] = None) -> List[torch.Tensor]:
-        """Every agent's token log-probabilities of its own batch: :meth:`score`."""
-        return self.score(batches, models)
-
-    def agents_sequence_logprobs(self, batches: Sequence[dict]) -> List[torch.Tensor]:
-        """Every agent's summed scored log-probabilities of its own batch (:meth:`sequence_logprobs`),
-        in one pass for a one-pass LoRA team (:meth:`score`)."""
-        logprobs = self.score(batches)
-        return [(lp * batch["score_mask"].to(lp.device)).sum(dim=-1) for lp, batch in zip(logprobs, batches)]
+    def _recomputed_token_logprobs(self, agent_index: int, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """:meth:`_token_logprobs`, its activations dropped after the forward and recomputed in the backward."""
+        return checkpoint(self._token_logprobs, agent_index, *args, use_reentrant=False, **kwargs)
 
     def one_pass_adapters(self) -> Optional[List[str]]:
         """The agents' adapter names when the team runs all agents in one pass (its :attr:`plan`):
@@ -327,4 +350,4 @@ class Team(nn.Module):
         return head
 
 
-__all__ = ["Team", "left_pad", "pack_sequences", "stack_batches", "unstack_rows"]
+__all__ = ["Graphs", "ScoreUnit", "Team", "left_pad", "pack_sequences", "stack_batches", "unstack_rows"]

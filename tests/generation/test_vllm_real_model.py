@@ -73,13 +73,13 @@ def sampled_with_vllm_logprobs(generator: VLLMGenerator, team: Team, prompts, nu
 
 
 def our_logprobs(team: Team, prompts, samples) -> list:
-    """Our Hugging Face scoring of the same tokens (the team's own ``token_logprobs``)."""
+    """Our Hugging Face scoring of the same tokens (the team's own padded forward, ``_token_logprobs``)."""
     encoded = team.encode_prompts(0, prompts)
     flat_prompts = [encoded[p] for p, row in enumerate(samples) for _ in row]
     flat = [completion for row in samples for completion in row]
     batch = pack_sequences(flat_prompts, flat, [len(c) for c in flat], team.tokenizers[0].pad_token_id)
     with torch.no_grad():
-        scored = team.token_logprobs(0, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
+        scored = team._token_logprobs(0, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
     values = [scored[i, : len(c)].tolist() for i, c in enumerate(flat)]
     return [values[p * len(row) : (p + 1) * len(row)] for p, row in enumerate(samples)]
 

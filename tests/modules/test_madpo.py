@@ -240,7 +240,7 @@ def test_multi_turn_margins_and_gradients_equal_summing_each_agents_turns_direct
     def turn_logprob(agent, prompt, completion):
         scored = module.team.scored_length(agent, completion, module.score_last_token)
         row = pack_sequences([prompt], [completion], [scored], module.team.tokenizers[agent].pad_token_id)
-        return module.team.sequence_logprobs(agent, row["input_ids"], row["attention_mask"], row["score_mask"])[0]
+        return module.team.score([row], unit="sequence", agents=[agent])[0][0]
 
     direct = torch.stack(
         [

@@ -74,7 +74,7 @@ def _scores_and_grads(team, fused, packed):
     team.zero_grad()
     batch = _batch(team.tokenizers[0])
     score_mask = batch["score_mask"] if packed else None
-    logprobs = team.token_logprobs(
+    logprobs = team._token_logprobs(
         0, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1], score_mask=score_mask
     )
     (logprobs * batch["score_mask"]).sum().backward()
@@ -133,9 +133,9 @@ def test_heads_that_are_not_a_plain_linear_map_fall_back_or_are_refused():
     batch = _batch(team.tokenizers[0])
     width = batch["score_mask"].shape[1]
     automatic = _with_head(team, None)  # falls back to the materialised logits
-    assert automatic.token_logprobs(0, batch["input_ids"], batch["attention_mask"], width).shape == (6, width)
+    assert automatic._token_logprobs(0, batch["input_ids"], batch["attention_mask"], width).shape == (6, width)
     with pytest.raises(ValueError, match="fused_lm_head: true needs a plain linear LM head"):
-        _with_head(team, True).token_logprobs(0, batch["input_ids"], batch["attention_mask"], width)
+        _with_head(team, True)._token_logprobs(0, batch["input_ids"], batch["attention_mask"], width)
 
     class ScaledHead(nn.Linear):
         def forward(self, x):
@@ -166,7 +166,7 @@ def test_the_module_option_reaches_every_scoring_path(option):
     hook = head.register_forward_hook(lambda _module, _inputs, output: widths.append(output.shape[-1]))
     try:
         batch = _batch(module.team.tokenizers[0])
-        module.team.sequence_logprobs(0, batch["input_ids"], batch["attention_mask"], batch["score_mask"])
+        module.team.score([batch], unit="sequence", agents=[0])[0]
     finally:
         hook.remove()
     # materialised: vocabulary-wide logits; fused: the head's one-wide placeholder

@@ -128,7 +128,7 @@ def test_the_set_adapter_trap_that_the_agent_view_avoids():
 
 def _joint_gradients(team, batch):
     team.zero_grad(set_to_none=True)
-    sum(team.sequence_logprobs(agent, **batch).sum() for agent in range(2)).backward()
+    sum(team.score([batch], unit="sequence", agents=[agent])[0].sum() for agent in range(2)).backward()
     return {n: p.grad.clone() for n, p in team.named_parameters() if p.grad is not None}
 
 
@@ -170,9 +170,9 @@ def test_reference_log_probs_come_from_the_base_with_adapters_disabled(tmp_path)
     batch = pack_sequences([[3, 4, 5], [3, 9]], [[6, 7], [8]], [2, 1], 0)
     args = (batch["input_ids"], batch["attention_mask"], 2)
     with torch.no_grad():
-        disabled = module.team.token_logprobs(0, *args, model=module.reference_model(0))
-        trained = module.team.token_logprobs(0, *args)
-        original = base.token_logprobs(0, *args)
+        disabled = module.team._token_logprobs(0, *args, model=module.reference_model(0))
+        trained = module.team._token_logprobs(0, *args)
+        original = base._token_logprobs(0, *args)
     torch.testing.assert_close(disabled, original)
     assert not torch.allclose(trained, original)
 

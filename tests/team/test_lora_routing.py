@@ -44,7 +44,7 @@ def _batches(team: Team) -> list:
 def _scores_and_gradients(team: Team, batches: list, one_pass: bool):
     team.one_pass = one_pass
     team.zero_grad(set_to_none=True)
-    logprobs = team.agents_token_logprobs(batches)
+    logprobs = team.score(batches)
     sum(
         ((lp * b["score_mask"]).sum(dim=-1) * (i + 1)).sum() for i, (lp, b) in enumerate(zip(logprobs, batches))
     ).backward()
@@ -164,7 +164,7 @@ def test_adapters_that_cannot_be_routed_run_agent_by_agent(config, routable):
     calls = []
     handle = team.agents[0].get_base_model().register_forward_pre_hook(lambda *args: calls.append(1))
     try:
-        team.agents_sequence_logprobs(_batches(team))
+        team.score(_batches(team), unit="sequence")
     finally:
         handle.remove()
     assert len(calls) == (1 if routable else 2)

@@ -79,7 +79,7 @@ def _counting_packed_calls():
 
 def _padded(team, batch, agent=0):
     """The reference: one padded forward, no packing."""
-    token = team.token_logprobs(agent, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
+    token = team._token_logprobs(agent, batch["input_ids"], batch["attention_mask"], batch["score_mask"].shape[1])
     return (token * batch["score_mask"]).sum(dim=-1)
 
 
@@ -94,7 +94,7 @@ def test_packed_logprobs_and_gradients_equal_the_padded_forward(source):
     batch = _batch(tokenizer)
     model = team.agents[0]
     with _counting_packed_calls() as calls:
-        packed = team.sequence_logprobs(0, **batch)
+        packed = team.score([batch], unit="sequence", agents=[0])[0]
     assert len(calls) == model.config.num_hidden_layers  # one packed call per layer: the packed path ran
     padded = _padded(team, batch)
     assert packed[4] == 0.0 and packed[5] != 0.0
@@ -102,7 +102,7 @@ def test_packed_logprobs_and_gradients_equal_the_padded_forward(source):
 
     weights = torch.linspace(0.5, 1.5, packed.shape[0])
     grads = []
-    for scorer in (lambda: team.sequence_logprobs(0, **batch), lambda: _padded(team, batch)):
+    for scorer in (lambda: team.score([batch], unit="sequence", agents=[0])[0], lambda: _padded(team, batch)):
         model.zero_grad(set_to_none=True)
         (scorer() * weights).sum().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
@@ -117,8 +117,8 @@ def test_token_logprobs_match_the_padded_ones_up_to_the_last_scored_token():
     team = Team([model], tokenizers=tokenizer)
     batch = _batch(tokenizer)
     width = batch["score_mask"].shape[1]
-    packed = team.token_logprobs(0, batch["input_ids"], batch["attention_mask"], width, score_mask=batch["score_mask"])
-    padded = team.token_logprobs(0, batch["input_ids"], batch["attention_mask"], width)
+    packed = team._token_logprobs(0, batch["input_ids"], batch["attention_mask"], width, score_mask=batch["score_mask"])
+    padded = team._token_logprobs(0, batch["input_ids"], batch["attention_mask"], width)
     fed = torch.arange(width) < torch.tensor([6, 3, 12, 2, 0, 1]).unsqueeze(1)
     torch.testing.assert_close(packed[fed], padded[fed], rtol=1e-5, atol=1e-4)
     assert bool((packed[~fed] == 0).all())
@@ -160,7 +160,7 @@ def test_a_short_sliding_window_falls_back_to_the_padded_forward():
     team = Team([model], tokenizers=tokenizer)
     batch = _batch(tokenizer)
     assert packed_scoring.packed_token_logprobs(model, **batch) is None and model in packed_scoring._UNSUPPORTED
-    torch.testing.assert_close(team.sequence_logprobs(0, **batch), _padded(team, batch))
+    torch.testing.assert_close(team.score([batch], unit="sequence", agents=[0])[0], _padded(team, batch))
     assert model.config._attn_implementation != packed_scoring.ATTENTION_NAME
 
 
@@ -188,8 +188,8 @@ def test_lora_agents_are_scored_packed_through_their_adapter():
     # the reference policy of a LoRA team (adapters disabled) is scored packed too
     view, width = team.agents[1].base_model_view(), batch["score_mask"].shape[1]
     args = (1, batch["input_ids"], batch["attention_mask"], width)
-    packed = team.token_logprobs(*args, model=view, score_mask=batch["score_mask"])
-    padded = team.token_logprobs(*args, model=view)
+    packed = team._token_logprobs(*args, model=view, score_mask=batch["score_mask"])
+    padded = team._token_logprobs(*args, model=view)
     assert view not in packed_scoring._UNSUPPORTED
     torch.testing.assert_close(
         (packed * batch["score_mask"]).sum(-1), (padded * batch["score_mask"]).sum(-1), rtol=1e-5, atol=1e-4
@@ -200,7 +200,7 @@ def test_lora_agents_are_scored_packed_through_their_adapter():
 def _gradients(team, batch):
     model = team.agents[0]
     model.zero_grad(set_to_none=True)
-    team.sequence_logprobs(0, **batch).sum().backward()
+    team.score([batch], unit="sequence", agents=[0])[0].sum().backward()
     return {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
@@ -234,7 +234,7 @@ def _repeated_gradients(team, batch, runs):
     model, grads = team.agents[0], []
     for _ in range(runs):
         model.zero_grad(set_to_none=True)
-        team.sequence_logprobs(0, **batch).sum().backward()
+        team.score([batch], unit="sequence", agents=[0])[0].sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     return grads
 

@@ -108,9 +108,9 @@ def test_packed_scoring_equals_padded_scoring(full_team):
     for packed in (True, False):
         model.zero_grad(set_to_none=True)
         if packed:
-            values = full_team.sequence_logprobs(0, **scored)
+            values = full_team.score([scored], unit="sequence", agents=[0])[0]
         else:
-            token = full_team.token_logprobs(
+            token = full_team._token_logprobs(
                 0, scored["input_ids"], scored["attention_mask"], scored["score_mask"].shape[1]
             )
             values = (token * scored["score_mask"]).sum(dim=-1)
@@ -131,7 +131,7 @@ def test_the_fused_head_equals_the_materialised_logits(full_team):
     for fused in (None, False):
         team = Team(list(full_team.agents), full_team.tokenizers, fused_head=fused)
         team.zero_grad(set_to_none=True)
-        token = team.token_logprobs(
+        token = team._token_logprobs(
             0,
             scored["input_ids"],
             scored["attention_mask"],
@@ -153,7 +153,7 @@ def test_a_lora_team_in_one_pass_equals_one_pass_per_agent(lora_team):
     for one_pass in (True, False):
         lora_team.one_pass = one_pass
         lora_team.zero_grad(set_to_none=True)
-        logprobs = lora_team.agents_token_logprobs(batches)
+        logprobs = lora_team.score(batches)
         sum(((lp * b["score_mask"]).sum() * (i + 1)) for i, (lp, b) in enumerate(zip(logprobs, batches))).backward()
         results.append(([lp.detach() for lp in logprobs], gradients(lora_team)))
     lora_team.one_pass = True

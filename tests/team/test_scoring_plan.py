@@ -69,9 +69,9 @@ def test_one_pass_and_agent_by_agent_score_alike():
     with torch.no_grad():
         for parameter in team.agents[1].trainable_parameters():
             parameter.add_(0.1)
-    one_pass = team.agents_sequence_logprobs(_batches(2))
+    one_pass = team.score(_batches(2), unit="sequence")
     team.one_pass = False
-    per_agent = team.agents_sequence_logprobs(_batches(2))
+    per_agent = team.score(_batches(2), unit="sequence")
     for a, b in zip(one_pass, per_agent):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
@@ -114,8 +114,8 @@ def test_a_refused_packing_names_its_reason_once(caplog):
     team = Team([model], tokenizers=tokenizer)
     batch = pack_sequences([[3, 4, 5, 6], [3, 4, 5, 6]], [[7, 8, 9], [10, 11]], [3, 2], tokenizer.eos_token_id)
     with caplog.at_level(logging.WARNING, logger=LOG):
-        first = team.sequence_logprobs(0, **batch)
-        second = team.sequence_logprobs(0, **batch)
+        first = team.score([batch], unit="sequence", agents=[0])[0]
+        second = team.score([batch], unit="sequence", agents=[0])[0]
     torch.testing.assert_close(first, second)
     messages = _fallbacks(caplog)
     assert len(messages) == 1 and "sliding window" in messages[0] and "MistralForCausalLM" in messages[0]
@@ -168,7 +168,7 @@ def test_an_agent_that_cannot_be_packed_is_planned_padded_at_build(caplog):
     assert len(_fallbacks(caplog)) == 1 and wrapped in packed_scoring._UNSUPPORTED
     batch = pack_sequences([[3, 4, 5]], [[7, 8]], [2], tokenizer.eos_token_id)
     with caplog.at_level(logging.WARNING, logger=LOG):
-        assert team.sequence_logprobs(0, **batch).shape == (1,)
+        assert team.score([batch], unit="sequence", agents=[0])[0].shape == (1,)
     assert len(_fallbacks(caplog)) == 1  # said once, at build
 
 

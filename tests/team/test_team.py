@@ -105,3 +105,60 @@ def test_tokenizers_are_loaded_once_per_distinct_source(monkeypatch):
     tokenizers = Team.resolve_tokenizers(["a", "b", "a", "a"], None)
     assert tokenizers == ["tokenizer of a", "tokenizer of b", "tokenizer of a", "tokenizer of a"]
     assert loaded == ["a", "b"]
+
+
+def _scoring_batches() -> list:
+    from comlrl_lightning.team.team import pack_sequences
+
+    return [
+        pack_sequences([[3, 4, 5], [7, 8]], [[6, 7, 9], [9]], [2, 1], 0),
+        pack_sequences([[5, 4], [2, 3, 4]], [[8], [6, 6]], [1, 2], 0),
+    ]
+
+
+def test_score_gives_tokens_or_their_sums_and_recomputed_graphs_give_the_held_gradients():
+    torch.manual_seed(0)
+    team = Team(["embedded", "embedded"])
+    batches = _scoring_batches()
+    tokens = team.score(batches)
+    sequences = team.score(batches, unit="sequence")
+    for token, sequence, batch in zip(tokens, sequences, batches):
+        assert token.shape == batch["score_mask"].shape
+        torch.testing.assert_close(sequence, (token * batch["score_mask"]).sum(dim=-1))
+    gradients = {}
+    for graphs in ("held", "recompute"):
+        team.zero_grad(set_to_none=True)
+        values = team.score(batches, unit="sequence", graphs=graphs)
+        sum(value.sum() for value in values).backward()
+        gradients[graphs] = [p.grad.clone() for p in team.parameters() if p.grad is not None]
+        assert all(torch.equal(a, b) for a, b in zip(values, sequences))  # the same numbers either way
+    assert len(gradients["held"]) == len(gradients["recompute"]) > 0
+    assert all(torch.equal(a, b) for a, b in zip(gradients["held"], gradients["recompute"]))
+
+
+def test_score_of_chosen_agents_equals_their_place_in_the_whole_teams_scoring():
+    torch.manual_seed(0)
+    team = Team(["embedded", "embedded"])
+    with torch.no_grad():  # the agents differ, so scoring by the wrong one shows
+        for parameter in team.agents[0].parameters():
+            parameter.mul_(1.5)
+    batches = _scoring_batches()
+    whole = team.score(batches, unit="sequence")
+    (second,) = team.score([batches[1]], unit="sequence", agents=[1])
+    torch.testing.assert_close(second, whole[1])
+    (first_by_second,) = team.score([batches[1]], unit="sequence", agents=[0])
+    assert not torch.allclose(first_by_second, whole[1])  # another agent's weights: other numbers
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(unit="tokens"), "unit must be 'token' or 'sequence'"),
+        (dict(graphs="kept"), "graphs must be 'held' or 'recompute'"),
+        (dict(agents=[0]), "2 batches but 1 agents"),
+    ],
+)
+def test_score_refuses_an_unknown_option_by_name(options, message):
+    team = Team(["embedded", "embedded"])
+    with pytest.raises(ValueError, match=message):
+        team.score(_scoring_batches(), **options)
