@@ -1,7 +1,9 @@
-"""Actor-critic backends (MAAC, IAC): critic options, one update against the formulas, learning, scale."""
+"""Actor-critic backends (MAAC, IAC): critic options, one update against the formulas and its direction,
+learning, scale."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import json
@@ -29,6 +31,7 @@ from comlrl_lightning.models.critics import (
     maac_critic_text,
 )
 from tests.conftest import tiny_sampling, tiny_task, tiny_team
+from tests.helpers.update_direction import FixedReturnsModule, one_update, rollout_logprobs
 
 TINY = dict(team=tiny_team(), sampling=tiny_sampling(max_new_tokens=5), num_generations=3)
 PROMPTS = [["topic: ab\nwriter:", "topic: ab\nmatcher:"], ["topic: cde\nwriter:", "topic: cde\nmatcher:"]]
@@ -206,6 +209,51 @@ def test_one_update_has_the_gradients_of_the_formulas(algorithm, critic):
         "train/agent_0/actor_loss",
         "train/agent_1/actor_loss",
     }
+
+
+@pytest.mark.parametrize(
+    "critic",
+    [
+        lambda: SharedCritic(learning_rate=1e-4),
+        lambda: IndividualCritics(critic_type="q", learning_rate=1e-4),
+        lambda: IndividualCritics(use_separate_critic=False, learning_rate=1e-4),
+    ],
+    ids=["maac-v", "iac-separate-q", "iac-head-v"],
+)
+def test_one_update_raises_the_actors_advantage_weighted_log_prob_and_lowers_the_critics_error(tmp_path, critic):
+    """After one optimizer step on a fixed batch (two items, fixed returns), every agent's
+    ``mean A_i * log pi_i`` over the update's own rollouts is higher, with ``A_i`` the standardised
+    ``R - V_i`` of the critic before the step, and every critic's squared error to the returns is
+    lower; advantages, log-probs and errors computed directly (only the critic's forward is the
+    library's). The critic learns at 1e-4: at the agents' 1e-3 one AdamW step overshoots the returns."""
+    made = critic()
+    module = FixedReturnsModule(
+        team=tiny_team(),
+        rl_algorithm=made.algorithm,
+        critic=made,
+        num_generations=RETURNS.shape[1],
+        agent_learning_rate=1e-3,
+        sampling=tiny_sampling(max_new_tokens=5),
+    )
+    module.fixed_returns = RETURNS
+    module.configure_model()
+    initial = copy.deepcopy(module)
+    data = TaskDataModule(task=tiny_task(eval_dataset=None), train_batch_size=RETURNS.shape[0], num_train_epochs=1)
+    one_update(module, tmp_path, datamodule=data)
+    prompts, samples = module.rollouts
+    texts = [[[c.text for c in row] for row in agent] for agent in samples]
+    with torch.no_grad():
+        values_before = initial.critic.values(initial.team, prompts, texts)
+        values_after = module.critic.values(module.team, prompts, texts)
+    raw = RETURNS - values_before  # [N, items, G]
+    advantages = torch.stack([(row - row.mean()) / row.std(unbiased=False) for row in raw])
+    before, after = rollout_logprobs(initial.team, prompts, samples), rollout_logprobs(module.team, prompts, samples)
+    objective_before, objective_after = (advantages * before).mean(dim=(1, 2)), (advantages * after).mean(dim=(1, 2))
+    error_before = ((values_before - RETURNS) ** 2).mean(dim=(1, 2))
+    error_after = ((values_after - RETURNS) ** 2).mean(dim=(1, 2))
+    # measured: the objectives rise by 1.7 to 1.8, the errors fall by 0.01 to 0.13
+    assert (objective_after > objective_before).all(), (objective_before, objective_after)
+    assert (error_after < error_before).all(), (error_before, error_after)
 
 
 def test_the_optimizer_has_a_group_per_critic_at_the_critic_learning_rate():
