@@ -246,14 +246,15 @@ class RewardScorer:
         device = next(self.model.parameters()).device
         return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
 
-    def score(self, prompts: Sequence[Sequence[str]], completions: Sequence[Sequence[str]]) -> torch.Tensor:
+    def predicted_rewards(self, prompts: Sequence[Sequence[str]], completions: Sequence[Sequence[str]]) -> torch.Tensor:
+        """The model's reward of each joint answer ``completions[j]`` to ``prompts[j]`` (``[J]``)."""
         return self.model(**self.batch(prompts, completions))
 
     def pair_loss(self, pairs: Sequence) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Bradley–Terry loss of a batch of pairs, with the chosen and rejected scores."""
         prompts = [pair.prompts for pair in pairs] * 2
         completions = [pair.winner_completions for pair in pairs] + [pair.loser_completions for pair in pairs]
-        scores = self.score(prompts, completions)
+        scores = self.predicted_rewards(prompts, completions)
         chosen, rejected = scores[: len(pairs)], scores[len(pairs) :]
         return bradley_terry_loss(chosen, rejected), chosen, rejected
 
@@ -296,5 +297,5 @@ class RewardModelOracle:
         if count == 0:
             return [], []
         joint = [[texts[j] for texts in candidates] for j in range(count)]
-        values = self.scorer.score([list(prompts)] * count, joint).tolist()
+        values = self.scorer.predicted_rewards([list(prompts)] * count, joint).tolist()
         return values, list(values)

@@ -152,7 +152,7 @@ class MARLHFModule(MAGRPOModule):
         group = len(texts[0][0])
         joint_prompts = [prompts[k] for k in range(len(items)) for _ in range(group)]
         joint = [[texts[a][k][g] for a in range(len(texts))] for k in range(len(items)) for g in range(group)]
-        return self.built_scorer().score(joint_prompts, joint).view(len(items), group).to(self.device)
+        return self.built_scorer().predicted_rewards(joint_prompts, joint).view(len(items), group).to(self.device)
 
     def collection_oracle(self, task):
         if self.preference_scoring_reward == "reward_model" and self.fitted_round is not None:

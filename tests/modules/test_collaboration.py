@@ -226,7 +226,7 @@ def test_centralized_marlhf_fits_a_one_agent_reward_model_and_trains(tmp_path):
     tiny_trainer(tmp_path, max_epochs=1).fit(module, data)
     assert module.fitted_round == 0 and module.team.num_agents == 1
     (joint_prompt,) = data.task.prompts({"prompt": "ab"})
-    score = module.scorer.score([[joint_prompt]], [["aei;oo"]])
+    score = module.scorer.predicted_rewards([[joint_prompt]], [["aei;oo"]])
     assert score.shape == (1,)  # the joint reward model sees one "agent": joint prompt + joint text
 
 

@@ -105,7 +105,7 @@ class CodeFeedback:
     def __init__(self, reward: CooperativeCodeReward = cooperative_code_reward) -> None:
         self.reward = reward
 
-    def score(self, aux: str, main: str, item: Mapping[str, Any]) -> CodeScore:
+    def turn_code_score(self, aux: str, main: str, item: Mapping[str, Any]) -> CodeScore:
         """The turn's score: the reward's own when at hand, else the tests run again."""
         recent = self.reward.recent(aux, main, item)
         return recent if recent is not None else self.reward.code_scores([aux], [main], [item])[0]
@@ -113,7 +113,7 @@ class CodeFeedback:
     def __call__(self, item: Mapping[str, Any], turn: int, history: TurnHistory) -> List[str]:
         aux, main = history.responses[-1][:2]
         entry_point = item["entry_point"]
-        score = self.score(aux, main, item)
+        score = self.turn_code_score(aux, main, item)
         shared = [tests_line(score), aux_use_line(score, entry_point)]
         if score.joint.main_returns and not score.joint.parses and syntax_problem(aux) is syntax_problem(main) is None:
             shared.insert(0, "Each answer parses alone, but the two together do not.")
