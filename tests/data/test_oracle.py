@@ -567,3 +567,33 @@ def test_an_invalid_reward_range_is_a_named_error(reward_range, message):
     else:  # a declared range is checked whether or not a reader requires one
         with pytest.raises(OptionError, match=re.escape(message)):
             resolve_reward_range(_reward_with_range(reward_range))
+
+
+def test_a_reward_function_that_raises_inside_is_called_once():
+    from comlrl_lightning.data.oracle import call_reward_function
+
+    calls = []
+
+    def reward(writer, matcher):
+        calls.append(1)  # a side effect: a second call would run it twice
+        raise TypeError("bug inside the reward")
+
+    with pytest.raises(RuntimeError, match="reward function .*reward raised TypeError: bug inside the reward"):
+        call_reward_function(reward, [["a"], ["b"]], ["p"], [{}])
+    assert calls == [1]
+
+
+def test_a_slow_reward_function_shows_progress():
+    from comlrl_lightning.data.oracle import Oracle, ScoringProgress
+    from comlrl_lightning.runtime.progress import Progress
+
+    lines = []
+    clock = iter([0.0, 4.0, 11.0, 12.0, 25.0])  # monotonic seconds at the start and after each of 4 items
+    progress = Progress("collection scoring", 5, "item", report=lines.append, interval=10.0, clock=lambda: next(clock))
+    scoring = ScoringProgress(Oracle(lambda a, b: [1.0]), progress)
+    for _ in range(4):
+        assert scoring.score([["a"], ["b"]], ["p"], {}) == ([1.0], [1.0])
+    assert lines == [
+        "collection scoring: 2/5 items (11s elapsed, about 16s left)",
+        "collection scoring: 4/5 items (25s elapsed, about 6s left)",
+    ]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from comlrl_lightning import MADPOModule, PreferenceDataModule, TaskOptions
 from comlrl_lightning.data.task import (
     Task,
     TemplateFormatter,
@@ -14,6 +15,8 @@ from comlrl_lightning.data.task import (
     resolve_formatter,
 )
 from comlrl_lightning.defaults import vowel_length_reward
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_sampling, tiny_trainer
+from tests.helpers.unloaded_fit import fit_without_a_model
 
 ITEMS = [{"prompt": "alpha", "id": 1}, {"prompt": "béta", "id": 2}, {"prompt": "gamma", "id": 3}]
 
@@ -275,3 +278,40 @@ def test_a_held_out_size_that_cannot_work_is_refused_when_the_options_are_made()
 
     with pytest.raises(ConfigurationError, match=r"^held_out_size: a fraction must be in \(0, 1\), got 1.5"):
         TaskOptions(train_dataset=ITEMS, eval_dataset="held_out", held_out_size=1.5)
+
+
+@pytest.mark.parametrize(
+    "items, formatters, message",
+    [
+        ([{"prompt": "ab"}, {"question": "no prompt"}], None, "train_dataset: item 1: field 'prompt' is missing"),
+        (
+            [{"prompt": "ab"}, {"prompt": None}],
+            None,
+            "train_dataset: item 1: field 'prompt' is a NoneType, expected a string",
+        ),
+        ([{"prompt": ["a"]}], None, "train_dataset: item 0: field 'prompt' is a list, expected a string"),
+        (
+            [{"q": "x"}, {"q": "y"}, {"r": 1}],
+            ["Q: {q}", "A: {q}"],
+            "train_dataset: item 2: formatter template 'Q: {q}' needs field 'q'",
+        ),
+    ],
+)
+def test_items_a_formatter_cannot_prompt_are_named_before_any_model_loads(tmp_path, items, formatters, message):
+    with pytest.raises(ValueError) as error:
+        fit_without_a_model(tmp_path, train_dataset=items, formatters=formatters, reward_func=lambda a, b: [0.0])
+    assert message in str(error.value)
+
+
+def test_a_prompt_that_does_not_fit_the_context_is_named_before_sampling(tmp_path):
+    items = [{"prompt": "ab"}, {"prompt": "x" * 496}]  # the embedded GPT-2 has 512 positions
+    module = MADPOModule(**{**TINY_MODEL, "sampling": tiny_sampling(max_new_tokens=20)})
+    data = PreferenceDataModule(
+        **{**TINY_DATA, "task": TaskOptions(train_dataset=items, reward_func=lambda a, b: [0.0])}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"train_dataset: item 1: agent 0's prompt has 49\d tokens; with "
+        r"max_new_tokens=20 that is \d+ more than the model's context of 512",
+    ):
+        tiny_trainer(tmp_path).fit(module, data)

@@ -20,6 +20,7 @@ from comlrl_lightning.data.task_files import (
     task_file_format,
 )
 from comlrl_lightning.errors import DataError
+from tests.helpers.unloaded_fit import fit_without_a_model
 
 ITEMS = [{"prompt": "ab"}, {"prompt": "cd", "n": 3}]
 JSONL = "".join(json.dumps(item) + "\n" for item in ITEMS).encode()
@@ -90,3 +91,10 @@ def test_the_locating_scans_skip_strings_and_fractions():
     assert deepest_nesting('{"a": "[[[[[", "b": [[1]]}\n[]') == (3, 1)
     assert deepest_nesting('[\n"\\"[["\n,[[\n[1]]]]') == (4, 4)
     assert longest_integer('{"a": "123456789", "b": 12.345678, "c": 1e123456}\n{"d": 1234}') == (4, 2)
+
+
+def test_a_malformed_jsonl_line_is_named_with_file_and_line(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text('{"prompt": "ab"}\n\n{"prompt": "cd"\n')
+    with pytest.raises(ValueError, match=rf"train_dataset: {path} line 3: not valid JSON"):
+        fit_without_a_model(tmp_path, train_dataset=str(path), reward_func=lambda a, b: [0.0])

@@ -8,7 +8,9 @@ import logging
 import pytest
 
 from comlrl_lightning import TaskDataModule, TaskOptions
+from comlrl_lightning.cli import main, run_cli
 from comlrl_lightning.errors import ConfigurationError
+from tests.helpers.unloaded_fit import fit_without_a_model
 
 ROWS = [{"prompt": "abcdefghijklmnopqrst"[: 2 + index % 7]} for index in range(20)]
 REWARD = "comlrl_lightning.defaults.vowel_length_reward"
@@ -60,8 +62,6 @@ def test_the_seed_api_holds_items_out_or_refuses_the_toy_topics():
 
 @pytest.mark.slow  # the command line builds the embedded team before its data module loads the items
 def test_the_command_line_refuses_the_configs_toy_evaluation_beside_ones_own_training_file(tmp_path, capsys):
-    from comlrl_lightning.cli import main
-
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     with pytest.raises(SystemExit):
@@ -87,8 +87,6 @@ def test_the_command_line_refuses_the_configs_toy_evaluation_beside_ones_own_tra
 
 @pytest.mark.slow  # trains a few steps through the command line
 def test_the_command_line_evaluates_on_held_out_items_of_ones_own_file(tmp_path, caplog):
-    from comlrl_lightning.cli import run_cli
-
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     tiny = ["--model.init_args.sampling.max_new_tokens", "4", "--data.init_args.preference_num_candidates", "2"]
@@ -103,3 +101,10 @@ def test_the_command_line_evaluates_on_held_out_items_of_ones_own_file(tmp_path,
     assert {item["prompt"] for item in data.evaluation_items()} <= {row["prompt"] for row in ROWS}
     assert "eval_dataset: held_out: 2 of train_dataset's 20 items held out for evaluation" in caplog.text
     assert cli.model.final_eval_reward is not None
+
+
+def test_an_empty_dataset_is_an_error_before_any_model_loads(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n\n")
+    with pytest.raises(ValueError, match="train_dataset: training requires at least one task item."):
+        fit_without_a_model(tmp_path, train_dataset=str(path), reward_func=lambda a, b: [0.0])

@@ -8,6 +8,7 @@ import resource
 
 import pytest
 
+from comlrl_lightning.cli import main
 from comlrl_lightning.errors import RunStateError
 from comlrl_lightning.runtime.files import (
     FileTooLargeError,
@@ -20,6 +21,8 @@ from comlrl_lightning.runtime.files import (
     write_atomically,
 )
 from comlrl_lightning.runtime.folder_lock import FolderLock
+from tests.helpers.cli_helpers import TINY_CLI
+from tests.helpers.iterative_run import make_run
 from tests.helpers.read_only import read_only_folder
 
 
@@ -187,3 +190,32 @@ def test_swap_folder_replaces_a_folder_as_a_whole_and_hands_the_old_one_to_remov
     staging.mkdir()
     swap_folder(staging, target)  # the default removes the previous folder with what it holds
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.") and p != old] == []
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "hparams.yaml", "metrics.csv"])
+def test_files_rewritten_in_place_are_never_written_through_a_planted_link(tmp_path, capsys, name):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    log_dir = tmp_path / "run" / "lightning_logs" / "fixed"  # a fixed log folder, as a resumed run may keep
+    log_dir.mkdir(parents=True)
+    (log_dir / name).symlink_to(victim)
+    args = ["fit", "--config", "configs/madpo.yaml", "--trainer.default_root_dir", str(tmp_path / "run")]
+    args += ["--trainer.logger.init_args.version", "fixed", "--data.init_args.num_train_epochs", "1", *TINY_CLI]
+    # metrics.csv too: the CSV log a resumed run continues is read and appended to, never through a link
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and f"error: {log_dir / name} (" in err
+    assert "is a symbolic link, not a regular file" in err
+    assert victim.read_text() == "keep me"
+
+
+def test_a_read_only_replay_folder_is_named_before_the_first_round(tmp_path):
+    from comlrl_lightning.errors import RunStateError
+    from tests.helpers.read_only import read_only_folder
+
+    with read_only_folder(tmp_path / "replay") as folder:
+        module, datamodule, trainer = make_run(tmp_path, data=dict(preference_replay_dir=str(folder)), max_epochs=2)
+        with pytest.raises(RunStateError, match=rf"^{folder} is not writable \(.*\); the run writes its files there"):
+            trainer.fit(module, datamodule)
+        assert module._team is None  # named before any model loaded

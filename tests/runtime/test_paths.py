@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
+from comlrl_lightning import MADPOModule, PreferenceDataModule
+from comlrl_lightning.cli import main
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.runtime.paths import (
     confine_model_checkpoint_state,
@@ -14,6 +18,7 @@ from comlrl_lightning.runtime.paths import (
     require_local,
     resolves_inside,
 )
+from tests.conftest import TINY_DATA, TINY_MODEL, tiny_team, tiny_trainer
 
 
 @pytest.mark.parametrize(
@@ -100,3 +105,117 @@ def test_make_folder_creates_a_folder_and_names_a_file_in_the_way(tmp_path):
         assert str(error.value) == (
             f"COMLRL_LIGHTNING_CACHE names {path}, which is (or lies under) a file, not a folder; name a folder."
         )
+
+
+def test_a_remote_checkpoint_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "fit",
+                "--config",
+                "configs/madpo.yaml",
+                "--trainer.default_root_dir",
+                str(tmp_path),
+                "--ckpt_path",
+                "https://example.invalid/last.ckpt",
+            ]
+        )
+    assert (
+        exit_info.value.code == 2 and "is remote; only a local checkpoint file is accepted" in capsys.readouterr().err
+    )
+    assert not list(tmp_path.glob("**/config.yaml"))  # refused before anything ran
+    # from Python too: a real server on 127.0.0.1 serves a file that would run code if loaded
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "last.ckpt").write_bytes(b"not to be unpickled")
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "served"))
+    handler.log_message = lambda *args: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/last.ckpt"
+    try:
+        module, datamodule = MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA)
+        with pytest.raises(ValueError, match=f"ckpt_path '{url}' is remote"):
+            tiny_trainer(tmp_path / "python").fit(module, datamodule, ckpt_path=url)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
+def test_remote_checkpoint_sources_in_every_spelling_are_refused_before_any_request(tmp_path, capsys):
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from comlrl_lightning.errors import ConfigurationError
+
+    requests = []
+
+    class Recording(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            requests.append(args)
+
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "last.ckpt").write_bytes(b"not to be unpickled")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Recording, directory=str(tmp_path / "served")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/last.ckpt"
+    try:
+        for spelling in (f"simplecache::{url}", f"filecache::{url}", f"blockcache::{url}", url.replace("http", "HTTP")):
+            with pytest.raises(SystemExit) as exit_info:
+                main(
+                    [
+                        "fit",
+                        "--config",
+                        "configs/madpo.yaml",
+                        "--trainer.default_root_dir",
+                        str(tmp_path),
+                        "--ckpt_path",
+                        spelling,
+                    ]
+                )
+            assert exit_info.value.code == 2
+            assert f"error: ckpt_path '{spelling}' is remote" in capsys.readouterr().err
+            with pytest.raises(ConfigurationError, match="is remote; only a local checkpoint file is accepted"):
+                tiny_trainer(tmp_path / "python").fit(
+                    MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA), ckpt_path=spelling
+                )
+            for source in (spelling.replace("last.ckpt", "model"), f"hf://{spelling.split('://')[1]}"):
+                with pytest.raises(ConfigurationError, match="model source '.*' is remote"):
+                    MADPOModule(**{**TINY_MODEL, "team": tiny_team(agent_model=source)}).team
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert requests == []  # nothing was downloaded, not even to look
+
+
+@pytest.mark.parametrize("escape", ["dotdot", "link"])
+@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
+def test_a_doctored_model_checkpoint_state_cannot_make_the_next_save_delete_outside(tmp_path, escape):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    folder = tmp_path / "ckpt"
+
+    def checkpoint():
+        return ModelCheckpoint(dirpath=folder, save_last=True, save_top_k=-1, save_on_train_epoch_end=True)
+
+    tiny_trainer(tmp_path, max_epochs=1, callbacks=[checkpoint()]).fit(
+        MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA)
+    )
+    (folder / "escape").symlink_to(tmp_path)  # a link inside the folder that leads out of it
+    doctored = str(folder / ".." / "victim.txt") if escape == "dotdot" else str(folder / "escape" / "victim.txt")
+    state = torch.load(folder / "last.ckpt", weights_only=True)
+    (key,) = [key for key in state["callbacks"] if key.startswith("ModelCheckpoint")]
+    state["callbacks"][key]["last_model_path"] = doctored  # Lightning removes the previous last file at the next save
+    state["callbacks"][key]["best_k_models"][doctored] = torch.tensor(-1.0)
+    torch.save(state, folder / "last.ckpt")  # still weights_only-safe: only paths are doctored
+    with pytest.warns(UserWarning, match=rf"ModelCheckpoint: the checkpoint names '{doctored}', which is not inside"):
+        tiny_trainer(tmp_path, max_epochs=2, callbacks=[checkpoint()]).fit(
+            MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA), ckpt_path=str(folder / "last.ckpt")
+        )
+    assert victim.read_text() == "keep me"
+    assert list(folder.glob("epoch=1-*.ckpt"))  # the resumed run saved on (and removed nothing outside)

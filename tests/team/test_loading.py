@@ -9,10 +9,12 @@ import pytest
 import torch
 from peft import LoraConfig
 
+from comlrl_lightning import MADPOModule
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.trainers.mapping import model_loading
 from comlrl_lightning.validation import OptionError
+from tests.conftest import tiny_team
 
 TOOL = {"additional_special_tokens": ["<tool>", "<end>"]}
 
@@ -147,3 +149,8 @@ def test_a_lora_team_of_a_model_object_without_tokenizers_says_to_pass_them():
     )
     with pytest.raises(ConfigurationError, match="Tokenizer\\(s\\) must be provided when agents are model objects"):
         options.load_tokenizers(options.sources(centralized=False))
+
+
+def test_a_missing_model_path_says_it_does_not_exist():
+    with pytest.raises(FileNotFoundError, match="model path /nonexistent/model/path does not exist"):
+        MADPOModule(team=tiny_team(agent_model="/nonexistent/model/path")).team
