@@ -8,11 +8,15 @@ import random
 import pytest
 
 from comlrl_lightning.data.pairs import (
+    ITERATIVE_PAIR_SELECTIONS,
     PAIR_SELECTIONS,
     PreferencePair,
+    check_pair_selection,
+    is_pair_selection,
     ordered_pairs,
     select_pairs,
 )
+from comlrl_lightning.validation import OptionError
 
 # Exact binary fractions, so every gap is exact: gaps 0.75 (1>0, 3>0), 0.5 (1>2, 3>2), 0.25 (2>0); 1 == 3 tied.
 SCORES = [0.25, 1.0, 0.5, 1.0]
@@ -143,6 +147,33 @@ def test_pairs_per_sample_limit(mode):
     for limit in (1, 2, 7, 15, 16):
         assert len(select_pairs(scores, mode, limit, rng=random.Random(3))) == min(limit, 15)
     assert len(select_pairs(scores, mode, None, rng=random.Random(3))) == 15
+
+
+def test_the_default_limit_is_sixteen_pairs_and_the_default_generator_is_seeded_with_zero():
+    scores = [float(v) for v in range(7)]  # 21 pairs
+    assert len(select_pairs(scores)) == 16
+    assert select_pairs(scores, "random", None) == select_pairs(scores, "random", None, rng=random.Random(0))
+    assert select_pairs(scores, "random", None) != select_pairs(scores, "random", None, rng=random.Random(1))
+
+
+def test_check_pair_selection_defaults_to_reward_gap_and_returns_the_allowed_entry():
+    assert check_pair_selection(None, 4, PAIR_SELECTIONS) == "reward_gap"
+    assert check_pair_selection("", None, PAIR_SELECTIONS) == "reward_gap"
+    for selection in ITERATIVE_PAIR_SELECTIONS:
+        assert check_pair_selection(selection, None, ITERATIVE_PAIR_SELECTIONS) == selection
+    assert check_pair_selection("random", 3, PAIR_SELECTIONS) == "random"  # a limit with another mode is fine
+
+
+def test_check_pair_selection_refuses_a_limit_with_all_and_an_unknown_mode():
+    with pytest.raises(OptionError, match="preference_pairs_per_sample must be null when pair_selection='all'"):
+        check_pair_selection("all", 2, PAIR_SELECTIONS)
+    assert check_pair_selection("all", None, PAIR_SELECTIONS) == "all"
+    with pytest.raises(OptionError, match="pair_selection"):
+        check_pair_selection("comparator_reward", None, PAIR_SELECTIONS)
+
+
+def test_is_pair_selection_is_every_within_side_mode_but_comparator_reward():
+    assert [is_pair_selection(s) for s in ITERATIVE_PAIR_SELECTIONS] == [True, True, True, False]
 
 
 def test_unknown_mode_is_rejected():

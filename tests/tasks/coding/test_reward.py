@@ -149,3 +149,22 @@ def test_batch_items_is_keyword_only_so_the_references_trainer_passes_the_two_li
     assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
     reward = CooperativeCodeReward(run_tests_batch=FakeRunner(2))
     assert call_reward_function(reward, [[AUX], [MAIN_USES_AUX]], ["p"], [ITEM]) == pytest.approx(4.0)
+
+
+def test_the_runners_report_counts_the_passed_fraction_and_passed_all_needs_every_test():
+    """The runner's own report (not the fake above): the fraction the tests level adds, and pass@1's
+    ``passed_all`` (every test passed, and there was at least one)."""
+    from comlrl_lightning.tasks.coding.program import combine
+    from comlrl_lightning.tasks.coding.reward import CodeScore, level_reward
+    from comlrl_lightning.tasks.coding.runner import TestReport
+
+    assert TestReport(1, 4, "finished").fraction == 0.25 and TestReport(0, 0, "finished").fraction == 0.0
+    joint = combine(AUX, "def total(xs):\n    return sum(xs)\n", ITEM)
+    assert level_reward(joint, TestReport(3, 4, "finished")) == pytest.approx(0.4 + 0.6 + 0.5 + 0.75)
+    assert level_reward(joint, None) == pytest.approx(1.5)  # the tests did not run
+
+    def passed_all(passed: int, total: int) -> bool:
+        return CodeScore(joint, TestReport(passed, total, "finished"), 0.0).passed_all
+
+    assert passed_all(2, 2) and passed_all(1, 1)
+    assert not passed_all(1, 2) and not passed_all(0, 0) and not CodeScore(joint, None, 0.0).passed_all
