@@ -13,7 +13,10 @@ The package is layered; each layer imports only the ones below it:
 * :mod:`.callbacks`: observers (reward curves, reward distributions, plots);
 * :mod:`.trainers` (the seed's Python API) and :mod:`.cli` (the ``comlrl-lightning`` command).
 
-The names below are the ones a config or a script usually needs.
+The names below are the ones a config or a script usually needs. Importing the package changes
+nothing global (no warning filter, logger, handler or environment variable): the ``comlrl-lightning``
+command and the seed API's trainers install their noise filters when they start
+(:func:`comlrl_lightning.runtime.quiet.install_noise_filters`).
 """
 
 from comlrl_lightning.callbacks import (
@@ -70,13 +73,10 @@ from comlrl_lightning.modules import (
     RewardModelModule,
     TeamModule,
 )
-from comlrl_lightning.runtime.quiet import install_noise_filters
 from comlrl_lightning.team import MemoryOptions, Team, TeamOptions
 from comlrl_lightning.validation import OptionError
 
 __version__ = "0.1.0"
-
-install_noise_filters()  # two exact, harmless Lightning messages (see comlrl_lightning.runtime.quiet)
 
 __all__ = [
     "AllHistoryReplay",

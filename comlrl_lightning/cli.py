@@ -57,6 +57,7 @@ from comlrl_lightning.runtime.import_paths import working_directory_first
 from comlrl_lightning.runtime.parse_errors import short_parse_errors
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.runtime.progress import progress_callbacks
+from comlrl_lightning.runtime.quiet import install_noise_filters
 from comlrl_lightning.runtime.sharding import check_mesh_plan
 from comlrl_lightning.runtime.threads import ThreadDefaults
 
@@ -357,6 +358,7 @@ def main(args: Optional[List[str]] = None) -> None:
     this process: their own shutdown at exit tears the groups down (twice would raise).
     """
     working_directory_first(sys.path)  # as python -m: a reward_func or part beside the config imports
+    install_noise_filters()  # the command owns its process: Lightning's harmless notices off (runtime/quiet.py)
     words = sys.argv[1:] if args is None else list(args)
     if words and words[0] in OWN_COMMANDS:  # this library's commands beside LightningCLI's (export, env)
         with one_line_errors():
@@ -384,7 +386,9 @@ def run_cli(args: Optional[List[str]] = None) -> PreferenceCLI:
     """Run the command line and return the CLI object (its ``model``, ``datamodule`` and ``trainer``).
 
     A :class:`~comlrl_lightning.errors.ComlrlError` ends it with one ``error:`` line (``SystemExit``).
+    Lightning's harmless notices are filtered from here on (:func:`~comlrl_lightning.runtime.quiet.install_noise_filters`).
     """
+    install_noise_filters()
     with one_line_errors():
         return PreferenceCLI(
             LightningModule,

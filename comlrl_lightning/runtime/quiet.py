@@ -10,7 +10,9 @@
   training, for modules that keep parts in eval mode on purpose (MAGRPO/MARLHF: a frozen reward
   model or reference copy, and critics left in eval mode as the reference leaves them); filtered
   by its text once such a module starts fitting, so it stays off for the rest of the process.
-* :func:`install_noise_filters` (run when the package is imported): exact messages of
+* :func:`install_noise_filters` (run by the entry points that own the process: the
+  ``comlrl-lightning`` command and the seed API's trainers, never by an import, so a script that
+  imports the package keeps its warning filters and loggers as it set them): exact messages of
   Lightning that are no fault of the run, each matched by its text:
 
   - the "💡 Tip"s that advertise a commercial logger or model registry, printed by every ``Trainer``

@@ -50,6 +50,7 @@ from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, r
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.hparams import set_hyperparameter
 from comlrl_lightning.runtime.progress import progress_callbacks
+from comlrl_lightning.runtime.quiet import install_noise_filters
 from comlrl_lightning.runtime.threads import ThreadDefaults
 from comlrl_lightning.team.saving import save_team_folders
 from comlrl_lightning.trainers import mapping
@@ -115,6 +116,7 @@ class _PreferenceTrainer(ReferenceAttributes, CheckpointMethods):
         centralized_comparator_adapter: Any = None,
         **marlhf_arguments: Any,
     ) -> None:
+        install_noise_filters()  # a seed-API script's entry point: Lightning's harmless notices off (runtime/quiet.py)
         self.args = args if args is not None else self.config_class()
         given = dict(external_transition=external_transition, **marlhf_arguments)
         check_arguments(type(self).__name__, self.config_class, self.args, self.module_class is MARLHFModule, given)

@@ -8,11 +8,11 @@ import warnings
 import pytest
 import torch
 
-import comlrl_lightning  # noqa: F401  (installs the import-time filters)
 from comlrl_lightning.runtime.quiet import (
     LIGHTNING_RANK_ZERO_LOGGER,
     DropCommercialLoggerTip,
     expect_eval_mode_parts,
+    install_noise_filters,
     transformers_bars_off,
 )
 
@@ -27,6 +27,8 @@ def test_only_the_commercial_logger_and_registry_tips_are_dropped():
     assert not drop.filter(_record("💡 Tip: For seamless cloud uploads ..., try installing [litmodels](https://x)"))
     assert drop.filter(_record("GPU available: False, used: False"))
     assert drop.filter(_record("💡 Tip: some other advice"))  # other tips are not ours to hide
+    install_noise_filters()
+    install_noise_filters()  # once: a second call adds nothing
     lightning_logger = logging.getLogger(LIGHTNING_RANK_ZERO_LOGGER)
     assert sum(isinstance(f, DropCommercialLoggerTip) for f in lightning_logger.filters) == 1
 
