@@ -153,10 +153,24 @@ def test_agent_devices_forms():
         MADPOModule(team=TeamOptions(agent_devices=["cpu", "cpu", "cpu"]))
 
 
-@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
-def test_agent_devices_place_each_agent(tiny_run):
-    module, datamodule, trainer = tiny_run(
-        model=dict(team=tiny_team(agent_devices=["cpu", "cpu"])), trainer=dict(max_epochs=1)
-    )
-    trainer.fit(module, datamodule)
-    assert trainer.global_step > 0 and all(str(module.team.device_of(i)) == "cpu" for i in range(2))
+def test_agent_devices_place_each_agent_when_fit_starts(tmp_path):
+    """Agent i goes to ``agent_devices[i]``: observed on the CPU with the ``meta`` device (the agents
+    load on the CPU, so a placement that was skipped, or given to the wrong agent, shows)."""
+    from tests.conftest import tiny_trainer
+
+    module = MADPOModule(team=tiny_team(agent_devices=["meta", "cpu"]))
+    assert [str(module.team.device_of(i)) for i in range(2)] == ["cpu", "cpu"]  # loaded on the CPU
+    module.trainer = tiny_trainer(tmp_path)
+    module.on_fit_start()
+    assert [str(module.team.device_of(i)) for i in range(2)] == ["meta", "cpu"]
+    assert all(p.is_meta for p in module.team.agents[0].parameters())
+    assert not any(p.is_meta for p in module.team.agents[1].parameters())
+
+
+def test_agent_devices_are_refused_with_several_processes(tmp_path):
+    from tests.conftest import tiny_trainer
+
+    module = MADPOModule(team=tiny_team(agent_devices=["cpu", "cpu"]))
+    module.trainer = tiny_trainer(tmp_path, devices=2, strategy="ddp_fork")  # two processes, none started here
+    with pytest.raises(OptionError, match=r"agent_devices places the agents of one process; .* leave it null\."):
+        module.on_fit_start()
