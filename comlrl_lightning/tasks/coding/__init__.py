@@ -24,6 +24,7 @@ from comlrl_lightning.tasks.coding.reward import (
     MAX_REWARD,
     TRAINING_SHIFT,
     CodeScore,
+    CodeScoreCache,
     CooperativeCodeReward,
     cooperative_code_reward,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "TRAINING_SHIFT",
     "CodeFeedback",
     "CodeScore",
+    "CodeScoreCache",
     "CodingEvaluationLog",
     "CooperativeCodeReward",
     "HumanEval",

@@ -13,7 +13,8 @@ answers it tells each agent, in its own message:
 * how the entry point uses ``aux``: not at all, only as a thin wrapper, or ignoring its result;
 
 then asks for a revised answer. The test report comes from the reward's scoring of that turn when
-it is still at hand (:meth:`CooperativeCodeReward.recent`), so the tests usually run once per turn.
+it is still at hand (a :class:`~comlrl_lightning.tasks.coding.reward.CodeScoreCache` given to both
+the reward and the transition), so the tests usually run once per turn.
 Each agent sees only its own code and the shared test outcome, not its partner's answer.
 """
 
@@ -26,7 +27,13 @@ from comlrl_lightning.data.turns import TurnHistory
 from comlrl_lightning.runtime.text import one_line_text
 from comlrl_lightning.tasks.coding.program import definitions, strip_fences
 from comlrl_lightning.tasks.coding.prompts import AUX_NAME
-from comlrl_lightning.tasks.coding.reward import CodeScore, CooperativeCodeReward, cooperative_code_reward
+from comlrl_lightning.tasks.coding.reward import (
+    CodeScore,
+    CodeScoreCache,
+    CooperativeCodeReward,
+    cooperative_code_reward,
+    task_scores,
+)
 
 DETAIL_CHARS = 400
 """The longest failure (or parser message) an agent reads, in characters."""
@@ -98,17 +105,21 @@ class CodeFeedback:
     """The coding task's ``external_transition`` (see the module's docstring).
 
     Args:
-        reward: the reward whose test runner judged the turn (default: the task's
-            :data:`~comlrl_lightning.tasks.coding.cooperative_code_reward`).
+        reward: the reward whose test runner judges a turn the cache does not hold (default: the
+            task's :data:`~comlrl_lightning.tasks.coding.cooperative_code_reward`).
+        scores: the cache the turn's scoring filled (the one given to the reward that scored it;
+            ``None``: every turn's tests run again here).
     """
 
-    def __init__(self, reward: CooperativeCodeReward = cooperative_code_reward) -> None:
-        self.reward = reward
+    def __init__(
+        self, reward: CooperativeCodeReward = cooperative_code_reward, scores: Optional[CodeScoreCache] = None
+    ) -> None:
+        self.reward, self.scores = reward, scores
 
     def turn_code_score(self, aux: str, main: str, item: Mapping[str, Any]) -> CodeScore:
-        """The turn's score: the reward's own when at hand, else the tests run again."""
-        recent = self.reward.recent(aux, main, item)
-        return recent if recent is not None else self.reward.code_scores([aux], [main], [item])[0]
+        """The turn's score: the cached one when the turn's scoring kept it, else the tests run again."""
+        kept = self.scores.get(aux, main, item) if self.scores is not None else None
+        return kept if kept is not None else self.reward.code_scores([aux], [main], [item])[0]
 
     def __call__(self, item: Mapping[str, Any], turn: int, history: TurnHistory) -> List[str]:
         aux, main = history.responses[-1][:2]
@@ -124,10 +135,10 @@ class CodeFeedback:
         ]
 
     def __repr__(self) -> str:
-        return f"CodeFeedback(reward={self.reward!r})"
+        return f"CodeFeedback(reward={self.reward!r}, scores={self.scores!r})"
 
 
-code_feedback = CodeFeedback()
+code_feedback = CodeFeedback(cooperative_code_reward, scores=task_scores)
 """The coding task's transition: ``external_transition: comlrl_lightning.tasks.coding.code_feedback``."""
 
 

@@ -102,22 +102,58 @@ def default_runner() -> TestsRunner:
     return run_tests_batch
 
 
+class CodeScoreCache:
+    """The scores of the joint answers a reward scored last, kept for the transition that reads them next.
+
+    The one channel between :class:`CooperativeCodeReward` (which fills it each time it scores) and
+    :class:`~comlrl_lightning.tasks.coding.feedback.CodeFeedback` (which takes a turn's test report
+    from it instead of running the tests again): both are given the same cache. Bounded: it holds
+    the answers of one scoring call, replaced whole by the next call's.
+    """
+
+    def __init__(self) -> None:
+        self._scores: Dict[Tuple[str, str, str, str], CodeScore] = {}
+
+    def keep(
+        self,
+        aux_completions: Sequence[str],
+        main_completions: Sequence[str],
+        items: Sequence[Mapping[str, Any]],
+        scores: Sequence["CodeScore"],
+    ) -> None:
+        """Hold these scores (one per joint answer and item) in place of the ones held so far."""
+        self._scores = {_key(a, m, item): s for a, m, item, s in zip(aux_completions, main_completions, items, scores)}
+
+    def get(self, aux_completion: str, main_completion: str, item: Mapping[str, Any]) -> Optional["CodeScore"]:
+        """The held score of this joint answer to ``item`` (``None`` when the last call did not score it)."""
+        return self._scores.get(_key(aux_completion, main_completion, item))
+
+    def __repr__(self) -> str:
+        return f"CodeScoreCache({len(self._scores)} scores)"
+
+
 class CooperativeCodeReward:
     """The reward of :mod:`comlrl_lightning.tasks.coding.reward`, callable as a task's ``reward_func``.
 
     Args:
         timeout: seconds one program's tests may take (the runner's wall-clock limit).
         run_tests_batch: the runner (default: the sandboxed one); a test gives its own.
+        scores: where each call's scores are kept for a transition that reads them
+            (:class:`CodeScoreCache`; ``None``: nowhere).
     """
 
     accepts_batch: ClassVar[bool] = True
     """The oracle may call it once for many joint answers (one value per answer comes back)."""
 
-    def __init__(self, timeout: float = 10.0, run_tests_batch: Optional[TestsRunner] = None) -> None:
+    def __init__(
+        self,
+        timeout: float = 10.0,
+        run_tests_batch: Optional[TestsRunner] = None,
+        scores: Optional[CodeScoreCache] = None,
+    ) -> None:
         if not timeout > 0:
             raise DataError(f"cooperative_code_reward: timeout must be positive (got {timeout}).")
-        self.timeout, self.run_tests_batch = timeout, run_tests_batch
-        self._recent: Dict[Tuple[str, str, str, str], CodeScore] = {}
+        self.timeout, self.run_tests_batch, self.scores = timeout, run_tests_batch, scores
 
     def code_scores(
         self,
@@ -143,13 +179,9 @@ class CooperativeCodeReward:
             for index, report in zip(chosen, ran):
                 reports[index] = report
         scores = [CodeScore(joint, report, level_reward(joint, report)) for joint, report in zip(joints, reports)]
-        self._recent = {_key(a, m, item): s for a, m, item, s in zip(aux_completions, main_completions, items, scores)}
+        if self.scores is not None:
+            self.scores.keep(aux_completions, main_completions, items, scores)
         return scores
-
-    def recent(self, aux_completion: str, main_completion: str, item: Mapping[str, Any]) -> Optional[CodeScore]:
-        """The score of this joint answer from the last :meth:`code_scores` call, if it was among them (what a
-        multi-turn transition reads right after the turn was scored, without running the tests again)."""
-        return self._recent.get(_key(aux_completion, main_completion, item))
 
     def __call__(
         self,
@@ -179,7 +211,11 @@ class CooperativeCodeReward:
         return f"CooperativeCodeReward(timeout={self.timeout!r})"
 
 
-cooperative_code_reward = CooperativeCodeReward()
+task_scores = CodeScoreCache()
+"""The cache the coding task's default reward fills and its default transition
+(:data:`~comlrl_lightning.tasks.coding.feedback.code_feedback`) reads."""
+
+cooperative_code_reward = CooperativeCodeReward(scores=task_scores)
 """The coding task's reward function: ``reward_func: comlrl_lightning.tasks.coding.cooperative_code_reward``."""
 
 
@@ -187,7 +223,9 @@ __all__ = [
     "MAX_REWARD",
     "TRAINING_SHIFT",
     "CodeScore",
+    "CodeScoreCache",
     "CooperativeCodeReward",
     "cooperative_code_reward",
     "level_reward",
+    "task_scores",
 ]

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from comlrl_lightning.data.turns import TurnHistory, Turns, call_transition
-from comlrl_lightning.tasks.coding import CodeFeedback, CooperativeCodeReward, code_feedback, cooperative_code_reward
+from comlrl_lightning.tasks.coding import (
+    CodeFeedback,
+    CodeScoreCache,
+    CooperativeCodeReward,
+    code_feedback,
+    cooperative_code_reward,
+)
 from comlrl_lightning.tasks.coding.feedback import syntax_problem
 from tests.tasks.coding.test_reward import AUX, ITEM, MAIN_USES_AUX, FakeRunner, Report
 
@@ -54,18 +60,38 @@ def test_a_missing_function_and_a_function_that_drops_aux_are_named():
     assert "`total` calls `aux` but ignores its return value." in main_message
 
 
-def test_all_tests_passed_and_the_turns_report_is_reused_not_run_again():
-    runner = FakeRunner(2, 2)
-    reward = CooperativeCodeReward(run_tests_batch=runner)
+def test_all_tests_passed_and_the_turns_report_is_reused_through_the_shared_cache_not_run_again():
+    runner, scores = FakeRunner(2, 2), CodeScoreCache()
+    reward = CooperativeCodeReward(run_tests_batch=runner, scores=scores)
     reward([AUX], [MAIN_USES_AUX], batch_items=[ITEM])  # the turn's scoring
-    messages = call_transition(CodeFeedback(reward), ITEM, 0, _history(AUX, MAIN_USES_AUX), 2, 0)
+    feedback = CodeFeedback(reward, scores=scores)
+    messages = call_transition(feedback, ITEM, 0, _history(AUX, MAIN_USES_AUX), 2, 0)
     assert "2/2 tests passed." in messages[0] and len(runner.calls) == 1
-    CodeFeedback(reward)(ITEM, 0, _history(AUX, "def total(xs):\n    return 1\n"))
+    feedback(ITEM, 0, _history(AUX, "def total(xs):\n    return 1\n"))
     assert len(runner.calls) == 2  # an answer not scored last runs its tests
 
 
-def test_the_default_transition_uses_the_tasks_reward_and_is_importable_by_path():
+def test_without_a_shared_cache_the_transition_runs_the_turns_tests_itself():
+    runner = FakeRunner(2, 2)
+    reward = CooperativeCodeReward(run_tests_batch=runner)  # keeps its scores nowhere: no hidden channel
+    reward([AUX], [MAIN_USES_AUX], batch_items=[ITEM])
+    messages = CodeFeedback(reward)(ITEM, 0, _history(AUX, MAIN_USES_AUX))
+    assert "2/2 tests passed." in messages[0] and len(runner.calls) == 2
+
+
+def test_the_cache_holds_the_last_calls_scores_only():
+    scores = CodeScoreCache()
+    reward = CooperativeCodeReward(run_tests_batch=FakeRunner(2, 2), scores=scores)
+    reward([AUX], [MAIN_USES_AUX], batch_items=[ITEM])
+    assert scores.get(AUX, MAIN_USES_AUX, ITEM).reward == reward([AUX], [MAIN_USES_AUX], batch_items=[ITEM])[0]
+    reward([AUX], ["def total(xs):\n    return 1\n"], batch_items=[ITEM])
+    assert scores.get(AUX, MAIN_USES_AUX, ITEM) is None  # replaced whole by the next call's
+    assert scores.get(AUX, MAIN_USES_AUX, {**ITEM, "task_id": "other"}) is None
+
+
+def test_the_default_transition_uses_the_tasks_reward_and_its_cache_and_is_importable_by_path():
     assert code_feedback.reward is cooperative_code_reward
+    assert code_feedback.scores is cooperative_code_reward.scores is not None
     assert Turns(num_turns=2, external_transition="comlrl_lightning.tasks.coding.code_feedback").transition is (
         code_feedback
     )
