@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -65,9 +66,23 @@ def round_files(folder: Path) -> dict:
     return {path.name: path.read_bytes() for path in sorted(folder.glob("iteration_*.json"))}
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1500)  # 6 rounds, 768 updates: about 10 CPU minutes on a 2-core AMD EPYC (AVX2)
+SEED_EXAMPLE_SIZES = dict(
+    num_iterations=3,
+    preference_replay_sample_size=16,
+    max_new_tokens=6,
+    preference_num_candidates=4,
+    eval_interval=8,
+    eval_num_samples=2,
+)
+"""The sizes the seed's example runs at here: 3 rounds of 8 updates, short completions. At its own
+sizes (the defaults: 6 rounds of 128 updates, 256 new tokens) it is ``benchmarks/seed_example.py``."""
+
+
+@pytest.mark.slow  # three training rounds end to end
 def test_the_seeds_example_runs_unchanged_but_for_the_import(tmp_path, monkeypatch):
+    """The seed's example, its text as written but for the import, then only its sizes replaced
+    (``SEED_EXAMPLE_SIZES``, among them the example's own replay sample size, 256 to 16): the same
+    config class, checks and trainer call, every round written and trained on its drawn pairs."""
     monkeypatch.chdir(tmp_path)  # the reference writes its outputs under the working directory
     from comlrl_lightning.trainers.configs import MADPOIterConfig
 
@@ -77,12 +92,17 @@ def test_the_seeds_example_runs_unchanged_but_for_the_import(tmp_path, monkeypat
         preference_replay_lambda=0.8,
         preference_replay_sample_size=256,
     )
+    args = dataclasses.replace(args, **SEED_EXAMPLE_SIZES)
+    assert (args.preference_replay_mode, args.preference_replay_lambda) == ("lambda_decay", 0.8)
     trainer = MADPOIterTrainer(agent_model="embedded", args=args)
     trainer.train()
-    assert sorted(round_files(tmp_path / "preference_replay")) == [f"iteration_{r:04d}.json" for r in range(1, 7)]
-    # every round trains on its 256 drawn pairs, two per update (rollout_buffer_size)
-    assert trainer.trainer.global_step == 6 * 256 // 2
-    assert trainer.trainer.current_epoch == 6
+    rounds, sample_size = SEED_EXAMPLE_SIZES["num_iterations"], SEED_EXAMPLE_SIZES["preference_replay_sample_size"]
+    assert sorted(round_files(tmp_path / "preference_replay")) == [
+        f"iteration_{r:04d}.json" for r in range(1, rounds + 1)
+    ]
+    # every round trains on its drawn pairs, two per update (rollout_buffer_size)
+    assert trainer.trainer.global_step == rounds * sample_size // 2
+    assert trainer.trainer.current_epoch == rounds
 
 
 @pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
