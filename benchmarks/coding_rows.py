@@ -221,7 +221,7 @@ def run_round(
     (``keep``: a side the existing ``coding_round.json`` holds at the same sizes is not run again)."""
     import real_rows
     import refenv
-    from run import Runner
+    from job_runner import Runner
 
     from comlrl_lightning.tasks.coding.humaneval import humaneval_file
 

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -42,66 +42,12 @@ import report  # noqa: E402
 import runner_rows  # noqa: E402
 import scaling  # noqa: E402
 import vllm_rows  # noqa: E402
+from job_runner import Runner  # noqa: E402
 
 common.limit_threads()
 
 CHECKPOINT_EVERY = (2, 1)
 """Training is also measured with activation checkpointing of every n-th layer, for these n."""
-
-
-class Runner:
-    """Runs one job on one side and returns its result dict."""
-
-    SCRIPTS = {"ours": "ours.py", "reference": "reference.py", "trl": "trl_jobs.py", "vllm": "ours.py"}
-    """The worker script of each side (``vllm``: ours, with the vLLM venv's interpreter)."""
-
-    def __init__(self, in_process: bool, pythons: Optional[Dict[str, Path]] = None) -> None:
-        self.in_process = in_process
-        # side -> interpreter, absolute: the jobs run in this folder, not in the caller's working directory
-        self.pythons = {side: Path(path).absolute() for side, path in dict(pythons or {}, ours=sys.executable).items()}
-        self.env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        self.env.update({name: str(common.THREADS) for name in common.THREAD_VARIABLES})
-        self.env["TOKENIZERS_PARALLELISM"] = "false"
-        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), self.env.get("PYTHONPATH")]))
-
-    def __call__(self, side: str, job: Dict[str, Any]) -> Dict[str, Any]:
-        label = f"{side:9s} {job['job']:11s} " + " ".join(
-            f"{k}={v}"
-            for k, v in job.items()
-            if k
-            in (
-                "model_name",
-                "batch_size",
-                "checkpoint_every_n_layers",
-                "attention_free",
-                "agents",
-                "generator",
-                "one_pass",
-                "team",
-                "hold_agent_graphs",
-            )
-        )
-        print(f"  {label} ...", end="", flush=True)
-        if side == "ours" and self.in_process:
-            import ours
-
-            result = dict(ours.run_job(job), peak_rss_mb=None)
-        else:
-            done = subprocess.run(
-                [str(self.pythons[side]), str(HERE / job.get("script", self.SCRIPTS[side])), json.dumps(job)],
-                env=self.env,
-                cwd=HERE,
-                capture_output=True,
-                text=True,
-                timeout=job.get("timeout_s", 1800),
-            )
-            lines = [line for line in done.stdout.splitlines() if line.startswith(common.RESULT_PREFIX)]
-            if done.returncode != 0 or not lines:
-                raise RuntimeError(f"{side} {job} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-            result = json.loads(lines[-1][len(common.RESULT_PREFIX) :])
-        shown = {k: round(v, 2) for k, v in result.items() if isinstance(v, float) and k != "peak_rss_mb"}
-        print(f" {shown} rss={result.get('peak_rss_mb') and round(result['peak_rss_mb'])}MB", flush=True)
-        return result
 
 
 def machine_info() -> Dict[str, Any]:
