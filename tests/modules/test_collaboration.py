@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 from pathlib import Path
@@ -286,9 +287,39 @@ def test_the_centralized_configs_parse_and_show_the_collaboration_object(capsys)
         assert printed["init_args"]["adapter"]["class_path"] == "comlrl_lightning.data.DelimitedAdapter"
 
 
-def test_centralized_madpo_runs_in_bf16_mixed_precision(tmp_path):
+def test_centralized_madpo_in_bf16_mixed_precision_has_bfloat16_activations_float32_weights_and_loss(tmp_path):
+    """What ``bf16-mixed`` changes and keeps, on the first update: the joint model's activations are
+    bfloat16, its weights stay float32 (the optimizer's master copy), and the loss is float32's on
+    the same batch and weights up to bfloat16 rounding (but not equal: the precision did apply)."""
+    from lightning.pytorch import Callback
+
+    from comlrl_lightning.losses import madpo_loss
+
+    class FirstUpdate(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == 0:
+                self.batch, self.weights = batch, copy.deepcopy(pl_module.team.state_dict())
+                mlp = pl_module.team.agents[0].transformer.h[-1].mlp  # the last block's MLP (GPT-2)
+                self.activations = []
+                self.hook = mlp.register_forward_hook(lambda m, i, out: self.activations.append(out.dtype))
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if batch_idx == 0:
+                self.hook.remove()
+                self.loss = outputs["loss"].detach()
+
+    first = FirstUpdate()
     module = MADPOModule(**TINY_CENTRAL, collaboration=centralized())
     data = PreferenceDataModule(**{**TINY_DATA, "num_train_epochs": 1, "eval_num_samples": 0})
-    trainer = tiny_trainer(tmp_path, max_epochs=1, precision="bf16-mixed", limit_train_batches=2)
+    trainer = tiny_trainer(tmp_path, max_epochs=1, precision="bf16-mixed", limit_train_batches=2, callbacks=[first])
     trainer.fit(module, data)
-    assert trainer.global_step == 2 and all(torch.isfinite(p).all() for p in module.team.parameters())
+    assert trainer.global_step == 2
+    assert first.activations and set(first.activations) == {torch.bfloat16}
+    assert {p.dtype for p in module.team.parameters()} == {torch.float32}
+    assert {value.dtype for value in first.weights.values() if value.is_floating_point()} == {torch.float32}
+    module.team.load_state_dict(first.weights)
+    with torch.no_grad():
+        in_float32 = madpo_loss(module.margins(first.batch), module.dpo_beta)
+    # measured: 1e-5 apart on a loss of 0.596 (the margins' bfloat16 errors largely cancel)
+    assert first.loss.dtype == torch.float32 and first.loss != in_float32
+    torch.testing.assert_close(first.loss, in_float32, rtol=0, atol=1e-3)
