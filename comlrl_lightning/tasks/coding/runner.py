@@ -63,6 +63,10 @@ class TestReport:
 
 
 _detected: Optional[Dict[str, Any]] = None
+"""The isolation layers this machine and kernel give a run, probed once per process (:func:`_detect`:
+a probe program per try). Kept for the process on purpose: it is a fact of the machine, the same
+for every reward, run and thread, one entry (bounded), and probing again per reward would start
+processes for an answer that cannot change while the process lives."""
 _detect_lock = threading.Lock()
 
 
@@ -128,6 +132,8 @@ def active_isolation() -> Dict[str, bool]:
 
 
 _switched_off: frozenset = frozenset()
+"""Layers switched off by :func:`_layers_off_for_measurement` (the benchmarks' switch, reachable
+from no config or public name); empty in every run."""
 NAMESPACES = ("user_namespace", "network_namespace", "pid_namespace")
 
 
