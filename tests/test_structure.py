@@ -26,6 +26,7 @@ LAYERS = {
     "models": 4,
     "data": 5,
     "comparators": 6,
+    "rounds": 6,  # the round pipeline: a round's items sampled, scored and paired (the data modules call it)
     "modules": 7,
     "datamodules": 7,
     "callbacks": 8,

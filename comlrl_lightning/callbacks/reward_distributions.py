@@ -25,10 +25,10 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from comlrl_lightning.data.collection import CollectionResult
 from comlrl_lightning.data.contract import round_source, team_side
 from comlrl_lightning.data.oracle import resolve_callable, resolve_reward_range
 from comlrl_lightning.data.pairs import PreferencePair
+from comlrl_lightning.rounds.result import CollectionResult
 from comlrl_lightning.runtime.files import write_atomically
 
 NUM_BINS = 16

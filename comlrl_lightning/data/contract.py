@@ -37,11 +37,11 @@ from comlrl_lightning.errors import ConfigurationTypeError
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
 
-    from comlrl_lightning.data.collection import CollectionResult
     from comlrl_lightning.data.oracle import Oracle
     from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.data.task import Task
     from comlrl_lightning.generation.base import GenerationSettings, Generator
+    from comlrl_lightning.rounds.result import CollectionResult
     from comlrl_lightning.team.options import TeamOptions
     from comlrl_lightning.team.team import Team
 

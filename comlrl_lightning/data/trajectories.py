@@ -1,13 +1,17 @@
-"""Multi-turn collection: joint trajectories sampled turn by turn, scored, and paired.
+"""Sampling joint answers (:func:`sample_joint`) and joint trajectories turn by turn (:func:`sample_sides`).
 
-Per item, ``K`` joint trajectories: trajectory ``j`` starts from candidate ``j`` of every agent
-(the single-turn candidates) and goes on with one sample per agent per turn, given the agent's own
-conversation, until ``num_turns`` or an early stop (:class:`~comlrl_lightning.data.turns.Turns`).
-Every turn's joint answers of all trajectories are scored in one oracle call, and the next turn's
-transitions are all called (and checked) before the next turn is sampled, so a bad transition
-fails before anything of the round is written. A side's sampler is anything with the comparators'
-signature ``sample(items, prompts[item][agent], num_samples) -> completions[agent][item][j]``: the
-team being trained, or any comparator (every later turn asks for one sample per trajectory).
+What a round (:func:`comlrl_lightning.rounds.collect`) and an evaluation sample.
+
+A joint answer is candidate ``j`` of every agent for one item (the same index across agents). Per
+item, :func:`sample_trajectories` takes ``K`` joint answers as the first turns of ``K`` joint
+trajectories and goes on with one sample per agent per turn, given the agent's own conversation,
+until ``num_turns`` or an early stop (:class:`~comlrl_lightning.data.turns.Turns`); a one-turn task's
+trajectories are its joint answers, scored once. Every turn's joint answers of all trajectories are
+scored in one oracle call, and the next turn's transitions are all called (and checked) before the
+next turn is sampled, so a bad transition fails before anything of the round is written. A side's
+sampler is anything with the comparators' signature ``sample(items, prompts[item][agent],
+num_samples) -> completions[agent][item][j]``: the team being trained (:func:`team_sampler`), or any
+comparator (every later turn asks for one sample per trajectory).
 
 A later turn's prompt (the conversation so far plus the transition's message) can outgrow the
 model's context, which the first-turn check (:func:`~comlrl_lightning.data.task.check_prompts_fit`)
@@ -18,15 +22,13 @@ a long run goes on, and no text of the conversation is cut or changed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
-from comlrl_lightning.data.collection import CollectionResult, mean_like_numpy, select_against
 from comlrl_lightning.data.oracle import score_requests
-from comlrl_lightning.data.pairs import IterativePairSelection, PairSelection, select_pairs
-from comlrl_lightning.data.trajectory_pairs import SideTurns, TrajectoryPair
 from comlrl_lightning.data.turns import TurnHistory, Turns, call_transition, next_prompt
 from comlrl_lightning.generation.base import Completion, GenerationSettings, Generator, prompt_overflow, sample_team
 from comlrl_lightning.runtime.rng import RandomStream
@@ -82,6 +84,23 @@ def team_context_check(team: Any, settings: GenerationSettings) -> ContextCheck:
     return lambda agent, prompt: prompt_overflow(team, agent, prompt, settings.max_new_tokens)
 
 
+def sample_joint(
+    sample: Sampler, items: Sequence[Dict[str, Any]], prompts: Sequence[Sequence[str]], count: int
+) -> List[List[List[Completion]]]:
+    """``joint[item][j][agent]``: ``count`` joint answers per item, answer ``j`` being candidate ``j`` of
+    every agent (``prompts[item][agent]``); an item has as many as every agent has (a source may return
+    fewer than ``count``)."""
+    per_agent = sample(items, prompts, count)
+    num_agents = len(per_agent)
+    return [
+        [
+            [per_agent[agent][k][j] for agent in range(num_agents)]
+            for j in range(min(len(per_agent[agent][k]) for agent in range(num_agents)))
+        ]
+        for k in range(len(items))
+    ]
+
+
 def sample_trajectories(
     sample: Sampler,
     oracle: Any,
@@ -93,63 +112,90 @@ def sample_trajectories(
     progress: Optional[Any] = None,
     context_check: Optional[ContextCheck] = None,
 ) -> List[List[Trajectory]]:
-    """``trajectories[item][j]``: ``num_candidates`` joint trajectories per item (see the module's docstring).
+    """``trajectories[item][j]``: ``num_candidates`` joint trajectories per item of one sampler
+    (:func:`sample_sides` with one side)."""
+    sides = sample_sides(
+        [sample], [num_candidates], oracle, turns, items, first_prompts, tokenizers, progress, context_check
+    )
+    return sides[0]
+
+
+def sample_sides(
+    samplers: Sequence[Sampler],
+    counts: Sequence[int],
+    oracle: Any,
+    turns: Turns,
+    items: Sequence[Dict[str, Any]],
+    first_prompts: Sequence[Sequence[str]],
+    tokenizers: Callable[[], Sequence[Any]],
+    progress: Optional[Any] = None,
+    context_check: Optional[ContextCheck] = None,
+) -> List[List[List[Trajectory]]]:
+    """``trajectories[side][item][j]``: ``counts[side]`` joint trajectories per item of every sampler
+    (see the module's docstring), the sides in step: each turn every side samples (in order), then
+    that turn of every side is scored in one oracle call, item by item (an item's first turns of one
+    side as one request: :func:`_score_turn`).
 
     ``tokenizers()`` gives each agent's tokenizer, needed only to render a conversation that went
-    through a chat template (:func:`~comlrl_lightning.data.turns.next_prompt`). ``progress`` (anything
-    with ``advance(count)``, e.g. :class:`~comlrl_lightning.runtime.progress.Progress`) advances by one
-    per trajectory and turn sampled and scored, and by the turns left of a trajectory that ends early:
-    ``num_turns`` per trajectory in all. ``context_check`` (``None``: a sampler without a context,
-    e.g. a scripted one) ends a trajectory whose next prompt does not fit (:func:`fitting_prompts`).
+    through a chat template (:func:`~comlrl_lightning.data.turns.next_prompt`). ``progress`` (a
+    :class:`~comlrl_lightning.runtime.progress.Progress`, or anything with its ``advance(count)`` and
+    ``part(size)``) advances by one per trajectory and turn sampled, inside the sampling call (a
+    backend that reports its batches moves it as they finish), and by the turns left of a trajectory
+    that ends early: ``num_turns`` per trajectory in all. ``context_check`` (``None``: a sampler
+    without a context, e.g. a scripted one) ends a trajectory whose next prompt does not fit
+    (:func:`fitting_prompts`).
     """
     advance = progress.advance if progress is not None else (lambda count: None)
-    first = sample(items, first_prompts, num_candidates)
-    num_agents = len(first)
-    trajectories = _first_turns(first_prompts, first)
-    active = [(k, j) for k in range(len(items)) for j in range(len(trajectories[k]))]
+    trajectories: List[List[List[Trajectory]]] = []
+    for sample, count in zip(samplers, counts):
+        with _part(progress, len(items) * count):
+            joint = sample_joint(sample, items, first_prompts, count)
+        trajectories.append(
+            [
+                [Trajectory(prompts=[list(prompts)], completions=[answer]) for answer in answers]
+                for prompts, answers in zip(first_prompts, joint)
+            ]
+        )
+    # (side, item, j), item by item: the order a round's requests had when each side was a list of candidates
+    active = [
+        (s, k, j) for k in range(len(items)) for s in range(len(samplers)) for j in range(len(trajectories[s][k]))
+    ]
     _score_turn(oracle, items, trajectories, active)
-    advance(len(active))
     for turn in range(1, turns.num_turns):
-        going_on = [(k, j) for k, j in active if not turns.stops(trajectories[k][j].rewards[-1])]
+        going_on = [(s, k, j) for s, k, j in active if not turns.stops(trajectories[s][k][j].rewards[-1])]
         advance((len(active) - len(going_on)) * (turns.num_turns - turn))  # the turns they will not take
         active = going_on
         if not active:
             break
-        prompts = [
-            _next_prompts(turns, items[k], k, turn - 1, trajectories[k][j], num_agents, tokenizers) for k, j in active
-        ]
-        fitting = fitting_prompts(context_check, prompts, active, turn, turns.num_turns)
+        prompts = [_next_prompts(turns, items[k], k, turn - 1, trajectories[s][k][j], tokenizers) for s, k, j in active]
+        fitting = fitting_prompts(context_check, prompts, [(k, j) for _, k, j in active], turn, turns.num_turns)
         advance((len(active) - len(fitting)) * (turns.num_turns - turn))
         active, prompts = [active[m] for m in fitting], [prompts[m] for m in fitting]
         if not active:
             break
-        sampled = sample([items[k] for k, _ in active], prompts, 1)
-        # a source that returned nothing for a trajectory (an API comparator's shortfall) ends it here
-        answered = [m for m in range(len(active)) if all(sampled[a][m] for a in range(num_agents))]
-        for m in answered:
-            k, j = active[m]
-            trajectories[k][j].prompts.append(prompts[m])
-            trajectories[k][j].completions.append([sampled[a][m][0] for a in range(num_agents)])
+        answered = []
+        for s, sample in enumerate(samplers):
+            mine = [m for m in range(len(active)) if active[m][0] == s]
+            if not mine:
+                continue
+            with _part(progress, len(mine)):
+                sampled = sample([items[active[m][1]] for m in mine], [prompts[m] for m in mine], 1)
+            for row, m in enumerate(mine):
+                # a source that returned nothing for a trajectory (an API comparator's shortfall) ends it here
+                if all(per_agent[row] for per_agent in sampled):
+                    _, k, j = active[m]
+                    trajectories[s][k][j].prompts.append(prompts[m])
+                    trajectories[s][k][j].completions.append([per_agent[row][0] for per_agent in sampled])
+                    answered.append(m)
         advance((len(active) - len(answered)) * (turns.num_turns - turn))
-        active = [active[m] for m in answered]
+        active = [active[m] for m in sorted(answered)]
         _score_turn(oracle, items, trajectories, active)
-        advance(len(active))
     return trajectories
 
 
-def _first_turns(first_prompts: Sequence[Sequence[str]], first: List[List[List[Completion]]]) -> List[List[Trajectory]]:
-    """Per item, one trajectory per joint candidate ``j`` (as many as every agent has) of ``first[agent][item][j]``."""
-    num_agents = len(first)
-    trajectories = []
-    for k, prompts in enumerate(first_prompts):
-        count = min(len(first[agent][k]) for agent in range(num_agents))
-        trajectories.append(
-            [
-                Trajectory(prompts=[list(prompts)], completions=[[first[a][k][j] for a in range(num_agents)]])
-                for j in range(count)
-            ]
-        )
-    return trajectories
+def _part(progress: Optional[Any], size: int) -> ContextManager[Any]:
+    """``progress.part(size)``: the sampling inside counts for ``size`` units (nothing without ``progress``)."""
+    return progress.part(size) if progress is not None else contextlib.nullcontext()
 
 
 def fitting_prompts(
@@ -193,12 +239,12 @@ def _next_prompts(
     index: int,
     turn: int,
     trajectory: Trajectory,
-    num_agents: int,
     tokenizers: Callable[[], Sequence[Any]],
 ) -> List[str]:
     transition = turns.transition
     if transition is None:  # Turns refuses num_turns > 1 without one; a single turn never comes here
         raise ValueError("a second turn needs the task's external_transition")
+    num_agents = len(trajectory.prompts[-1])
     messages = call_transition(transition, item, turn, trajectory.history(), num_agents, index)
     return [
         next_prompt(
@@ -213,122 +259,24 @@ def _next_prompts(
 
 
 def _score_turn(oracle: Any, items: Sequence[Dict[str, Any]], trajectories, active) -> None:
-    """Score the last turn of every ``active`` trajectory in one oracle call."""
-    requests = []
-    for k, j in active:
-        trajectory = trajectories[k][j]
-        requests.append(([[c.text] for c in trajectory.completions[-1]], trajectory.prompts[-1], items[k]))
-    for (k, j), (raw, processed) in zip(active, score_requests(oracle, requests)):
-        trajectories[k][j].raw_rewards.append(raw[0])
-        trajectories[k][j].rewards.append(processed[0])
-
-
-def trajectory_pair(
-    winner: Trajectory, loser: Trajectory, turns: Turns, encode: Callable[[int, str], List[int]], **extra: Any
-) -> TrajectoryPair:
-    """The pair of two trajectories of one item; ``encode(agent, prompt)`` tokenizes a prompt as sampling did."""
-    sides = {side: side_turns(trajectory, encode) for side, trajectory in (("winner", winner), ("loser", loser))}
-    return TrajectoryPair(
-        prompts=list(winner.prompts[0]),
-        winner_completions=[c.text for c in winner.completions[0]],
-        loser_completions=[c.text for c in loser.completions[0]],
-        winner_reward=turns.trajectory_return(winner.rewards),
-        loser_reward=turns.trajectory_return(loser.rewards),
-        prompt_ids=[list(ids[0]) for ids in sides["winner"].prompt_ids],
-        winner_ids=[list(ids[0]) for ids in sides["winner"].ids],
-        loser_ids=[list(ids[0]) for ids in sides["loser"].ids],
-        winner_turns=sides["winner"],
-        loser_turns=sides["loser"],
-        **extra,
-    )
-
-
-def side_turns(trajectory: Trajectory, encode: Callable[[int, str], List[int]]) -> SideTurns:
-    """One side of a pair: every agent's turns of ``trajectory``, prompts tokenized with ``encode``."""
-    agents = [trajectory.per_agent(agent) for agent in range(len(trajectory.prompts[0]))]
-    return SideTurns(
-        prompts=[agent["prompts"] for agent in agents],
-        completions=[agent["completions"] for agent in agents],
-        rewards=list(trajectory.rewards),
-        prompt_ids=[[encode(index, prompt) for prompt in agent["prompts"]] for index, agent in enumerate(agents)],
-        ids=[agent["ids"] for agent in agents],
-    )
-
-
-def turn_reward_means(trajectories: Sequence[Trajectory]) -> List[float]:
-    """Per turn ``t``, the mean processed reward of the ``trajectories`` that reached it (:func:`mean_like_numpy`)."""
-    longest = max((len(t.rewards) for t in trajectories), default=0)
-    return [
-        mean_like_numpy([t.rewards[turn] for t in trajectories if len(t.rewards) > turn]) for turn in range(longest)
+    """Score the last turn of every ``active`` ``(side, item, j)`` trajectory in one oracle call: one
+    side's trajectories of one item that read the same prompts (every first turn) as one request of
+    several joint answers, as an item's candidates are scored (a reward model scores them as one batch)."""
+    groups: List[Tuple[int, int, List[str], List[int]]] = []  # (side, item, the prompts read, trajectories)
+    for s, k, j in active:
+        prompts = trajectories[s][k][j].prompts[-1]
+        if groups and groups[-1][:2] == (s, k) and groups[-1][2] == prompts:
+            groups[-1][3].append(j)
+        else:
+            groups.append((s, k, prompts, [j]))
+    requests = [
+        ([[trajectories[s][k][j].completions[-1][a].text for j in js] for a in range(len(prompts))], prompts, items[k])
+        for s, k, prompts, js in groups
     ]
-
-
-def pairs_within(
-    trajectories: List[List[Trajectory]],
-    turns: Turns,
-    encode: Callable[[int, str], List[int]],
-    pair_selection: PairSelection,
-    pairs_per_sample: Optional[int],
-    stream: RandomStream,
-) -> CollectionResult:
-    """Base trainers: pairs between one item's trajectories by their returns, ties dropped, chosen as
-    :func:`~comlrl_lightning.data.pairs.select_pairs` chooses single-turn candidates."""
-    result = CollectionResult()
-    for per_item in trajectories:
-        returns = [turns.trajectory_return(t.rewards) for t in per_item]
-        result.scores.append(returns)
-        means = {
-            "candidate_reward_mean": mean_like_numpy(returns),
-            "candidate_turn_reward_means": turn_reward_means(per_item),
-        }
-        result.item_pairs.append(
-            [
-                trajectory_pair(per_item[w], per_item[lose], turns, encode, **means)
-                for w, lose in select_pairs(returns, pair_selection, pairs_per_sample, stream.python)
-            ]
-        )
-    return result
-
-
-def pairs_against(
-    current: List[List[Trajectory]],
-    comparator: List[List[Trajectory]],
-    turns: Turns,
-    encode: Callable[[int, str], List[int]],
-    pair_selection: IterativePairSelection,
-    pairs_per_sample: Optional[int],
-    stream: RandomStream,
-) -> CollectionResult:
-    """Iterative trainers: current trajectory ``j`` against comparator trajectory ``j`` by their returns,
-    chosen per item by :func:`~comlrl_lightning.data.collection.select_against`."""
-    result = CollectionResult()
-    for mine, theirs in zip(current, comparator):
-        sides = {"current": mine, "comparator": theirs}
-        scores = {side: [turns.trajectory_return(t.rewards) for t in ts] for side, ts in sides.items()}
-        raw = {side: [turns.trajectory_return(t.raw_rewards) for t in ts] for side, ts in sides.items()}
-        result.scores.append(scores["current"] + scores["comparator"])
-        result.target_raw_rewards.append(raw["current"])
-        result.comparator_raw_rewards.append(raw["comparator"])
-        means = {
-            "candidate_reward_mean": mean_like_numpy(scores["current"] + scores["comparator"]),
-            "candidate_turn_reward_means": turn_reward_means(mine + theirs),
-        }
-        result.item_pairs.append(
-            [
-                trajectory_pair(
-                    sides[winner][j],
-                    sides[loser][j],
-                    turns,
-                    encode,
-                    **means,
-                    raw_rewards=[raw[winner][j], raw[loser][j]],
-                    target_raw_reward=raw["current"][j],
-                    comparator_raw_reward=raw["comparator"][j],
-                )
-                for j, winner, loser in select_against(scores, pair_selection, pairs_per_sample, stream)
-            ]
-        )
-    return result
+    for (s, k, _, js), (raw, processed) in zip(groups, score_requests(oracle, requests)):
+        for position, j in enumerate(js):
+            trajectories[s][k][j].raw_rewards.append(raw[position])
+            trajectories[s][k][j].rewards.append(processed[position])
 
 
 __all__ = [
@@ -336,10 +284,9 @@ __all__ = [
     "Sampler",
     "Trajectory",
     "fitting_prompts",
-    "pairs_against",
-    "pairs_within",
+    "sample_joint",
+    "sample_sides",
     "sample_trajectories",
     "team_context_check",
     "team_sampler",
-    "trajectory_pair",
 ]

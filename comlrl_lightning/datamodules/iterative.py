@@ -16,35 +16,23 @@ from comlrl_lightning.comparators import (
     ComparatorContext,
     CurrentComparator,
 )
-from comlrl_lightning.data.collection import (
-    CollectionResult,
-    build_pairs_against,
-    merge_results,
-    pair_from_record,
-    sample_candidates,
-)
 from comlrl_lightning.data.contract import ConfiguredTeam, TeamSide, offers, team_side
 from comlrl_lightning.data.loaders import EpochLoaders, TrainLoader, WithoutLength
-from comlrl_lightning.data.oracle import ScoringProgress
 from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
 from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
 from comlrl_lightning.data.snapshots import PolicySnapshots
-from comlrl_lightning.datamodules.multi_turn import collect_against
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.datamodules.round_trainer import check_round_trainer, reloads_every_epoch
 from comlrl_lightning.datamodules.task_data import total_epochs
+from comlrl_lightning.rounds.collect import collect, comparator_side, module_setup, trained_side
+from comlrl_lightning.rounds.pairing import PairsAgainst
+from comlrl_lightning.rounds.records import pair_from_record
+from comlrl_lightning.rounds.result import CollectionResult
 from comlrl_lightning.runtime.checkpoint_assets import CheckpointAssets
 from comlrl_lightning.runtime.compat import epochs_processed
-from comlrl_lightning.runtime.distributed import (
-    barrier,
-    gather_objects,
-    gather_results,
-    rank_and_world,
-    shard,
-)
+from comlrl_lightning.runtime.distributed import barrier, gather_objects, rank_and_world
 from comlrl_lightning.runtime.folder_lock import FolderLock
 from comlrl_lightning.runtime.paths import is_remote
-from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream, derived_seed
 from comlrl_lightning.runtime.sharding import is_sharded
 from comlrl_lightning.validation import OptionError, at_least
@@ -266,61 +254,27 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         )
 
     def collect_round(self, round_index: int, module: TeamSide) -> CollectionResult:
-        """Every rank samples and scores its shard of the items against the comparator; the result of all."""
+        """The round's collection: the team against the comparator (:func:`~comlrl_lightning.rounds.collect`),
+        after the comparator is made ready for the round (its stream re-seeded from ``(seed, round, rank)``,
+        the round-start policy snapshot saved); every rank gets the result of all."""
         team = module.team
-        rank, world = rank_and_world(self.trainer)
-        items = shard(self.train_items, rank, world)
-        stream = RandomStream.derive(self.seed, "collect", round_index, rank)
-        self.comparator_stream.reseed(derived_seed(self.seed, "comparator", round_index, rank))
+        self.comparator_stream.reseed(
+            derived_seed(self.seed, "comparator", round_index, rank_and_world(self.trainer)[0])
+        )
         if self.snapshots is not None:
             self.snapshots.save(round_index, team, write=self.running_trainer.is_global_zero)
             barrier(self.trainer)
-        num_comparator = self.comparator.num_candidates or self.preference_num_candidates
         self.comparator.start_round(round_index)
-        label = f"round {round_index + 1}/{self.num_iterations}"
-        per_side = len(items) * team.num_agents  # agent prompts sampled by the team, and by the comparator
-
-        def collect_shard() -> CollectionResult:
-            task = self.built_task
-            if task.turns.multi:
-                counts = [self.preference_num_candidates, num_comparator]
-                selection, per_sample = self.pair_selection, self.preference_pairs_per_sample
-                return collect_against(
-                    module,
-                    task,
-                    self.comparator,
-                    items,
-                    counts,
-                    selection,
-                    per_sample,
-                    stream,
-                    self.trainer,
-                    label,
-                )
-            with Progress.for_trainer(self.trainer, f"{label} sampling", 2 * per_side, "prompt") as sampling:
-                with module.generation_context():
-                    current = sample_candidates(
-                        team,
-                        task,
-                        items,
-                        self.preference_num_candidates,
-                        module.generation_settings,
-                        stream,
-                        sampling,
-                        module.generator,
-                    )
-                    with sampling.part(per_side):
-                        comparator = self.comparator.sample(
-                            items, current.prompts, num_comparator, module.generation_settings
-                        )
-            self.comparator.end_round()
-            with Progress.for_trainer(self.trainer, f"{label} scoring", len(items), "item") as scoring:
-                oracle = ScoringProgress(module.collection_oracle(task), scoring, calls_per_item=2)
-                return build_pairs_against(
-                    current, comparator, oracle, items, self.pair_selection, self.preference_pairs_per_sample, stream
-                )
-
-        return merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
+        task, label = self.built_task, f"round {round_index + 1}/{self.num_iterations}"
+        pairing = PairsAgainst(self.pair_selection, self.preference_pairs_per_sample)
+        setup = module_setup(module, task, pairing, self.seed, round_index, label, self.trainer)
+        num_comparator = self.comparator.num_candidates or self.preference_num_candidates
+        comparator = comparator_side(self.comparator, module.generation_settings, num_comparator)
+        result = collect(
+            self.train_items, trained_side(module, self.preference_num_candidates), comparator, task.turns, setup
+        )
+        self.comparator.end_round()
+        return result
 
     def log_round(
         self, module: TeamSide, round_index: int, result: CollectionResult, training: List[PreferencePair]

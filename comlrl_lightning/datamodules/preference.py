@@ -9,15 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
-from comlrl_lightning.data.collection import (
-    CollectionResult,
-    build_pairs_within,
-    merge_results,
-    sample_candidates,
-)
 from comlrl_lightning.data.contract import TeamSide, team_side
 from comlrl_lightning.data.loaders import TrainLoader
-from comlrl_lightning.data.oracle import ScoringProgress
 from comlrl_lightning.data.pairs import (
     PAIR_SELECTIONS,
     IterativePairSelection,
@@ -27,11 +20,10 @@ from comlrl_lightning.data.pairs import (
     is_pair_selection,
 )
 from comlrl_lightning.data.trajectory_pairs import pair_from_state
-from comlrl_lightning.datamodules.multi_turn import collect_within
 from comlrl_lightning.datamodules.task_data import TaskDataModule
-from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
-from comlrl_lightning.runtime.progress import Progress
-from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.rounds.collect import collect, module_setup, trained_side
+from comlrl_lightning.rounds.pairing import PairsWithin
+from comlrl_lightning.rounds.result import CollectionResult
 from comlrl_lightning.validation import OptionError, at_least
 
 
@@ -112,57 +104,21 @@ class PreferenceDataModule(TaskDataModule):
     # Collection
 
     def collect(self, module: TeamSide) -> CollectionResult:
-        """Sample, score and pair candidates for every training item with ``module.team``.
-
-        Each process collects its shard of the items with a stream derived from
-        ``(seed, rank)``; the results are gathered so every rank holds all pairs in item order.
-        """
+        """Sample, score and pair candidates for every training item with ``module.team``: one round of
+        the collector (:func:`~comlrl_lightning.rounds.collect`), pairs within each item's candidates
+        (each process collects its shard; every rank gets all pairs in item order)."""
         started = time.perf_counter()
-        rank, world = rank_and_world(self.trainer)
-        items = shard(self.train_items, rank, world)
-        stream = RandomStream.derive(self.seed, "collect", 0, rank)
-        prompts = len(items) * module.team.num_agents
-
-        def collect_shard() -> CollectionResult:
-            task, selection = self.built_task, self.pair_selection
-            if not is_pair_selection(selection):  # comparator_reward: the iterative data module's own collection
-                raise OptionError(
-                    f"pair_selection {selection!r} needs a comparator; choose one of: {', '.join(PAIR_SELECTIONS)}."
-                )
-            if task.turns.multi:
-                return collect_within(
-                    module,
-                    task,
-                    items,
-                    self.preference_num_candidates,
-                    selection,
-                    self.preference_pairs_per_sample,
-                    stream,
-                    self.trainer,
-                )
-            with Progress.for_trainer(self.trainer, "collection sampling", prompts, "prompt") as sampling:
-                with module.generation_context():
-                    candidates = sample_candidates(
-                        module.team,
-                        task,
-                        items,
-                        self.preference_num_candidates,
-                        module.generation_settings,
-                        stream,
-                        sampling,
-                        module.generator,
-                    )
-            with Progress.for_trainer(self.trainer, "collection scoring", len(items), "item") as scoring:
-                return build_pairs_within(
-                    candidates,
-                    ScoringProgress(module.collection_oracle(task), scoring),
-                    items,
-                    selection,
-                    self.preference_pairs_per_sample,
-                    stream,
-                )
-
-        result = merge_results(gather_results(self.counting_unparsed(collect_shard), world), world)
+        selection = self.pair_selection
+        if not is_pair_selection(selection):  # comparator_reward: the iterative data module's own collection
+            raise OptionError(
+                f"pair_selection {selection!r} needs a comparator; choose one of: {', '.join(PAIR_SELECTIONS)}."
+            )
+        task = self.built_task
+        pairing = PairsWithin(selection, self.preference_pairs_per_sample)
+        setup = module_setup(module, task, pairing, self.seed, 0, "collection", self.trainer)
+        result = collect(
+            self.train_items, trained_side(module, self.preference_num_candidates), None, task.turns, setup
+        )
         rank_zero_info(
             f"collected {len(result.pairs)} preference pairs from {len(self.train_items)} items "
             f"(candidate reward mean {result.reward_mean:.4f}) in {time.perf_counter() - started:.1f}s"

@@ -9,9 +9,6 @@ from lightning.pytorch import Callback, LightningDataModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from comlrl_lightning.data.collection import (
-    CollectionResult,
-)
 from comlrl_lightning.data.contract import TeamSide, team_side
 from comlrl_lightning.data.held_out import split_summary
 from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoader, TrainLoader
@@ -23,6 +20,7 @@ from comlrl_lightning.data.task import Task, TaskOptions, check_items, check_pro
 from comlrl_lightning.datamodules.data_state import DataStateCallback
 from comlrl_lightning.datamodules.multi_turn import check_multi_turn
 from comlrl_lightning.errors import DataError
+from comlrl_lightning.rounds.result import CollectionResult
 from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import rank_and_world, shard
 from comlrl_lightning.runtime.hparams import PlainHyperparameters, summarized
@@ -215,17 +213,6 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
     def pair_loader(self, pairs: List[PreferencePair], module: TeamSide) -> DataLoader:
         """Shuffled, resumable batches of pairs collated by ``module.collate_pairs``."""
         return self._loader(pairs, module.collate_pairs)
-
-    def counting_unparsed(self, collect: Callable[[], CollectionResult]) -> Callable[[], CollectionResult]:
-        """``collect`` that also records how many joint completions of this rank did not parse."""
-
-        def counted() -> CollectionResult:
-            before = self.built_task.unparsed_completions
-            result = collect()
-            result.unparsed = self.built_task.unparsed_completions - before
-            return result
-
-        return counted
 
     def parse_metrics(self, result: CollectionResult) -> Dict[str, float]:
         """``collect/unparsed_completions`` for a centralized team (nothing otherwise)."""

@@ -25,7 +25,6 @@ from comlrl_lightning.data.chat import (
     conversation_of,
     prompt_text,
 )
-from comlrl_lightning.data.collection import pair_from_record
 from comlrl_lightning.data.task import Task, check_items, default_formatter
 from comlrl_lightning.defaults import (
     build_char_tokenizer,
@@ -35,6 +34,7 @@ from comlrl_lightning.defaults import (
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Centralized
+from comlrl_lightning.rounds.records import pair_from_record
 from comlrl_lightning.team.loading import encode_prompt
 from tests.conftest import TINY_DATA, TINY_MODEL, tiny_sampling, tiny_task, tiny_team, tiny_trainer
 from tests.helpers.chat_helpers import TEMPLATE_A, TEMPLATE_B, rendered, tokenizer_with

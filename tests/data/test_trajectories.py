@@ -1,13 +1,15 @@
-"""Trajectories sampled turn by turn: who samples what, the transition's turns, early stop, pairs."""
+"""Joint answers and trajectories sampled turn by turn: who samples what, the transition's turns, early stop."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 
 from comlrl_lightning.data.oracle import Oracle
 from comlrl_lightning.data.trajectories import (
-    pairs_against,
-    pairs_within,
+    sample_joint,
+    sample_sides,
     sample_trajectories,
     team_context_check,
     team_sampler,
@@ -64,6 +66,47 @@ def test_trajectory_j_starts_from_candidate_j_and_continues_one_sample_per_turn(
     assert trajectory.prompts[2][1] == "y0c0a1i1s1\n\nt0r1\n".replace("y0", "y1") + "c1a1i3s0\n\nt1r10\n"
 
 
+def test_a_joint_answer_is_candidate_j_of_every_agent_as_many_as_every_agent_has():
+    def short(items, prompts, count):
+        sampled = ScriptedSampler()(items, prompts, count)
+        sampled[1][0] = sampled[1][0][:1]  # agent 1 answered item 0 once
+        return sampled
+
+    joint = sample_joint(short, ITEMS, PROMPTS, 2)
+    assert [[[c.text for c in answer] for answer in per_item] for per_item in joint] == [
+        [["c0a0i0s0", "c0a1i0s0"]],
+        [["c0a0i1s0", "c0a1i1s0"], ["c0a0i1s1", "c0a1i1s1"]],
+    ]
+
+
+class CountingOracle(Oracle):
+    """An oracle that records each ``score_many`` call's requests (prompts and joint answers)."""
+
+    def __init__(self, reward):
+        super().__init__(reward)
+        self.calls = []
+
+    def score_many(self, requests):
+        self.calls.append(
+            [(list(map(str, prompts)), [list(texts) for texts in candidates]) for candidates, prompts, _ in requests]
+        )
+        return super().score_many(requests)
+
+
+def test_sides_sample_in_step_and_each_turn_of_every_side_is_scored_in_one_call():
+    mine, theirs, oracle = ScriptedSampler(), ScriptedSampler(), CountingOracle(digit_reward)
+    turns = Turns(num_turns=2, external_transition=feedback)
+    sides = sample_sides([mine, theirs], [2, 3], oracle, turns, ITEMS, PROMPTS, lambda: None)
+    assert [len(per_item) for per_item in sides[0]] == [2, 2] and [len(per_item) for per_item in sides[1]] == [3, 3]
+    assert [call[2] for call in mine.calls] == [2, 1] and [call[0] for call in theirs.calls] == [2, 6]
+    first, second = oracle.calls
+    # the first turn: one request per item and side, item by item, each side's candidates together
+    assert [len(candidates[0]) for _, candidates in first] == [2, 3, 2, 3]
+    assert [prompts for prompts, _ in first] == [["x0", "x1"], ["x0", "x1"], ["y0", "y1"], ["y0", "y1"]]
+    assert len(second) == 2 * 2 + 2 * 3  # later turns: one request per trajectory (each has its own prompts)
+    assert sides[1][1][2].rewards == [2.0, 10.0]
+
+
 def test_a_trajectory_stops_early_when_its_reward_reaches_the_threshold():
     sampler = ScriptedSampler()
     turns = Turns(num_turns=3, external_transition=feedback, early_termination_threshold=1.0)
@@ -74,11 +117,18 @@ def test_a_trajectory_stops_early_when_its_reward_reaches_the_threshold():
 
 
 class Counted:
+    """A progress that records its steps (a sampling part adds its size when it ends)."""
+
     def __init__(self):
         self.steps = []
 
     def advance(self, count):
         self.steps.append(count)
+
+    @contextlib.contextmanager
+    def part(self, size):
+        yield
+        self.steps.append(size)
 
 
 def test_progress_counts_every_trajectory_turn_and_the_turns_an_early_stop_skips():
@@ -87,7 +137,7 @@ def test_progress_counts_every_trajectory_turn_and_the_turns_an_early_stop_skips
     sample_trajectories(
         ScriptedSampler(), Oracle(digit_reward), turns, ITEMS[:1], PROMPTS[:1], 2, lambda: None, counted
     )
-    # turn 0: both scored; candidate 1 stops (2 turns skipped); turn 1: candidate 0 scored, then stops (1 skipped)
+    # turn 0: both sampled; candidate 1 stops (2 turns skipped); turn 1: candidate 0 sampled, then stops (1 skipped)
     assert [step for step in counted.steps if step] == [2, 2, 1, 1] and sum(counted.steps) == 2 * 3
 
 
@@ -97,35 +147,6 @@ def test_a_bad_transition_fails_before_the_next_turn_is_sampled():
     with pytest.raises(TransitionError, match=r"one_message \(item 0, after turn 0\)"):
         sample_trajectories(sampler, Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None)
     assert len(sampler.calls) == 1
-
-
-def _encode(agent, prompt):
-    return [len(prompt), agent]
-
-
-def test_pairs_compare_returns_and_hold_every_turn():
-    turns = Turns(num_turns=2, external_transition=feedback, discount=0.5)
-    sampled = sample_trajectories(ScriptedSampler(), Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None)
-    result = pairs_within(sampled, turns, _encode, "reward_gap", None, RandomStream(0))
-    pair = result.item_pairs[0][0]
-    assert result.scores[0] == [0 + 0.5 * 10, 1 + 0.5 * 10]  # every turn-1 sample is s0
-    assert (pair.winner_reward, pair.loser_reward) == (6.0, 5.0)
-    assert pair.winner_turns.rewards == [1.0, 10.0] and pair.loser_turns.rewards == [0.0, 10.0]
-    assert pair.winner_turns.ids[0] == [[0, 0, 0, 1], [1, 0, 1, 0]]
-    assert pair.winner_turns.prompt_ids[1][1] == [len(pair.winner_turns.prompts[1][1]), 1]
-    assert pair.winner_completions == ["c0a0i0s1", "c0a1i0s1"] and pair.prompts == ["x0", "x1"]
-
-
-def test_pairs_against_the_comparator_compare_trajectory_j_with_trajectory_j():
-    turns = Turns(num_turns=2, external_transition=feedback)
-    mine = sample_trajectories(ScriptedSampler(), Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None)
-    theirs = sample_trajectories(ScriptedSampler(), Oracle(digit_reward), turns, ITEMS, PROMPTS, 2, lambda: None)
-    theirs[0][0].rewards[-1] = 99.0
-    result = pairs_against(mine, theirs, turns, _encode, "reward_gap", None, RandomStream(0))
-    assert len(result.item_pairs[0]) == 1 and not result.item_pairs[1]  # every other trajectory ties
-    pair = result.item_pairs[0][0]
-    assert (pair.winner_reward, pair.loser_reward) == (99.0, 10.0)
-    assert pair.target_raw_reward == 10.0 and pair.comparator_raw_reward == 10.0  # raw rewards untouched
 
 
 def test_a_trajectory_the_source_returns_nothing_for_ends_at_its_last_turn():

@@ -100,7 +100,8 @@ def test_scoring_rows_list_every_turn_of_winners_then_losers_with_their_owner():
 
 
 def test_turn_reward_means_average_each_turn_over_the_trajectories_that_reached_it():
-    from comlrl_lightning.data.trajectories import Trajectory, turn_reward_means
+    from comlrl_lightning.data.trajectories import Trajectory
+    from comlrl_lightning.rounds.pairing import turn_reward_means
 
     trajectories = [Trajectory(rewards=[0.0, 1.0]), Trajectory(rewards=[0.5]), Trajectory(rewards=[-1.0, 0.0])]
     assert turn_reward_means(trajectories) == [(0.0 + 0.5 - 1.0) / 3, 0.5]

@@ -348,11 +348,10 @@ def test_two_ddp_processes_each_sample_their_shard_with_their_own_engine(llama, 
     import sys
 
     from comlrl_lightning import MADPOModule, PreferenceDataModule
-    from comlrl_lightning.data.collection import (
-        build_pairs_within,
-        merge_results,
-        sample_candidates,
-    )
+    from comlrl_lightning.data.trajectories import team_sampler
+    from comlrl_lightning.rounds.collect import RoundSetup, Side, collect_shard
+    from comlrl_lightning.rounds.pairing import PairsWithin
+    from comlrl_lightning.rounds.result import merge_results
     from tests.helpers.vllm_ddp_run import DDP_DATA, DDP_MODEL
 
     result = subprocess.run(
@@ -373,18 +372,17 @@ def test_two_ddp_processes_each_sample_their_shard_with_their_own_engine(llama, 
     generator, parts = VLLMGenerator(), []
     for rank in range(2):
         items, stream = data.train_items[rank::2], RandomStream.derive(data.seed, "collect", 0, rank)
-        candidates = sample_candidates(
-            module.team,
-            data.task,
-            items,
+        side = Side(
+            lambda stream: team_sampler(generator, module.team, module.generation_settings, stream),
             data.preference_num_candidates,
-            module.generation_settings,
-            stream,
-            generator=generator,
         )
-        parts.append(
-            build_pairs_within(
-                candidates, data.task.oracle, items, data.pair_selection, data.preference_pairs_per_sample, stream
-            )
+        setup = RoundSetup(
+            task=data.task,
+            oracle=data.task.oracle,
+            encode=lambda agent, prompt: list(module.team.encode_prompts(agent, [prompt])[0]),
+            tokenizers=lambda: module.team.tokenizers,
+            pairing=PairsWithin(data.pair_selection, data.preference_pairs_per_sample),
+            seed=data.seed,
         )
+        parts.append(collect_shard(items, [side], data.task.turns, setup, stream))
     assert [pair.to_record() for pair in merge_results(parts, 2).pairs] == ranks[0]["pairs"]
