@@ -137,7 +137,19 @@ TARGETS: Tuple[Target, ...] = (
 """The core: the losses (with group advantages and the k3 KL), pairs and pair selection, replay
 sampling and its lambda weights, the coding task's reward levels and test counting, the resume rule."""
 
-EQUIVALENT: Dict[Tuple[str, str, str], str] = {}
+EQUIVALENT: Dict[Tuple[str, str, str], str] = {
+    ("losses", "madpo_loss", "unary dropped: `-1` -> `1`"): (
+        "`unsqueeze(1)` of a 1-D tensor is `unsqueeze(-1)`, and `sum(dim=1)` of the then 2-D [B, N] margins "
+        "is `sum(dim=-1)`"
+    ),
+    ("replay", "lambda_decay_weights", "comparison: `total > 0.0` -> `total >= 0.0`"): (
+        "the normaliser is 0 only for a lam outside [0, 1] (lam = -1 over an even count): for lam in [0, 1) "
+        "it is 1 - lam^K > 0, and NaN fails both tests"
+    ),
+    ("replay", "ReplayBuffer.sample", "comparison: `total <= 0` -> `total < 0`"): (
+        "a draw of 0 records makes no random call (choices with k=0, shuffle of an empty list) and returns []"
+    ),
+}
 """``(target, function, mutation)`` of a mutant that means the same program, and why."""
 
 

@@ -139,6 +139,28 @@ def test_rule_weights():
         assert rule.weights(0) == []
 
 
+def test_round_weights_are_each_rounds_draw_probability_with_empty_rounds_at_zero():
+    sizes = [2, 0, 3, 1]  # round 2 has no pairs: never indexed, never drawn
+    assert ReplayRule().round_weights(sizes) == pytest.approx([1 / 3, 0.0, 1 / 3, 1 / 3])
+    assert NearestKReplay(k=2).round_weights(sizes) == [0.0, 0.0, 0.5, 0.5]
+    assert NearestKReplay(k=2).round_weights([1, 4, 0]) == [0.5, 0.5, 0.0]
+    assert LambdaDecayReplay(lam=0.5).round_weights([1, 1, 1, 1]) == pytest.approx([1 / 15, 2 / 15, 4 / 15, 8 / 15])
+    assert AllHistoryReplay().round_weights([]) == [] and AllHistoryReplay().round_weights([0, 0]) == [0.0, 0.0]
+
+
+def test_current_replay_round_weights_are_the_last_round_only_and_nothing_when_it_is_empty():
+    assert CurrentReplay().round_weights([2, 3, 4]) == [0.0, 0.0, 1.0]
+    assert CurrentReplay().round_weights([0, 1]) == [0.0, 1.0]
+    assert CurrentReplay().round_weights([5]) == [1.0]
+    assert CurrentReplay().round_weights([2, 3, 0]) == [0.0, 0.0, 0.0]  # no fallback to an older round
+    assert CurrentReplay().round_weights([]) == []
+
+
+def test_a_rule_prints_as_its_class_and_options():
+    assert repr(NearestKReplay(k=2, sample_size=8)) == "NearestKReplay(sample_size=8, k=2)"
+    assert repr(CurrentReplay()) == "CurrentReplay(sample_size=None)"
+
+
 class NewestTwoThreeToOne(ReplayRule):
     """A user-defined rule: the newest two rounds, the newest drawn three times as often."""
 
@@ -339,6 +361,14 @@ def test_sample_size_defaults(tmp_path):
     fixed = ReplayBuffer(tmp_path / "replay", rule=AllHistoryReplay(sample_size=3))
     assert fixed.sample_size_for(9) == 3 and fixed.sample_size_for(0) == 3
     assert fixed.sample(9, random.Random(0)) == []  # empty index: nothing to draw from
+
+
+def test_sample_size_of_one_current_pair_and_the_newest_of_three_shards(tmp_path):
+    buffer = filled(tmp_path, [5, 2, 7], rule=AllHistoryReplay())
+    assert buffer.sample_size_for(1) == 1  # one pair this round: one draw, not the newest shard's 7
+    assert buffer.sample_size_for(0) == 7  # the newest of three (not the second, not the oldest)
+    [record] = buffer.sample(1, random.Random(0))  # a draw of one record is made
+    assert record["shard"] in (1, 2, 3)
 
 
 # ---------------------------------------------------------------------------------------------
