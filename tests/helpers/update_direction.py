@@ -48,10 +48,15 @@ def rollout_logprobs(team, prompts: List[List[str]], samples) -> torch.Tensor:
 
 
 def one_update(
-    module: LightningModule, root, datamodule: Optional[LightningDataModule] = None, batch: Any = None
+    module: LightningModule,
+    root,
+    datamodule: Optional[LightningDataModule] = None,
+    batch: Any = None,
+    **trainer_options: Any,
 ) -> None:
     """One training step of ``module`` (its ``training_step``, backward and optimizer step) on the first
-    batch of ``datamodule``, or on ``batch`` served as is."""
+    batch of ``datamodule``, or on ``batch`` served as is; ``trainer_options`` (``precision``,
+    ``callbacks``) go to the Trainer."""
     trainer = Trainer(
         accelerator="cpu",
         devices=1,
@@ -63,6 +68,7 @@ def one_update(
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=str(root),
+        **trainer_options,
     )
     if datamodule is not None:
         trainer.fit(module, datamodule)
