@@ -22,8 +22,7 @@ import torch
 
 from comlrl_lightning.data.contract import optional_data_side
 from comlrl_lightning.data.oracle import score_requests
-from comlrl_lightning.data.trajectories import sample_trajectories, team_context_check, team_sampler
-from comlrl_lightning.generation.base import sample_team
+from comlrl_lightning.data.trajectories import sample_joint, sample_trajectories, team_context_check, team_sampler
 from comlrl_lightning.modules.reward_reports import ReportRecorder, reporting_oracle
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.distributed import gather_objects
@@ -136,9 +135,10 @@ class TurnEvaluation:
         if task.turns.multi:
             return self.evaluate_turns(items, task, stream)
         prompts = [task.prompts(item) for item in items]
+        sampler = team_sampler(self.generator, self.team, self.generation_settings, stream)
         with self.generation_context():
-            samples = sample_team(self.generator, self.team, prompts, 1, self.generation_settings, stream)
-        texts = [[samples[a][k][0].text for a in range(len(samples))] for k in range(len(items))]
+            joint = sample_joint(sampler, items, prompts, 1)  # one joint answer per item, as a round samples
+        texts = [[c.text for c in per_item[0]] for per_item in joint]
         requests = [([[text] for text in texts[k]], prompts[k], item) for k, item in enumerate(items)]
         oracle, recorder = reporting_oracle(task.oracle)  # what the reward says of each answer, kept
         rewards = [processed[0] for _, processed in score_requests(oracle, requests)]
