@@ -13,7 +13,7 @@ from comlrl.utils import RewardProcessors
 from comlrl.utils.reward_utils import set_reward_range
 
 MODEL = os.environ["SCRIPT_MODEL"]
-ITEMS = [{"prompt": f"topic: {word}\n"} for word in ("sun", "moon", "tree", "rain")]
+ITEMS = [{"prompt": f"topic: {word}\n"} for word in ("sun", "moon")]
 
 
 def vowel_reward(writer, matcher):
@@ -34,7 +34,7 @@ args = MADPOConfig(
     eval_interval=2,
     eval_num_samples=2,
     logging_steps=1,
-    train_batch_size=4,
+    train_batch_size=2,
 )
 torch.manual_seed(0)
 trainer = MADPOTrainer(
