@@ -142,6 +142,10 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "`unsqueeze(1)` of a 1-D tensor is `unsqueeze(-1)`, and `sum(dim=1)` of the then 2-D [B, N] margins "
         "is `sum(dim=-1)`"
     ),
+    ("resume_rule", "_known", "constant: `1` -> `0`"): (
+        "`parts[:0]` names the empty option, which no flattened options hold (every name starts with "
+        "`model.` or `data.`), so the added first check is always false"
+    ),
     ("replay", "lambda_decay_weights", "comparison: `total > 0.0` -> `total >= 0.0`"): (
         "the normaliser is 0 only for a lam outside [0, 1] (lam = -1 over an even count): for lam in [0, 1) "
         "it is 1 - lam^K > 0, and NaN fails both tests"

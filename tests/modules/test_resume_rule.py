@@ -14,12 +14,15 @@ from comlrl_lightning.modules import MADPOModule, MARLHFModule
 from comlrl_lightning.modules.resume_rule import (
     NOT_GIVEN,
     TEAM_KEY,
+    apply_resume_rule,
     changes_text,
     flat_options,
     is_fixed,
     option_changes,
     resume_changes,
+    saved_options,
     set_learning_rates,
+    use_learning_rates,
 )
 from comlrl_lightning.team.options import TeamOptions
 
@@ -112,6 +115,66 @@ def test_a_restored_optimizer_gets_the_new_rates_and_a_schedule_continues_from_i
     scheduled.step()
     scheduler.step()
     assert scheduled.param_groups[0]["lr"] == pytest.approx(0.4 * 0.75)  # the schedule goes on with the new base
+
+
+def test_a_null_option_that_is_gone_a_longer_list_and_a_long_value_are_each_shown():
+    assert option_changes({"x": None}, {}) == [("x", None, NOT_GIVEN)]  # no entries below it: listed itself
+    assert option_changes({"a": [1, 2]}, {"a": [1, 2, 3]}) == [("a", [1, 2], [1, 2, 3])]
+    fits, too_long = "x" * 78, "x" * 79  # their reprs are 80 and 81 characters
+    assert changes_text([("a", fits, too_long)]) == f"a: {fits!r} -> {repr(too_long)[:77]}..."
+
+
+def test_a_checkpoint_that_records_only_its_data_kind_is_refused_another_kind_and_compared_without_a_datamodule():
+    checkpoint = saved_by(MADPOModule(), PreferenceDataModule())
+    del checkpoint["datamodule_hyper_parameters"]
+    with pytest.raises(ConfigurationError, match="data.kind: 'preference' -> 'iterative'"):
+        resume_changes(checkpoint, MADPOModule(), IterativePreferenceDataModule(), "x")
+    assert resume_changes(checkpoint, MADPOModule(), None, "x") == []  # no data module: its side is not compared
+    assert saved_options({}) == ({}, {})
+
+
+def test_apply_resume_rule_returns_the_changes_and_marks_the_module_checked():
+    checkpoint = saved_by(MADPOModule(), PreferenceDataModule())
+    module = MADPOModule(sampling=GenerationSettings(temperature=0.9))
+    assert module.resume_checked is False
+    assert apply_resume_rule(checkpoint, module, PreferenceDataModule(), "x") == [
+        ("model.sampling.temperature", 0.6, 0.9)
+    ]
+    assert module.resume_checked is True
+
+
+def test_a_scheduler_of_another_optimizer_keeps_its_base_rate():
+    weights = [torch.nn.Parameter(torch.zeros(1)) for _ in range(2)]
+    first = torch.optim.SGD([{"params": [weights[0]], "lr": 0.2, "name": "agent_0"}])
+    second = torch.optim.SGD([{"params": [weights[1]], "lr": 0.3, "name": "agent_1"}])
+    schedulers = [torch.optim.lr_scheduler.LinearLR(o, start_factor=1.0, total_iters=4) for o in (first, second)]
+    assert set_learning_rates([first, second], schedulers, {"agent_0": 0.4}) == [("agent_0", 0.2, 0.4)]
+    assert schedulers[0].base_lrs == [0.4] and schedulers[1].base_lrs == [0.3]
+
+
+class RestoredModule:
+    """What :func:`use_learning_rates` reads of a module whose optimizer a resume restored: its
+    Trainer's optimizers and scheduler configs, and the module's own parameter groups."""
+
+    resume_checked = True
+
+    def __init__(self, optimizer, scheduler) -> None:
+        from lightning.pytorch.utilities.types import LRSchedulerConfig
+
+        self.trainer = type("Trainer", (), {})()
+        self.trainer.optimizers, self.trainer.lr_scheduler_configs = [optimizer], [LRSchedulerConfig(scheduler)]
+
+    def parameter_groups(self):
+        return [{"params": [], "lr": 0.5, "name": "agent_0"}, {"params": [], "lr": 0.9}]  # the second: unnamed
+
+
+def test_use_learning_rates_gives_the_restored_optimizer_and_its_schedule_the_modules_rates():
+    optimizer = torch.optim.SGD([{"params": [torch.nn.Parameter(torch.zeros(1))], "lr": 1.0, "name": "agent_0"}])
+    scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1.0, total_iters=4)
+    module = RestoredModule(optimizer, scheduler)
+    assert use_learning_rates(module) == [("agent_0", 1.0, 0.5)]
+    assert optimizer.param_groups[0]["lr"] == 0.5 and scheduler.base_lrs == [0.5]
+    assert module.resume_checked is False  # the next resume is checked again
 
 
 @pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
