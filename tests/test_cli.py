@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import subprocess
 import sys
 import warnings
@@ -160,10 +161,18 @@ def test_iterative_config_runs_rounds_and_logs_round_metrics(tmp_path):
     rows = _metrics(tmp_path)
     rounds = [float(r["iter/current_iteration"]) for r in rows if r.get("iter/current_iteration")]
     assert rounds == [1.0, 2.0]
-    for key in ("iter/current_preference_pairs", "iter/total_preference_pairs", "iter/train_preference_pairs"):
-        assert any(r.get(key) for r in rows), key
-    train_pairs = [float(r["iter/train_preference_pairs"]) for r in rows if r.get("iter/train_preference_pairs")]
-    assert train_pairs == [16.0, 16.0]
+    logged = {
+        key: [float(r[key]) for r in rows if r.get(key)]
+        for key in ("iter/current_preference_pairs", "iter/total_preference_pairs", "iter/train_preference_pairs")
+    }
+    written = []  # each round's pairs, as its round file holds them
+    for iteration in (1, 2):
+        round_file = json.loads((tmp_path / "preference_replay" / f"iteration_000{iteration}.json").read_text())
+        assert round_file["num_pairs"] == len(round_file["pairs"]) > 0
+        written.append(float(round_file["num_pairs"]))
+    assert logged["iter/current_preference_pairs"] == written
+    assert logged["iter/total_preference_pairs"] == [written[0], written[0] + written[1]]
+    assert logged["iter/train_preference_pairs"] == [16.0, 16.0]  # the replay's sample_size
 
 
 @pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
@@ -195,8 +204,12 @@ def test_marlhf_config_fits_the_reward_model_then_trains_the_policy(tmp_path):
     # the frozen reward model is in eval mode on purpose: Lightning's warning about it is not shown
     assert not [w for w in caught if "in eval mode at the start of training" in str(w.message)]
     rows = _metrics(tmp_path)
-    assert any(r.get("reward_model/accuracy") for r in rows)
-    assert any(r.get("train/loss") for r in rows)
+    fits = [
+        (r["reward_model/epoch"], float(r["reward_model/accuracy"])) for r in rows if r.get("reward_model/accuracy")
+    ]
+    assert fits and all(epoch == "1.0" and 0.0 <= accuracy <= 1.0 for epoch, accuracy in fits), fits
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses), losses  # one per update, logged every step
 
 
 @pytest.mark.slow  # trains and resumes
