@@ -219,7 +219,7 @@ class CentralizedTask(Task):
         if tokenizers is not None:
             self.renderer = PromptRenderer(tokenizers, roles.chat_template, names=["the centralized team's model"])
             self.renderer.check()
-        self.oracle = CentralizedOracle(self)  # type: ignore[assignment]  # duck-typed: Oracle's score, score_many, reward_func
+        self.oracle = CentralizedOracle(self)  # type: ignore[assignment]  # duck-typed: Oracle's rewards, rewards_many, reward_func
         self.scored_completions = 0
         self.unparsed_completions = 0
 
@@ -262,14 +262,16 @@ class CentralizedOracle:
     def reward_func(self):
         return self.task.roles.oracle.reward_func
 
-    def score(
+    def rewards(
         self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any
     ) -> Tuple[List[float], List[float]]:
-        return self.task.roles.oracle.score(*self._by_role(candidates, item))
+        return self.task.roles.oracle.rewards(*self._by_role(candidates, item))
 
-    def score_many(self, requests: Sequence[Tuple[Sequence[Sequence[str]], Sequence[str], Any]]):
-        """:meth:`score` of every request, through the roles' oracle in one batch where its reward takes one."""
-        return self.task.roles.oracle.score_many([self._by_role(candidates, item) for candidates, _, item in requests])
+    def rewards_many(self, requests: Sequence[Tuple[Sequence[Sequence[str]], Sequence[str], Any]]):
+        """:meth:`rewards` of every request, through the roles' oracle in one batch where its reward takes one."""
+        return self.task.roles.oracle.rewards_many(
+            [self._by_role(candidates, item) for candidates, _, item in requests]
+        )
 
     def _by_role(self, candidates: Sequence[Sequence[str]], item: Any) -> Tuple[List[List[str]], List[str], Any]:
         split = [self.task.split(text, item)[0] for text in candidates[0]]

@@ -18,7 +18,7 @@ score. Anything else (an exception, no value, a non-number, NaN or infinity) is 
 function and the value: a silently wrong reward would corrupt every pair built from it.
 
 Batch form: a reward function with the attribute ``accepts_batch = True`` is called once for many
-joint responses (a whole round's, or a whole evaluation batch's, through :meth:`Oracle.score_many`):
+joint responses (a whole round's, or a whole evaluation batch's, through :meth:`Oracle.rewards_many`):
 the same signature rules, each list holding ``n`` completions (agent ``i``'s of every joint
 response), ``batch_items`` and ``prompts`` ``n`` long (one per joint response), and it returns ``n``
 values, response by response. A test runner that starts one process per program scores a round
@@ -227,7 +227,7 @@ class Oracle:
         self.reward_func: Callable = resolved
         self.reward_processor = resolve_callable(reward_processor, "reward_processor")
 
-    def score(
+    def rewards(
         self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any
     ) -> Tuple[List[float], List[float]]:
         """Raw and processed scores of joint responses ``j < min_i len(candidates[i])``.
@@ -243,12 +243,12 @@ class Oracle:
         ]
         return raw, [self.process(value) for value in raw]
 
-    def score_many(self, requests: Sequence[ScoreRequest]) -> List[Tuple[List[float], List[float]]]:
-        """:meth:`score` of every ``(candidates, prompts, item)`` request, in order: one call of a
+    def rewards_many(self, requests: Sequence[ScoreRequest]) -> List[Tuple[List[float], List[float]]]:
+        """:meth:`rewards` of every ``(candidates, prompts, item)`` request, in order: one call of a
         batch-form reward function for all of them (see the module's docstring), else one
-        :meth:`score` per request."""
+        :meth:`rewards` per request."""
         if not accepts_batch(self.reward_func):
-            return [self.score(*request) for request in requests]
+            return [self.rewards(*request) for request in requests]
         counts = [min(len(texts) for texts in candidates) for candidates, _, _ in requests]
         if not requests or not sum(counts):
             return [([], []) for _ in requests]
@@ -284,18 +284,18 @@ class Oracle:
 
 class Scorer(Protocol):
     """What pair building needs of an oracle (:class:`Oracle`, :class:`ScoringProgress`, a reward model's):
-    :meth:`Oracle.score`; ``score_many`` is used where it has one (:func:`score_requests`)."""
+    :meth:`Oracle.rewards`; ``rewards_many`` is used where it has one (:func:`score_requests`)."""
 
-    def score(
+    def rewards(
         self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any
     ) -> Tuple[List[float], List[float]]: ...
 
 
 def score_requests(oracle: Any, requests: Sequence[ScoreRequest]) -> List[Tuple[List[float], List[float]]]:
-    """``oracle.score_many(requests)`` where the oracle has it (:class:`Oracle`), else one ``score`` per request."""
-    if hasattr(oracle, "score_many"):
-        return oracle.score_many(requests)
-    return [oracle.score(*request) for request in requests]
+    """``oracle.rewards_many(requests)`` where the oracle has it (:class:`Oracle`), else one ``rewards`` per request."""
+    if hasattr(oracle, "rewards_many"):
+        return oracle.rewards_many(requests)
+    return [oracle.rewards(*request) for request in requests]
 
 
 class ScoringProgress:
@@ -310,16 +310,16 @@ class ScoringProgress:
         self.oracle, self.progress, self.calls_per_item = oracle, progress, calls_per_item
         self.calls = 0
 
-    def score(
+    def rewards(
         self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item: Any
     ) -> Tuple[List[float], List[float]]:
-        result = self.oracle.score(candidates, prompts, item)
+        result = self.oracle.rewards(candidates, prompts, item)
         self.calls += 1
         if self.calls % self.calls_per_item == 0:
             self.progress.advance(1)
         return result
 
-    def score_many(self, requests: Sequence[ScoreRequest]) -> List[Tuple[List[float], List[float]]]:
+    def rewards_many(self, requests: Sequence[ScoreRequest]) -> List[Tuple[List[float], List[float]]]:
         results = score_requests(self.oracle, requests)
         before = self.calls // self.calls_per_item
         self.calls += len(requests)

@@ -290,7 +290,7 @@ class RewardModelOracle:
         self.scorer = scorer
 
     @torch.no_grad()
-    def score(
+    def rewards(
         self, candidates: Sequence[Sequence[str]], prompts: Sequence[str], item
     ) -> Tuple[List[float], List[float]]:
         count = min(len(texts) for texts in candidates)

@@ -55,7 +55,7 @@ class RoundSetup:
 
     Attributes:
         task: gives each item's prompts and counts the joint completions that did not parse.
-        oracle: scores joint answers (``score`` / ``score_many``, :class:`~comlrl_lightning.data.oracle.Oracle`).
+        oracle: scores joint answers (``rewards`` / ``rewards_many``, :class:`~comlrl_lightning.data.oracle.Oracle`).
         encode: a prompt's token ids as each agent sampled after it (kept in every pair).
         tokenizers: each agent's tokenizer (a later turn's chat-template prompt needs it).
         pairing: the pairing rule; its ``num_sides`` must be the number of sides given.

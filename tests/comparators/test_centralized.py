@@ -450,8 +450,8 @@ def test_a_steering_completion_is_counted_as_unparsed_and_scores_as_empty_roles(
         return [0.0]
 
     task = CentralizedTask(Task(["{q}", "{q}"], reward, num_agents=2), TaggedCentralizedComparatorAdapter())
-    task.oracle.score([["<agent_0>a <agent_1>X</agent_1> e</agent_0><agent_1>o</agent_1>"]], ["p"], {"q": "x"})
-    task.oracle.score([["<agent_0>a</agent_0><agent_1>o</agent_1>"]], ["p"], {"q": "x"})
+    task.oracle.rewards([["<agent_0>a <agent_1>X</agent_1> e</agent_0><agent_1>o</agent_1>"]], ["p"], {"q": "x"})
+    task.oracle.rewards([["<agent_0>a</agent_0><agent_1>o</agent_1>"]], ["p"], {"q": "x"})
     assert seen == [("", ""), ("a", "o")] and (task.scored_completions, task.unparsed_completions) == (2, 1)
 
 
@@ -482,9 +482,9 @@ def test_a_centralized_task_hands_a_batch_reward_every_joint_completion_at_once(
     texts = [["<agent_0>ab</agent_0><agent_1>c</agent_1>", "nothing"], ["<agent_0>a</agent_0><agent_1>ccc</agent_1>"]]
     requests = [([texts[0]], ["p"], {"q": "x"}), ([texts[1]], ["p"], {"q": "y"})]
     scored = [
-        CentralizedTask(Task(["{q}", "{q}"], f, num_agents=2), TaggedCentralizedComparatorAdapter()).oracle.score_many(
-            requests
-        )
+        CentralizedTask(
+            Task(["{q}", "{q}"], f, num_agents=2), TaggedCentralizedComparatorAdapter()
+        ).oracle.rewards_many(requests)
         for f in (per_answer, batch)
     ]
     assert scored[0] == scored[1] == [([21.0, 0.0], [21.0, 0.0]), ([13.0], [13.0])]

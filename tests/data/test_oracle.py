@@ -352,7 +352,7 @@ def test_score_raw_and_processed_with_reward_processor():
 
     oracle = Oracle(reward, reward_processor=lambda x: 2 * x - 1)
     item = {"prompt": "topic"}
-    raw, processed = oracle.score([["a", "bb", "ccc"], ["x", "yy", "zzz"]], ["writer prompt", "matcher prompt"], item)
+    raw, processed = oracle.rewards([["a", "bb", "ccc"], ["x", "yy", "zzz"]], ["writer prompt", "matcher prompt"], item)
     assert raw == [11.0, 22.0, 33.0]
     assert processed == [21.0, 43.0, 65.0]
     # one call per joint candidate index, single-element lists, agent 0's prompt, the item
@@ -365,7 +365,7 @@ def test_score_raw_and_processed_with_reward_processor():
 
 def test_score_without_processor_is_identity():
     oracle = Oracle(lambda a, b: [float(len(a[0]) - len(b[0]))])
-    raw, processed = oracle.score([["aaa", "a"], ["a", "aaaa"]], ["p", "q"], {})
+    raw, processed = oracle.rewards([["aaa", "a"], ["a", "aaaa"]], ["p", "q"], {})
     assert raw == [2.0, -3.0]
     assert processed == raw
 
@@ -378,18 +378,18 @@ def test_score_only_the_minimum_candidate_count():
         return [float(len(calls))]
 
     oracle = Oracle(reward)
-    raw, processed = oracle.score([["a", "b", "c", "d"], ["x", "y"]], ["p", "q"], {})
+    raw, processed = oracle.rewards([["a", "b", "c", "d"], ["x", "y"]], ["p", "q"], {})
     assert calls == [("a", "x"), ("b", "y")]
     assert raw == [1.0, 2.0]
     assert processed == [1.0, 2.0]
     three = Oracle(lambda *texts: [float(len(texts))])
-    raw, _ = three.score([["a"], ["x", "y", "z"], ["m", "n"]], ["p", "q", "r"], {})
+    raw, _ = three.rewards([["a"], ["x", "y", "z"], ["m", "n"]], ["p", "q", "r"], {})
     assert raw == [3.0]
 
 
 def test_score_by_import_path():
     oracle = Oracle("comlrl_lightning.defaults.vowel_length_reward", reward_processor="math.exp")
-    raw, processed = oracle.score([["aaaa", "bbbb"], ["cccc", "cc"]], ["p", "q"], {})
+    raw, processed = oracle.rewards([["aaaa", "bbbb"], ["cccc", "cc"]], ["p", "q"], {})
     # vowel fraction of the writer minus the relative length gap
     assert raw == [1.0, -0.5]
     assert processed == pytest.approx([math.e, math.exp(-0.5)], rel=1e-12)
@@ -402,7 +402,7 @@ def test_processor_bad_values_are_errors(bad):
 
     oracle = Oracle(lambda a, b: [1.0], reward_processor=odd_processor)
     with pytest.raises(ValueError, match="odd_processor"):
-        oracle.score([["a"], ["b"]], ["p", "q"], {})
+        oracle.rewards([["a"], ["b"]], ["p", "q"], {})
 
 
 def test_oracle_requires_a_reward_function():
@@ -499,16 +499,16 @@ def test_the_batch_form_and_the_per_answer_form_give_the_same_scores():
         ([[], []], ["p3", "q3"], {"bonus": 1.0}),
     ]
     batch = _BatchReward()
-    scored = Oracle(batch, lambda v: v - 4.0).score_many(requests)
-    assert scored == Oracle(_per_answer, lambda v: v - 4.0).score_many(requests)
+    scored = Oracle(batch, lambda v: v - 4.0).rewards_many(requests)
+    assert scored == Oracle(_per_answer, lambda v: v - 4.0).rewards_many(requests)
     assert scored == [([11.5, 20.5, 32.5], [7.5, 16.5, 28.5]), ([45.0], [41.0]), ([], [])] and batch.calls == 1
-    assert Oracle(_BatchReward()).score_many([requests[2]]) == [([], [])]  # nothing to score: no call
+    assert Oracle(_BatchReward()).rewards_many([requests[2]]) == [([], [])]  # nothing to score: no call
 
 
 def test_a_batch_reward_must_return_one_value_per_joint_answer():
 
     with pytest.raises(DataError, match="declares accepts_batch.*3 expected, got 2"):
-        Oracle(_BatchReward(wrong_length=True)).score_many(
+        Oracle(_BatchReward(wrong_length=True)).rewards_many(
             [([["a", "b", "c"], ["x", "y", "z"]], ["p", "q"], {"bonus": 0})]
         )
 
@@ -525,7 +525,7 @@ def test_scoring_progress_advances_by_items_for_a_batch():
     counter = Counter()
     progress = ScoringProgress(Oracle(_BatchReward()), counter, calls_per_item=2)
     request = ([["a"], ["b"]], ["p", "q"], {"bonus": 0})
-    progress.score_many([request] * 4)
+    progress.rewards_many([request] * 4)
     assert counter.done == 2
 
 
@@ -592,7 +592,7 @@ def test_a_slow_reward_function_shows_progress():
     progress = Progress("collection scoring", 5, "item", report=lines.append, interval=10.0, clock=lambda: next(clock))
     scoring = ScoringProgress(Oracle(lambda a, b: [1.0]), progress)
     for _ in range(4):
-        assert scoring.score([["a"], ["b"]], ["p"], {}) == ([1.0], [1.0])
+        assert scoring.rewards([["a"], ["b"]], ["p"], {}) == ([1.0], [1.0])
     assert lines == [
         "collection scoring: 2/5 items (11s elapsed, about 16s left)",
         "collection scoring: 4/5 items (25s elapsed, about 6s left)",

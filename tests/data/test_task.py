@@ -175,7 +175,7 @@ def test_formatter_must_return_a_string():
 def test_task_builds_the_oracle():
     task = Task(None, "comlrl_lightning.defaults.vowel_length_reward", num_agents=2)
     assert task.oracle.reward_func is vowel_length_reward
-    raw, processed = task.oracle.score([["aa"], ["bb"]], task.prompts({"prompt": "p"}), {"prompt": "p"})
+    raw, processed = task.oracle.rewards([["aa"], ["bb"]], task.prompts({"prompt": "p"}), {"prompt": "p"})
     assert raw == processed == [1.0]
     with pytest.raises(ValueError, match="reward_func must be a callable."):
         Task(None, None, num_agents=2)

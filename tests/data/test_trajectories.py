@@ -80,17 +80,17 @@ def test_a_joint_answer_is_candidate_j_of_every_agent_as_many_as_every_agent_has
 
 
 class CountingOracle(Oracle):
-    """An oracle that records each ``score_many`` call's requests (prompts and joint answers)."""
+    """An oracle that records each ``rewards_many`` call's requests (prompts and joint answers)."""
 
     def __init__(self, reward):
         super().__init__(reward)
         self.calls = []
 
-    def score_many(self, requests):
+    def rewards_many(self, requests):
         self.calls.append(
             [(list(map(str, prompts)), [list(texts) for texts in candidates]) for candidates, prompts, _ in requests]
         )
-        return super().score_many(requests)
+        return super().rewards_many(requests)
 
 
 def test_sides_sample_in_step_and_each_turn_of_every_side_is_scored_in_one_call():

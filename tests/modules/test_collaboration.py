@@ -67,7 +67,7 @@ def test_joint_prompt_parsing_and_scoring_through_the_roles():
     (prompt,) = task.prompts({"prompt": "x"})
     assert prompt == TaggedCentralizedComparatorAdapter().build_prompt({"prompt": "x"}, ["W x", "M x"])
     texts = ["<agent_0>abc</agent_0><agent_1>d</agent_1>", "no tags at all", "<AGENT_1> ef </agent_1>"]
-    raw, processed = task.oracle.score([texts], [prompt], {"prompt": "x"})
+    raw, processed = task.oracle.rewards([texts], [prompt], {"prompt": "x"})
     # parsed; unparsed -> every role empty (as the reference), counted; a missing section -> ""
     assert raw == processed == [2.0, 0.0, -2.0]
     assert [c[:2] for c in calls] == [(["abc"], ["d"]), ([""], [""]), ([""], ["ef"])]

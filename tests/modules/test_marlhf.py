@@ -236,7 +236,7 @@ def test_reward_model_scoring_for_collection_after_the_first_fit():
     module.fitted_round = 0
     oracle = module.collection_oracle(Task)
     assert isinstance(oracle, RewardModelOracle)
-    raw, processed = oracle.score([["aa", "bb"], ["cc", "dd", "ee"]], ["p0", "p1"], {})
+    raw, processed = oracle.rewards([["aa", "bb"], ["cc", "dd", "ee"]], ["p0", "p1"], {})
     assert raw == processed and len(raw) == 2
 
 

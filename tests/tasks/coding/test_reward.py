@@ -122,7 +122,7 @@ def test_the_runner_gets_the_combined_programs_of_a_whole_batch_at_once():
 def test_the_oracle_calls_the_batch_form_once_with_one_value_per_joint_answer():
     runner = FakeRunner(1)
     oracle = Oracle(CooperativeCodeReward(run_tests_batch=runner), lambda value: value + TRAINING_SHIFT)
-    [(raw, processed)] = oracle.score_many([([[AUX, "x"], [MAIN_USES_AUX, "y"]], ["p", "p"], ITEM)])
+    [(raw, processed)] = oracle.rewards_many([([[AUX, "x"], [MAIN_USES_AUX, "y"]], ["p", "p"], ITEM)])
     assert raw == pytest.approx([3.5, 0.0]) and processed == pytest.approx([-0.5, -4.0]) and len(runner.calls) == 1
 
 
