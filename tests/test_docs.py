@@ -316,7 +316,7 @@ def test_the_readme_own_task_example_learns(tmp_path, monkeypatch):
 
 NUMBER = re.compile(r"(?<![\d.])-?\d+\.\d{4}(?!\d)")
 SEEDED_ROW = re.compile(
-    r"^\|\s*`(?:configs/)?([\w.]+\.yaml)`[^|]*" + r"\|\s*(-?\d\.\d{4}) → (-?\d\.\d{4})\s*" * 3 + r"\|",
+    r"^\|\s*`(?:configs/)?((?:overlays/)?[\w.]+\.yaml)`[^|]*" + r"\|\s*(-?\d\.\d{4}) → (-?\d\.\d{4})\s*" * 3 + r"\|",
     re.M,
 )
 """A table row quoting a config's evaluation reward before → after training for seeds 0, 1 and 2."""
