@@ -18,7 +18,7 @@ from comlrl.trainers.preference import (
 from comlrl.utils import RewardProcessors
 
 MODEL = os.environ["SCRIPT_MODEL"]
-ITEMS = [{"prompt": f"topic: {word}\n"} for word in ("sun", "moon", "tree", "rain")]
+ITEMS = [{"prompt": f"topic: {word}\n"} for word in ("sun", "moon")]
 
 
 def vowel_reward(writer, matcher):
