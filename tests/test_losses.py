@@ -16,7 +16,13 @@ import torch
 import torch.nn.functional as F
 
 from comlrl_lightning.defaults import build_char_tokenizer, build_tiny_model
-from comlrl_lightning.losses import bradley_terry_loss, gathered_logprobs, madpo_loss, trajectory_margins
+from comlrl_lightning.losses import (
+    bradley_terry_loss,
+    bradley_terry_metrics,
+    gathered_logprobs,
+    madpo_loss,
+    trajectory_margins,
+)
 from comlrl_lightning.team.team import Team, pack_sequences
 
 
@@ -95,6 +101,19 @@ def test_bradley_terry_loss_hand_values():
 
 # ---------------------------------------------------------------------------------------------
 # gathered_logprobs
+
+
+def test_bradley_terry_metrics_per_pair_a_tie_is_no_win():
+    metrics = bradley_terry_metrics(torch.tensor([2.0, 1.0, 0.5]), torch.tensor([1.0, 1.0, 1.0]))
+    assert metrics["accuracy"].tolist() == [1.0, 0.0, 0.0]
+    assert metrics["margin"].tolist() == [1.0, 0.0, -0.5]
+
+
+def test_gathered_logprobs_chunks_cover_every_row_when_rows_outnumber_the_vocabulary():
+    generator = torch.Generator().manual_seed(1)
+    logits, targets = torch.randn(12, 3, generator=generator), torch.randint(0, 3, (12,), generator=generator)
+    expected = F.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(gathered_logprobs(logits, targets, chunk_size=2), expected)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -51,6 +51,22 @@ def test_rloo_with_one_sample_falls_back_to_mean_and_constant_groups_do_not_divi
         group_advantages(R, "median")
 
 
+def test_group_advantages_take_each_group_along_the_last_axis_and_normalize_by_default():
+    returns = torch.tensor([[[0.0, 1.0], [2.0, 6.0], [5.0, 5.0]]])  # [agents 1, items 3, G 2], as MAGRPO's
+    torch.testing.assert_close(group_advantages(returns), torch.tensor([[[-1.0, 1.0], [-1.0, 1.0], [0.0, 0.0]]]))
+    torch.testing.assert_close(group_advantages(torch.tensor([0.0, 1.0])), torch.tensor([-1.0, 1.0]))  # one group
+    rows = torch.tensor([[0.0, 1.0, 2.0], [3.0, 3.0, 6.0]])
+    torch.testing.assert_close(
+        group_advantages(rows, "rloo", normalize=False), torch.tensor([[-1.5, 0.0, 1.5], [-1.5, -1.5, 3.0]])
+    )
+    torch.testing.assert_close(
+        group_advantages(rows, "max", normalize=False), torch.tensor([[-2.0, -1.0, 0.0], [-3.0, -3.0, 0.0]])
+    )
+    torch.testing.assert_close(
+        group_advantages(rows, "mean", normalize=False), torch.tensor([[-1.0, 0.0, 1.0], [-1.0, -1.0, 2.0]])
+    )
+
+
 def test_policy_gradient_loss_and_gradient():
     logprobs = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
     advantages = torch.tensor([1.0, -0.5, 2.0], requires_grad=True)
