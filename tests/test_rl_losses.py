@@ -140,3 +140,14 @@ def test_explained_variance():
         explained_variance(returns - torch.tensor([0.5, -0.5, 0.5, -0.5]), returns), torch.tensor(0.8)
     )
     assert math.isnan(explained_variance(returns, torch.ones(4)).item())
+
+
+def test_value_loss_clips_only_with_both_old_values_and_a_clip_range_and_small_return_variances_count():
+    values, returns, far = torch.tensor([1.0, 2.0]), torch.tensor([0.0, 0.0]), torch.tensor([5.0, 5.0])
+    unclipped = torch.tensor((1.0 + 4.0) / 2)
+    torch.testing.assert_close(value_loss(values, returns, far, None), unclipped)
+    torch.testing.assert_close(value_loss(values, returns, None, 0.2), unclipped)
+    # returns with a variance under 1 (0.25) still give a value, not nan
+    torch.testing.assert_close(
+        explained_variance(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 1.0])), torch.tensor(1.0)
+    )

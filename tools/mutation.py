@@ -153,6 +153,7 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "on a chunk's 2-D rows and 1-D targets dim 1 is dim -1 (gather, unsqueeze, squeeze); the reshape's -1 "
         "mutants are killed"
     ),
+    ("losses", "k3_kl", "unary dropped: `-1` -> `1`"): "its inputs are [M, T]: `sum(dim=1)` is `sum(dim=-1)`",
     ("replay", "lambda_decay_weights", "comparison: `total > 0.0` -> `total >= 0.0`"): (
         "the normaliser is 0 only for a lam outside [0, 1] (lam = -1 over an even count): for lam in [0, 1) "
         "it is 1 - lam^K > 0, and NaN fails both tests"
