@@ -134,8 +134,9 @@ def _copy_new(source: Path, target: Path) -> None:
             shutil.copyfileobj(handle, out, 1 << 20)
 
 
-_VERIFIED: Dict[Tuple[int, int, int, int], str] = {}
-"""sha256 of asset files already hashed in this process, by (device, inode, size, mtime)."""
+_VERIFIED: Dict[Tuple[int, int, int, int, int], str] = {}
+"""sha256 of asset files already hashed in this process, by (device, inode, size, mtime, ctime): a file
+rewritten in place with its size and mtime set back still changes its ctime, so it is hashed again."""
 
 
 def _donor(group: PurePosixPath, name: PurePosixPath, entry: Dict[str, object], folder: Path) -> Optional[Path]:
@@ -158,7 +159,7 @@ def _donor(group: PurePosixPath, name: PurePosixPath, entry: Dict[str, object], 
             continue
         if root.is_symlink() or not resolves_inside(candidate, root):
             continue
-        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
         if _VERIFIED.get(key) != entry["sha256"]:
             if file_digest(candidate) != entry["sha256"]:
                 continue

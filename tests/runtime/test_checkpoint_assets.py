@@ -60,6 +60,19 @@ def test_assets_copy_the_live_file_once_and_link_each_other(tmp_path):
     assert (other / "preference_replay" / "iteration_0001.json").read_bytes() == b"one"
 
 
+def test_a_donor_rewritten_in_place_with_its_size_and_mtime_set_back_is_hashed_again(tmp_path):
+    entry = live_file(tmp_path / "run", "iteration_0001.json", b"one")
+    write_assets([entry], asset_folder(tmp_path / "ckpt" / "a.ckpt"))
+    write_assets([entry], asset_folder(tmp_path / "ckpt" / "b.ckpt"))  # links a's copy: its hash is now remembered
+    donor = asset_folder(tmp_path / "ckpt" / "a.ckpt") / "preference_replay" / "iteration_0001.json"
+    before = os.stat(donor)
+    donor.write_bytes(b"ONE")  # same size; only the ctime tells the change
+    os.utime(donor, ns=(before.st_atime_ns, before.st_mtime_ns))
+    write_assets([entry], asset_folder(tmp_path / "ckpt" / "c.ckpt"))
+    stored = asset_folder(tmp_path / "ckpt" / "c.ckpt") / "preference_replay" / "iteration_0001.json"
+    assert stored.read_bytes() == b"one"
+
+
 def test_an_asset_of_an_earlier_version_that_shares_the_live_files_inode_is_not_linked(tmp_path):
     entry = live_file(tmp_path / "run", "iteration_0001.json", b"one")
     old = asset_folder(tmp_path / "ckpt" / "old.ckpt") / "preference_replay"
