@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.models.joint_reward import (
@@ -147,6 +148,41 @@ def test_reward_model_learns_a_held_out_synthetic_preference():
         _, chosen, rejected = scorer.pair_loss(held_out)
     accuracy = (chosen > rejected).float().mean().item()
     assert accuracy >= 0.9, accuracy
+
+
+@pytest.mark.parametrize("micro_batch_size", [None, 3])
+def test_one_step_lowers_the_bradley_terry_loss_and_raises_the_winners_margin(micro_batch_size):
+    """After one AdamW step on the scorer's accumulated Bradley-Terry gradient, the batch's mean
+    ``-log sigmoid(s_w - s_l)`` is lower and its mean margin ``s_w - s_l`` higher, with the scores
+    taken one joint text at a time and the loss written out here. The margin catches what the loss
+    alone does not: an update that prefers the losers (winners and losers swapped in the loss) also
+    lowers this batch's mean loss at this step size, by spreading the margins."""
+    from comlrl_lightning.modules.optim import adamw
+
+    torch.manual_seed(0)
+    scorer = RewardScorer.from_source("embedded")
+    scorer.model.eval()  # no dropout: the before and after scores see the same network
+    pairs = _synthetic_pairs(7, seed=4)
+
+    @torch.no_grad()
+    def margins():
+        def score(prompts, completions):
+            return scorer.model(**scorer.batch([prompts], [completions]))[0]
+
+        return torch.stack(
+            [score(p.prompts, p.winner_completions) - score(p.prompts, p.loser_completions) for p in pairs]
+        )
+
+    before = margins()
+    optimizer = adamw([p for p in scorer.model.parameters() if p.requires_grad], lr=1e-4)
+    optimizer.zero_grad(set_to_none=True)
+    scorer.accumulate_pair_loss(pairs, micro_batch_size)
+    optimizer.step()
+    after = margins()
+    loss_before, loss_after = -F.logsigmoid(before).mean(), -F.logsigmoid(after).mean()
+    # measured: the loss falls from 0.933 to 0.730, the mean margin rises from -0.220 to 0.006
+    # (swapped: 0.923 and -0.319; the sign of the loss flipped: 1.212 and -0.475)
+    assert loss_after < loss_before and after.mean() > before.mean(), (before, after)
 
 
 def test_a_token_budget_needs_a_fast_tokenizer():
