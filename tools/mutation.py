@@ -154,6 +154,9 @@ EQUIVALENT: Dict[Tuple[str, str, str], str] = {
         "mutants are killed"
     ),
     ("losses", "k3_kl", "unary dropped: `-1` -> `1`"): "its inputs are [M, T]: `sum(dim=1)` is `sum(dim=-1)`",
+    ("pair_selection_against", "select_against", "comparison: `gap > 0` -> `gap >= 0`"): (
+        "the comparison is reached only for gap != 0 (the test above it)"
+    ),
     ("replay", "lambda_decay_weights", "comparison: `total > 0.0` -> `total >= 0.0`"): (
         "the normaliser is 0 only for a lam outside [0, 1] (lam = -1 over an even count): for lam in [0, 1) "
         "it is 1 - lam^K > 0, and NaN fails both tests"
