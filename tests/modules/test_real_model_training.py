@@ -1,7 +1,8 @@
 """Every training path, one short run each, on a real model: SmolLM2-135M-Instruct with its chat
 template, as a LoRA team of 2 on one base (and one full-parameter team), from the shipped configs.
 
-They prove the paths, not learning: two task items, 8 new tokens, one epoch."""
+They prove the paths, not learning: two task items, 8 new tokens, one epoch, one evaluation item; a
+run whose path is whole after one update stops there (``ONE_UPDATE``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 LORA = "{class_path: peft.LoraConfig, init_args: {r: 4, lora_alpha: 16, target_modules: [q_proj, v_proj]}}"
 FORMATTERS = '["Write one short sentence about {prompt}.", "Reply to a sentence about {prompt} in as many letters."]'
+ONE_UPDATE = ["--trainer.max_steps", "1"]
+"""A MADPO run's path is whole after its first update (the epoch's second adds nothing it asserts)."""
 
 
 def items(tmp_path):
@@ -35,7 +38,7 @@ def real_run(tmp_path, config: str, *more: str, source: str = REAL_MODEL, lora: 
     args += ["--data.init_args.task.train_dataset", data, "--data.init_args.task.eval_dataset", data]
     args += ["--data.init_args.task.chat_template", "true", "--data.init_args.num_train_epochs", "1"]
     args += ["--data.init_args.preference_num_candidates", "2", "--data.init_args.preference_pairs_per_sample", "2"]
-    args += ["--data.init_args.eval_num_samples", "2", "--data.init_args.eval_batch_size", "2"]
+    args += ["--data.init_args.eval_num_samples", "1", "--data.init_args.eval_batch_size", "1"]
     args += ["--data.init_args.train_batch_size", "2", "--trainer.default_root_dir", str(tmp_path / "run")]
     args += ["--trainer.enable_progress_bar", "false", "--trainer.val_check_interval", "2"]
     args += ["--trainer.log_every_n_steps", "1"]
@@ -55,7 +58,7 @@ def decentralized(config: str) -> list:
 
 @pytest.mark.parametrize("config", ["madpo.yaml", "madpo_centralized.yaml"])
 def test_madpo_base(real_model, tmp_path, config):
-    trained(real_run(tmp_path, config, *decentralized(config)))
+    trained(real_run(tmp_path, config, *decentralized(config), *ONE_UPDATE))
 
 
 @pytest.mark.parametrize(
@@ -99,7 +102,12 @@ def test_a_full_parameter_team_from_a_gguf_path(real_model, tmp_path):
     from comlrl_lightning.team.offline_models import offline_model_file
 
     cli = real_run(
-        tmp_path, "madpo.yaml", *decentralized("madpo.yaml"), source=str(offline_model_file(REAL_MODEL)), lora=False
+        tmp_path,
+        "madpo.yaml",
+        *decentralized("madpo.yaml"),
+        *ONE_UPDATE,
+        source=str(offline_model_file(REAL_MODEL)),
+        lora=False,
     )
     trained(cli)
     assert len(cli.model.team.agents) == 2 and cli.model.team.agents[0] is not cli.model.team.agents[1]
@@ -110,7 +118,7 @@ def test_the_configs_toy_rate_and_bfloat16_weights_are_caught_on_a_real_model(re
 
     from comlrl_lightning.team.loading import load_model
 
-    more = [*decentralized("madpo.yaml"), "--model.init_args.team.dtype", "bfloat16"]
+    more = [*decentralized("madpo.yaml"), *ONE_UPDATE, "--model.init_args.team.dtype", "bfloat16"]
     with pytest.warns(UserWarning) as warned:
         cli = real_run(tmp_path, "madpo.yaml", *more, lora=False, rate=False)  # the config's 0.003
     messages = [str(w.message) for w in warned]
