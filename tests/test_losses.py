@@ -109,6 +109,11 @@ def test_bradley_terry_metrics_per_pair_a_tie_is_no_win():
     assert metrics["margin"].tolist() == [1.0, 0.0, -0.5]
 
 
+def test_gathered_logprobs_of_no_rows_is_an_empty_float32_tensor_of_the_targets_shape():
+    result = gathered_logprobs(torch.zeros(2, 0, 7, dtype=torch.bfloat16), torch.zeros(2, 0, dtype=torch.long))
+    assert result.shape == (2, 0) and result.dtype == torch.float32
+
+
 def test_gathered_logprobs_chunks_cover_every_row_when_rows_outnumber_the_vocabulary():
     generator = torch.Generator().manual_seed(1)
     logits, targets = torch.randn(12, 3, generator=generator), torch.randint(0, 3, (12,), generator=generator)

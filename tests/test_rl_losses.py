@@ -65,6 +65,14 @@ def test_group_advantages_take_each_group_along_the_last_axis_and_normalize_by_d
     torch.testing.assert_close(
         group_advantages(rows, "mean", normalize=False), torch.tensor([[-1.0, 0.0, 1.0], [-1.0, -1.0, 2.0]])
     )
+    batch = rows.unsqueeze(0).expand(2, 2, 3)  # [agents 2, items 2, G 3]: the groups are still the last axis
+    for baseline in ("max", "rloo"):
+        torch.testing.assert_close(
+            group_advantages(batch, baseline, normalize=False),
+            group_advantages(rows, baseline, normalize=False).expand(2, 2, 3),
+        )
+    # one sample per group: nothing to normalize by (a raw return is kept, not divided by eps)
+    torch.testing.assert_close(group_advantages(torch.tensor([[3.0], [-2.0]]), "raw"), torch.tensor([[3.0], [-2.0]]))
 
 
 def test_policy_gradient_loss_and_gradient():
