@@ -81,8 +81,8 @@ TARGETS: Tuple[Target, ...] = (
     Target("pairs", "comlrl_lightning/data/pairs.py", ("tests/data/test_pairs.py",)),
     Target(
         "pair_selection_against",
-        "comlrl_lightning/data/collection.py",
-        ("tests/data/test_collection.py",),
+        "comlrl_lightning/rounds/pairing.py",
+        ("tests/rounds/test_pairing.py",),
         ("select_against",),
     ),
     Target(

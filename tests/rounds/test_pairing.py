@@ -15,7 +15,7 @@ from comlrl_lightning.data.trajectories import sample_sides, sample_trajectories
 from comlrl_lightning.data.trajectory_pairs import TrajectoryPair
 from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.generation.base import Completion
-from comlrl_lightning.rounds.pairing import PairsAgainst, PairsWithin, pairing_rule, trajectory_score
+from comlrl_lightning.rounds.pairing import PairsAgainst, PairsWithin, pairing_rule, select_against, trajectory_score
 from comlrl_lightning.runtime.rng import RandomStream
 from tests.data.test_trajectories import ITEMS, PROMPTS, ScriptedSampler, digit_reward, feedback
 
@@ -82,6 +82,18 @@ def test_selection_modes_and_limit():
     shuffled = [_against(CURRENT, COMPARATOR, selection="random").pairs for _ in range(2)]
     assert [p.to_record() for p in shuffled[0]] == [p.to_record() for p in shuffled[1]]  # seeded
     assert len(_against(CURRENT, COMPARATOR, selection="all", limit=1).pairs) == 3  # all ignores the limit
+
+
+def test_select_against_wins_by_any_gap_and_breaks_comparator_ties_by_the_gap():
+    # gaps under one still decide the winner; equal comparator scores are ordered by |gap|, largest first
+    scores = {"current": [0.5, 2.0, 4.0, 0.0], "comparator": [0.0, 1.0, 1.0, 0.25]}
+    assert select_against(scores, "all", None, RandomStream(0)) == [
+        (0, "current", "comparator"),
+        (1, "current", "comparator"),
+        (2, "current", "comparator"),
+        (3, "comparator", "current"),
+    ]
+    assert [j for j, _, _ in select_against(scores, "comparator_reward", None, RandomStream(0))] == [2, 1, 3, 0]
 
 
 def test_raw_rewards_are_before_the_processor():
