@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from lightning.pytorch.utilities import rank_zero_info
 
+from comlrl_lightning.data.held_out import HELD_OUT
 from comlrl_lightning.errors import ConfigurationError
 
 NOT_GIVEN = "(not given)"
@@ -65,6 +66,7 @@ FIXED: Tuple[str, ...] = (
     "data.kind",
     "data.num_agents",
     "data.task.train_dataset",
+    "data.task.dataset_split",
     "data.task.reward_func",
 )
 """The options a resume cannot change: the checkpoint's state would mean nothing with another value."""
@@ -72,6 +74,10 @@ FIXED: Tuple[str, ...] = (
 FIXED_WITH_ROUNDS: Tuple[str, ...] = ("data.num_train_epochs",)
 """Fixed for a data module with rounds (``data.kind`` ``iterative``): the loop position counts epochs,
 and epochs per round say which round it is in (raise ``num_iterations`` to extend a run)."""
+
+FIXED_WITH_HELD_OUT: Tuple[str, ...] = ("data.task.eval_dataset", "data.task.held_out_size", "data.task.held_out_seed")
+"""Fixed when either side evaluates on held-out items (``eval_dataset: held_out``): those items are
+taken out of ``train_dataset``, so these options say which items the run trains on."""
 
 IGNORED_PREFIXES = ("model.generation_kwargs",)
 """Options shown elsewhere: the seed API's ``train(**generation_kwargs)`` are listed as the sampling
@@ -128,10 +134,15 @@ def _known(name: str, flat: Mapping[str, Any]) -> bool:
     return name in flat or any(flat.get(".".join(parts[:i]), NOT_GIVEN) is None for i in range(1, len(parts)))
 
 
-def is_fixed(name: str, kind: Optional[str] = None) -> bool:
+def is_fixed(name: str, kind: Optional[str] = None, held_out: bool = False) -> bool:
     """Whether a resume refuses a change of option ``name`` (:data:`FIXED`; with rounds, ``kind``
-    ``"iterative"``, also :data:`FIXED_WITH_ROUNDS`)."""
-    return name in FIXED or (kind == "iterative" and name in FIXED_WITH_ROUNDS)
+    ``"iterative"``, also :data:`FIXED_WITH_ROUNDS`; when either side holds items out of the
+    training data, ``held_out``, also :data:`FIXED_WITH_HELD_OUT`)."""
+    return (
+        name in FIXED
+        or (kind == "iterative" and name in FIXED_WITH_ROUNDS)
+        or (held_out and name in FIXED_WITH_HELD_OUT)
+    )
 
 
 def _shown(value: Any) -> str:
@@ -209,7 +220,10 @@ def resume_changes(
         changes += option_changes({"data.kind": saved_data["data.kind"]}, {"data.kind": given_data["data.kind"]})
     saved_all, given_all = {**saved_model, **saved_data}, {**given_model, **given_data}
     kind = saved_data.get("data.kind")
-    refused = [c for c in changes if is_fixed(c[0], kind) and _known(c[0], saved_all) and _known(c[0], given_all)]
+    held_out = HELD_OUT in (saved_all.get("data.task.eval_dataset"), given_all.get("data.task.eval_dataset"))
+    refused = [
+        c for c in changes if is_fixed(c[0], kind, held_out) and _known(c[0], saved_all) and _known(c[0], given_all)
+    ]
     if refused:
         raise ConfigurationError(
             f"cannot {action} {path} with other {', '.join(name for name, _, _ in refused)} "

@@ -92,6 +92,34 @@ def test_a_resume_that_changes_what_the_state_means_is_refused_naming_the_option
     assert named.split(" (")[0] in message and (named.split(" (")[-1] in message) and "\n" not in message
 
 
+def test_with_held_out_items_the_options_that_choose_them_are_fixed_and_otherwise_listed():
+    def data(**task):
+        return PreferenceDataModule(task=TaskOptions(train_dataset="embedded", **task))
+
+    held_out = saved_by(MADPOModule(), data(eval_dataset="held_out", held_out_size=2))
+    for given, named in [
+        (data(eval_dataset="held_out", held_out_size=3), "data.task.held_out_size: 2 -> 3"),
+        (data(eval_dataset="held_out", held_out_size=2, held_out_seed=1), "data.task.held_out_seed: 0 -> 1"),
+        (data(eval_dataset=None, held_out_size=2), "data.task.eval_dataset: 'held_out' -> None"),
+        (data(eval_dataset="held_out", held_out_size=2, dataset_split="test"), "data.task.dataset_split"),
+    ]:
+        with pytest.raises(ConfigurationError, match="cannot resume x with other") as caught:
+            resume_changes(held_out, MADPOModule(), given, "x")
+        assert named in str(caught.value)
+    # from a run that held nothing out to one that does: the training items change too
+    with pytest.raises(ConfigurationError, match="data.task.eval_dataset: None -> 'held_out'"):
+        resume_changes(
+            saved_by(MADPOModule(), data(eval_dataset=None)), MADPOModule(), data(eval_dataset="held_out"), "x"
+        )
+    # no held-out items on either side: the evaluation set and the unused draw options may change
+    plain = saved_by(MADPOModule(), data(eval_dataset="embedded"))
+    assert resume_changes(plain, MADPOModule(), data(eval_dataset=None, held_out_size=3), "x") == [
+        ("data.task.eval_dataset", "embedded", None),
+        ("data.task.held_out_size", 0.1, 3),
+    ]
+    assert is_fixed("data.task.held_out_seed", held_out=True) and not is_fixed("data.task.held_out_seed")
+
+
 def test_a_checkpoint_without_recorded_options_is_compared_on_what_it_records():
     checkpoint = saved_by(MADPOModule(), PreferenceDataModule())
     del checkpoint["datamodule_hyper_parameters"], checkpoint[TEAM_KEY]
