@@ -9,6 +9,7 @@ from peft import LoraConfig
 
 from comlrl_lightning import MADPOModule, MemoryOptions
 from tests.conftest import tiny_team
+from tests.helpers.update_direction import one_update
 
 
 class NaNOnFirstBatch(MADPOModule):
@@ -57,24 +58,6 @@ def _direct_margins(team, pairs) -> torch.Tensor:
     )
 
 
-def _fit_one_step(module, batch, root) -> None:
-    """One update of ``module`` on ``batch`` through Lightning's loop (training_step, backward, optimizer step)."""
-    from lightning.pytorch import Trainer
-    from torch.utils.data import DataLoader
-
-    Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(root),
-    ).fit(module, train_dataloaders=DataLoader([batch], batch_size=None))
-
-
 def test_one_update_raises_the_joint_margin_of_its_batch_and_every_agents_margin(tmp_path):
     """The direction of the update, measured without the library's scoring: after one optimizer
     step on a fixed batch of pairs, every pair's joint margin (winner over loser, summed over the
@@ -100,7 +83,7 @@ def test_one_update_raises_the_joint_margin_of_its_batch_and_every_agents_margin
         for topic, winner, loser in [("abc", "aeiou", "xkcd"), ("zz", "banana", "qq"), ("qwer", "owl", "rstvw")]
     ]
     before = _direct_margins(module.team, pairs)
-    _fit_one_step(module, module.collate_pairs(pairs), tmp_path)
+    one_update(module, tmp_path, batch=module.collate_pairs(pairs))
     after = _direct_margins(module.team, pairs)
     # measured: the joint margins rise by 4 to 10 nats at this learning rate, each agent's by 3 to 4
     assert (after.sum(dim=-1) > before.sum(dim=-1)).all(), (before.sum(dim=-1), after.sum(dim=-1))

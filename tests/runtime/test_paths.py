@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator, List, Tuple
 
 import pytest
 import torch
@@ -107,6 +113,27 @@ def test_make_folder_creates_a_folder_and_names_a_file_in_the_way(tmp_path):
         )
 
 
+@contextlib.contextmanager
+def served_checkpoint(folder: Path) -> Iterator[Tuple[str, List[tuple]]]:
+    """A real HTTP server on 127.0.0.1 serving ``folder/last.ckpt`` (bytes that would run code if
+    unpickled): its URL, and the requests it logged (filled as they come)."""
+    requests: List[tuple] = []
+
+    class Recording(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            requests.append(args)
+
+    folder.mkdir()
+    (folder / "last.ckpt").write_bytes(b"not to be unpickled")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Recording, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/last.ckpt", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_remote_checkpoint_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(
@@ -125,46 +152,15 @@ def test_a_remote_checkpoint_is_refused(tmp_path, capsys):
     )
     assert not list(tmp_path.glob("**/config.yaml"))  # refused before anything ran
     # from Python too: a real server on 127.0.0.1 serves a file that would run code if loaded
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    (tmp_path / "served").mkdir()
-    (tmp_path / "served" / "last.ckpt").write_bytes(b"not to be unpickled")
-    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "served"))
-    handler.log_message = lambda *args: None
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/last.ckpt"
-    try:
+    with served_checkpoint(tmp_path / "served") as (url, _):
         module, datamodule = MADPOModule(**TINY_MODEL), PreferenceDataModule(**TINY_DATA)
         with pytest.raises(ValueError, match=f"ckpt_path '{url}' is remote"):
             tiny_trainer(tmp_path / "python").fit(module, datamodule, ckpt_path=url)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.slow  # trains and resumes: the everyday tier stays under 2 minutes
 def test_remote_checkpoint_sources_in_every_spelling_are_refused_before_any_request(tmp_path, capsys):
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    from comlrl_lightning.errors import ConfigurationError
-
-    requests = []
-
-    class Recording(SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            requests.append(args)
-
-    (tmp_path / "served").mkdir()
-    (tmp_path / "served" / "last.ckpt").write_bytes(b"not to be unpickled")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Recording, directory=str(tmp_path / "served")))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/last.ckpt"
-    try:
+    with served_checkpoint(tmp_path / "served") as (url, requests):
         for spelling in (f"simplecache::{url}", f"filecache::{url}", f"blockcache::{url}", url.replace("http", "HTTP")):
             with pytest.raises(SystemExit) as exit_info:
                 main(
@@ -187,9 +183,6 @@ def test_remote_checkpoint_sources_in_every_spelling_are_refused_before_any_requ
             for source in (spelling.replace("last.ckpt", "model"), f"hf://{spelling.split('://')[1]}"):
                 with pytest.raises(ConfigurationError, match="model source '.*' is remote"):
                     MADPOModule(**{**TINY_MODEL, "team": tiny_team(agent_model=source)}).team
-    finally:
-        server.shutdown()
-        server.server_close()
     assert requests == []  # nothing was downloaded, not even to look
 
 

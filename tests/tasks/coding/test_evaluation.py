@@ -167,6 +167,14 @@ class CountingRunner(FakeRunner):
         return super().__call__(programs, items, timeout)
 
 
+def validated_with_coding_log(module, data, root) -> dict:
+    """The metrics of one validation of ``module`` on ``data`` with the coding evaluation's log observing."""
+    trainer = Trainer(
+        logger=False, default_root_dir=root, callbacks=[CodingEvaluationLog(sample_size=0)], enable_progress_bar=False
+    )
+    return trainer.validate(module, data, verbose=False)[0]
+
+
 def test_an_evaluation_tests_each_program_once_under_the_configured_timeout(tmp_path):
     runner = CountingRunner(1)
     reward = CooperativeCodeReward(timeout=3.5, run_tests_batch=runner)
@@ -178,13 +186,7 @@ def test_an_evaluation_tests_each_program_once_under_the_configured_timeout(tmp_
     module = MADPOModule(
         team=TeamOptions(agent_model="embedded"), generator=Scripted(), sampling=GenerationSettings(max_new_tokens=4)
     )
-    trainer = Trainer(
-        logger=False,
-        default_root_dir=tmp_path,
-        callbacks=[CodingEvaluationLog(sample_size=0)],
-        enable_progress_bar=False,
-    )
-    metrics = trainer.validate(module, data, verbose=False)[0]
+    metrics = validated_with_coding_log(module, data, tmp_path)
     tested = [item["task_id"] for _, items, _ in runner.calls for item in items]
     assert sorted(tested) == ["Test/0", "Test/1", "Test/2"]  # each held-out program once, not again by the log
     assert {timeout for _, _, timeout in runner.calls} == {3.5}
@@ -218,13 +220,7 @@ def test_a_two_turn_evaluation_tests_each_turns_program_once_and_logs_each_turns
     module = MADPOModule(
         team=TeamOptions(agent_model="embedded"), generator=Repairing(), sampling=GenerationSettings(max_new_tokens=4)
     )
-    trainer = Trainer(
-        logger=False,
-        default_root_dir=tmp_path,
-        callbacks=[CodingEvaluationLog(sample_size=0)],
-        enable_progress_bar=False,
-    )
-    metrics = trainer.validate(module, data, verbose=False)[0]
+    metrics = validated_with_coding_log(module, data, tmp_path)
     tested = sorted(item["task_id"] for _, items, _ in runner.calls for item in items)
     assert tested == sorted(["Test/0", "Test/1", "Test/2"] * 2)  # each turn's program once
     assert {timeout for _, _, timeout in runner.calls} == {2.5}
