@@ -173,24 +173,38 @@ def sample_sides(
         active, prompts = [active[m] for m in fitting], [prompts[m] for m in fitting]
         if not active:
             break
-        answered = []
-        for s, sample in enumerate(samplers):
-            mine = [m for m in range(len(active)) if active[m][0] == s]
-            if not mine:
-                continue
-            with _part(progress, len(mine)):
-                sampled = sample([items[active[m][1]] for m in mine], [prompts[m] for m in mine], 1)
-            for row, m in enumerate(mine):
-                # a source that returned nothing for a trajectory (an API comparator's shortfall) ends it here
-                if all(per_agent[row] for per_agent in sampled):
-                    _, k, j = active[m]
-                    trajectories[s][k][j].prompts.append(prompts[m])
-                    trajectories[s][k][j].completions.append([per_agent[row][0] for per_agent in sampled])
-                    answered.append(m)
+        answered = _sample_turn(samplers, items, active, prompts, trajectories, progress)
         advance((len(active) - len(answered)) * (turns.num_turns - turn))
         active = [active[m] for m in sorted(answered)]
         _score_turn(oracle, items, trajectories, active)
     return trajectories
+
+
+def _sample_turn(
+    samplers: Sequence[Sampler],
+    items: Sequence[Dict[str, Any]],
+    active: Sequence[Tuple[int, int, int]],
+    prompts: Sequence[List[str]],
+    trajectories: List[List[List[Trajectory]]],
+    progress: Optional[Any],
+) -> List[int]:
+    """One later turn: each side samples one answer for its ``active`` trajectories ``(side, item, j)``
+    (``prompts[m]`` for ``active[m]``), appended to them; the positions ``m`` that got an answer."""
+    answered = []
+    for s, sample in enumerate(samplers):
+        mine = [m for m in range(len(active)) if active[m][0] == s]
+        if not mine:
+            continue
+        with _part(progress, len(mine)):
+            sampled = sample([items[active[m][1]] for m in mine], [prompts[m] for m in mine], 1)
+        for row, m in enumerate(mine):
+            # a source that returned nothing for a trajectory (an API comparator's shortfall) ends it here
+            if all(per_agent[row] for per_agent in sampled):
+                _, k, j = active[m]
+                trajectories[s][k][j].prompts.append(prompts[m])
+                trajectories[s][k][j].completions.append([per_agent[row][0] for per_agent in sampled])
+                answered.append(m)
+    return answered
 
 
 def _part(progress: Optional[Any], size: int) -> ContextManager[Any]:
