@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Dict, List, Literal, Optional, Tuple, Union, get_args
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union, get_args
 
 import torch
 
 from comlrl_lightning.data.contract import data_side
 from comlrl_lightning.data.oracle import score_requests
-from comlrl_lightning.generation.base import Completion, sample_team
+from comlrl_lightning.data.trajectories import sample_joint, team_sampler
+from comlrl_lightning.generation.base import Completion
 from comlrl_lightning.losses import (
     Baseline,
     actor_critic_advantages,
@@ -44,6 +45,12 @@ def check_num_generations(algorithm: str, num_generations: int) -> None:
         at_least("num_generations", num_generations, 1)
     else:
         require(num_generations >= 2, "num_generations must be >= 2 for MAGRPO-family MARLHF backends.")
+
+
+def agent_major(joint: Sequence[Sequence[Sequence[Completion]]], num_agents: int) -> List[List[List[Completion]]]:
+    """``[agent][item][g]`` of joint answers ``joint[item][g][agent]``: each agent's rollouts, the
+    layout its log-probs and returns are computed in."""
+    return [[[answer[agent] for answer in answers] for answers in joint] for agent in range(num_agents)]
 
 
 @dataclass(frozen=True)
@@ -184,13 +191,17 @@ class MAGRPOModule(TeamModule):
         rows = [processed for _, processed in score_requests(oracle, requests)]
         return torch.tensor(rows, dtype=torch.float32, device=self.device)
 
-    def sample_rollouts(self, prompts: List[List[str]]) -> List[List[List[Completion]]]:
-        """``G`` completions per agent and item, ``[agent][item][g]``, from a stream derived from the step."""
+    def sample_rollouts(
+        self, items: Sequence[Dict[str, Any]], prompts: List[List[str]]
+    ) -> List[List[List[Completion]]]:
+        """``G`` joint answers per item, sampled as a round and an evaluation sample theirs
+        (:func:`~comlrl_lightning.data.trajectories.sample_joint` of the team's sampler) from a stream
+        derived from the step, returned agent by agent: ``[agent][item][g]``."""
         stream = RandomStream.derive(self.seed, "rollout", self.global_step, self.global_rank)
+        sampler = team_sampler(self.generator, self.team, self.generation_settings, stream)
         with self.generation_context():
-            return sample_team(
-                self.generator, self.team, prompts, self.num_generations, self.generation_settings, stream
-            )
+            joint = sample_joint(sampler, items, prompts, self.num_generations)
+        return agent_major(joint, self.num_agents)
 
     def score_team(
         self, prompts: List[List[str]], samples: List[List[List[Completion]]]
@@ -230,7 +241,7 @@ class MAGRPOModule(TeamModule):
     def training_step(self, items: List[Dict[str, Any]], batch_idx: int) -> Optional[torch.Tensor]:
         task = data_side(self.trainer).task
         prompts = [task.prompts(item) for item in items]
-        samples = self.sample_rollouts(prompts)
+        samples = self.sample_rollouts(items, prompts)
         texts = [[[c.text for c in row] for row in agent] for agent in samples]
         returns = self.joint_returns(items, prompts, texts)
         logprobs, kls = self.score_team(prompts, samples)

@@ -87,7 +87,7 @@ class FixedReturnsModule(MAGRPOModule):
     def joint_returns(self, items, prompts, texts) -> torch.Tensor:
         return self.fixed_returns.to(self.device)
 
-    def sample_rollouts(self, prompts):
-        samples = super().sample_rollouts(prompts)
+    def sample_rollouts(self, items, prompts):
+        samples = super().sample_rollouts(items, prompts)
         self.rollouts = (prompts, samples)
         return samples

@@ -35,6 +35,7 @@ from tests.helpers.update_direction import FixedReturnsModule, one_update, rollo
 
 TINY = dict(team=tiny_team(), sampling=tiny_sampling(max_new_tokens=5), num_generations=3)
 PROMPTS = [["topic: ab\nwriter:", "topic: ab\nmatcher:"], ["topic: cde\nwriter:", "topic: cde\nmatcher:"]]
+ITEMS = [{"prompt": "ab"}, {"prompt": "cde"}]  # the items of PROMPTS
 RETURNS = torch.tensor([[0.3, -0.2, 0.9], [0.1, 0.4, -0.7]])  # [items, G]
 
 
@@ -186,7 +187,7 @@ def test_one_update_has_the_gradients_of_the_formulas(algorithm, critic):
     torch.manual_seed(0)
     module = MAGRPOModule(rl_algorithm=algorithm, critic=critic(), **TINY)
     module.configure_model()
-    samples = module.sample_rollouts(PROMPTS)
+    samples = module.sample_rollouts(ITEMS, PROMPTS)
     texts = [[[c.text for c in row] for row in agent] for agent in samples]
     logprobs, _ = module.score_team(PROMPTS, samples)
     loss, metrics = module.actor_critic_loss(PROMPTS, texts, logprobs, torch.stack([RETURNS] * module.num_agents))
@@ -420,7 +421,7 @@ def test_a_lora_team_in_one_pass_has_the_actor_critic_update_of_one_pass_per_age
             for parameter in agent.trainable_parameters():
                 parameter.add_(0.1 * torch.randn_like(parameter))
     assert module.team.one_pass_adapters() == ["agent_0", "agent_1"]
-    samples = module.sample_rollouts(PROMPTS)
+    samples = module.sample_rollouts(ITEMS, PROMPTS)
     texts = [[[c.text for c in row] for row in agent] for agent in samples]
 
     def update():

@@ -308,7 +308,7 @@ def test_a_lora_team_scores_rollouts_and_reference_kl_in_one_pass_each_as_agent_
             for parameter in agent.trainable_parameters():
                 parameter.add_(0.1 * torch.randn_like(parameter))
     prompts = [[f"topic: {t}\nwriter:", f"topic: {t}\nmatcher:", f"topic: {t}\nwriter:"] for t in ("ab", "cde")]
-    samples = module.sample_rollouts(prompts)
+    samples = module.sample_rollouts([{"prompt": t} for t in ("ab", "cde")], prompts)
     returns = torch.tensor([[0.3, -0.2, 0.9], [0.1, 0.4, -0.7]])
 
     def scored():
