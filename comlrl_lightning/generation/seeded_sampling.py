@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from comlrl_lightning.generation.base import GenerationSettings
+from comlrl_lightning.generation.top_p import CandidateTopP
 from comlrl_lightning.runtime.rng import RandomStream
 
 SEED_BOUND = 2**62
@@ -132,13 +133,11 @@ def seeded_sampling_options(
 ) -> dict:
     """The keyword arguments of a ``generate()`` call whose rows are ``num_samples`` samples of each
     request with seed ``seeds[r]``: temperature, then top-k, then top-p (Hugging Face's warpers, in
-    the order sampling applies them), then the :class:`SeededSampler`; greedy on what is left."""
+    the order sampling applies them; top-p as :class:`~comlrl_lightning.generation.top_p.CandidateTopP`,
+    the warper's kept tokens without sorting the vocabulary), then the :class:`SeededSampler`;
+    greedy on what is left."""
     from transformers import LogitsProcessorList
-    from transformers.generation.logits_process import (
-        TemperatureLogitsWarper,
-        TopKLogitsWarper,
-        TopPLogitsWarper,
-    )
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
 
     processors: list = []
     if settings.temperature != 1.0:
@@ -146,7 +145,7 @@ def seeded_sampling_options(
     if settings.top_k:
         processors.append(TopKLogitsWarper(top_k=settings.top_k))
     if settings.top_p < 1.0:
-        processors.append(TopPLogitsWarper(top_p=settings.top_p))
+        processors.append(CandidateTopP(top_p=settings.top_p))
     uniforms = row_uniforms(seeds, num_samples, settings.max_new_tokens)
     processors.append(SeededSampler(uniforms, prompt_width))
     return dict(
