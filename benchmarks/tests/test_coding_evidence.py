@@ -3,25 +3,20 @@ read from a run folder written here (an evaluation log and a round file in the f
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
+@pytest.fixture
+def evidence(bench):
+    """``benchmarks/coding_evidence.py`` as its command imports it (conftest's ``bench`` puts the
+    benchmarks folder on ``sys.path`` and forgets the imported modules after the test)."""
+    import coding_evidence
 
-@pytest.fixture(scope="module")
-def evidence():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("coding_evidence")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        sys.modules.pop("coding_evidence", None)
+    return coding_evidence
 
 
 def test_the_bootstrap_interval_of_a_share_matches_the_normal_approximation(evidence):
