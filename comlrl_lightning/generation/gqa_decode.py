@@ -71,21 +71,25 @@ def transformers_packs_decoding() -> bool:
     return hasattr(sdpa_attention, "pack_gqa")
 
 
-def _register() -> bool:
-    """Register :func:`grouped_query_decode` (with SDPA's masks) where transformers needs it."""
+def grouped_decoding_registrable() -> bool:
+    """Whether transformers has an attention registry and its SDPA copies the KV cache per query
+    head when decoding (transformers 5 below 5.20): where :func:`grouped_query_decode` is needed."""
     try:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-    except ImportError:  # transformers 4: no attention registry
+        from transformers import AttentionInterface  # noqa: F401 (transformers 4 has no registry)
+    except ImportError:
         return False
-    if transformers_packs_decoding():
-        return False
+    return not transformers_packs_decoding()
+
+
+def register_grouped_query_decode() -> None:
+    """Register :func:`grouped_query_decode` (with SDPA's masks) as :data:`ATTENTION_NAME` with
+    transformers. Called where a sampling call first switches to it, never on import (importing
+    the package changes no registry); registering again writes the same entries."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
     AttentionInterface.register(ATTENTION_NAME, grouped_query_decode)
     AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    return True
-
-
-_REGISTERED = _register()
 
 
 def _decoder_config(model: nn.Module):
@@ -99,7 +103,7 @@ def needs_packed_decoding(model: nn.Module) -> bool:
     """Whether ``model`` attends with SDPA over fewer key/value heads than query heads, on a
     transformers whose SDPA copies the KV cache per query head when decoding."""
     config = _decoder_config(model)
-    if not _REGISTERED or not switches_attention(config):
+    if not switches_attention(config) or not grouped_decoding_registrable():
         return False
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -113,8 +117,16 @@ def packed_decoding(model: nn.Module) -> Iterator[None]:
     if not needs_packed_decoding(model):
         yield
         return
+    register_grouped_query_decode()
     with attention_implementation(_decoder_config(model), ATTENTION_NAME):
         yield
 
 
-__all__ = ["ATTENTION_NAME", "grouped_query_decode", "needs_packed_decoding", "packed_decoding"]
+__all__ = [
+    "ATTENTION_NAME",
+    "grouped_decoding_registrable",
+    "grouped_query_decode",
+    "needs_packed_decoding",
+    "packed_decoding",
+    "register_grouped_query_decode",
+]

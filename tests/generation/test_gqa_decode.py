@@ -98,7 +98,9 @@ def test_sampling_copies_no_kv_cache_per_decoded_token(tmp_path, monkeypatch):
     assert kv_copies_while_sampling(team, 4, monkeypatch) == kv_copies_while_sampling(team, 16, monkeypatch)
 
 
-@pytest.mark.skipif(not gqa_decode._REGISTERED, reason="this transformers groups decoded queries itself")
+@pytest.mark.skipif(
+    not gqa_decode.grouped_decoding_registrable(), reason="this transformers groups decoded queries itself"
+)
 def test_packed_decoding_samples_the_tokens_of_plain_sdpa(tmp_path, monkeypatch):
     """On a tiny model the sums round alike (a wrong grouping of heads would change the tokens); on
     SmolLM2 the other summation order flips some samples, as transformers 5.20's own grouping does."""
@@ -107,7 +109,37 @@ def test_packed_decoding_samples_the_tokens_of_plain_sdpa(tmp_path, monkeypatch)
     settings = GenerationSettings(max_new_tokens=16, temperature=1.0, top_p=1.0, top_k=None)
     prompts = ["topic: sea\nwriter:", "hello", "topic: tree\nmatcher:"]
     packed = HFGenerator().generate(team, 0, prompts, 3, settings, RandomStream(4))
-    monkeypatch.setattr(gqa_decode, "_REGISTERED", False)
+    monkeypatch.setattr(gqa_decode, "grouped_decoding_registrable", lambda: False)
     plain = HFGenerator().generate(team, 0, prompts, 3, settings, RandomStream(4))
     assert [[c.ids for c in row] for row in packed] == [[c.ids for c in row] for row in plain]
     assert team.agents[0].config._attn_implementation == "sdpa"  # switched back after sampling
+
+
+def test_importing_the_module_registers_nothing_and_sampling_registers_once(tmp_path, monkeypatch):
+    """Issue 49: no import-time side effect. On a transformers that needs the grouped decoding
+    (simulated here by hiding 5.20's own grouping), a fresh execution of the module leaves both
+    registries as they were; the first packed sampling call registers it, and a second changes nothing."""
+    import importlib.util
+
+    from transformers import AttentionInterface
+    from transformers.integrations import sdpa_attention
+    from transformers.masking_utils import AttentionMaskInterface
+
+    if hasattr(sdpa_attention, "pack_gqa"):
+        monkeypatch.delattr(sdpa_attention, "pack_gqa")
+    for registry in (AttentionInterface, AttentionMaskInterface):
+        monkeypatch.setattr(registry, "_global_mapping", dict(registry._global_mapping))
+        registry._global_mapping.pop(gqa_decode.ATTENTION_NAME, None)
+    before = [dict(registry._global_mapping) for registry in (AttentionInterface, AttentionMaskInterface)]
+    spec = importlib.util.spec_from_file_location("fresh_gqa_decode", gqa_decode.__file__)
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert [dict(registry._global_mapping) for registry in (AttentionInterface, AttentionMaskInterface)] == before
+
+    team = gqa_llama(tmp_path)
+    settings = GenerationSettings(max_new_tokens=2, temperature=1.0, top_p=1.0, top_k=None)
+    HFGenerator().generate(team, 0, ["hello"], 2, settings, RandomStream(0))
+    assert AttentionInterface._global_mapping[gqa_decode.ATTENTION_NAME] is gqa_decode.grouped_query_decode
+    registered = [dict(registry._global_mapping) for registry in (AttentionInterface, AttentionMaskInterface)]
+    HFGenerator().generate(team, 0, ["hello"], 2, settings, RandomStream(0))
+    assert [dict(registry._global_mapping) for registry in (AttentionInterface, AttentionMaskInterface)] == registered
