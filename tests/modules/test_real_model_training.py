@@ -2,7 +2,9 @@
 template, as a LoRA team of 2 on one base (and one full-parameter team), from the shipped configs.
 
 They prove the paths, not learning: two task items, 8 new tokens, one epoch, one evaluation item; a
-run whose path is whole after one update stops there (``ONE_UPDATE``)."""
+run whose path is whole after one update stops there (``ONE_UPDATE``). The evaluation before and
+after training (the same code for every module) runs in the two ``test_madpo_base`` runs, decentralized
+and centralized; the other runs check training paths and skip it (``NO_EVALUATION``)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ LORA = "{class_path: peft.LoraConfig, init_args: {r: 4, lora_alpha: 16, target_m
 FORMATTERS = '["Write one short sentence about {prompt}.", "Reply to a sentence about {prompt} in as many letters."]'
 ONE_UPDATE = ["--trainer.max_steps", "1"]
 """A MADPO run's path is whole after its first update (the epoch's second adds nothing it asserts)."""
+NO_EVALUATION = ["--trainer.limit_val_batches", "0"]
+"""No evaluation before, during or after training (``limit_val_batches`` 0): a third of a short run's time."""
 
 
 def items(tmp_path):
@@ -77,6 +81,7 @@ def test_madpo_iterative(real_model, tmp_path, comparator):
         "2",
         "--data.init_args.replay.init_args.sample_size",
         "4",
+        *NO_EVALUATION,
     )
     trained(cli)
     assert cli.trainer.current_epoch == 2  # two rounds of one epoch
@@ -94,40 +99,33 @@ def test_marlhf(real_model, tmp_path, config):
         "1",
         "--model.init_args.reward_model.train_batch_size",
         "2",
+        *NO_EVALUATION,
     )
     trained(cli)
 
 
-def test_a_full_parameter_team_from_a_gguf_path(real_model, tmp_path):
-    from comlrl_lightning.team.offline_models import offline_model_file
-
-    cli = real_run(
-        tmp_path,
-        "madpo.yaml",
-        *decentralized("madpo.yaml"),
-        *ONE_UPDATE,
-        source=str(offline_model_file(REAL_MODEL)),
-        lora=False,
-    )
-    trained(cli)
-    assert len(cli.model.team.agents) == 2 and cli.model.team.agents[0] is not cli.model.team.agents[1]
-
-
-def test_the_configs_toy_rate_and_bfloat16_weights_are_caught_on_a_real_model(real_model, tmp_path):
+def test_a_full_parameter_team_from_a_gguf_path_catches_the_configs_toy_rate_and_bfloat16_weights(real_model, tmp_path):
+    """One run checks both: a full-parameter team from the model's .gguf path (two agents of their
+    own), and the warnings on the config's toy rate and bfloat16 weights (what they say is true)."""
     import torch
 
     from comlrl_lightning.team.loading import load_model
+    from comlrl_lightning.team.offline_models import offline_model_file
 
-    more = [*decentralized("madpo.yaml"), *ONE_UPDATE, "--model.init_args.team.dtype", "bfloat16"]
+    gguf = str(offline_model_file(REAL_MODEL))
+    more = [*decentralized("madpo.yaml"), *ONE_UPDATE, *NO_EVALUATION, "--model.init_args.team.dtype", "bfloat16"]
     with pytest.warns(UserWarning) as warned:
-        cli = real_run(tmp_path, "madpo.yaml", *more, lora=False, rate=False)  # the config's 0.003
+        cli = real_run(tmp_path, "madpo.yaml", *more, source=gguf, lora=False, rate=False)  # the config's 0.003
     messages = [str(w.message) for w in warned]
     assert any("agent_learning_rate 0.003" in m and "Training at 5e-06" in m for m in messages), messages
     assert any("trainable weights are bfloat16" in m and "bf16-mixed" in m for m in messages), messages
-    assert cli.model.learning_rates == [5e-6, 5e-6] and cli.trainer.global_step >= 1
+    assert cli.model.learning_rates == [5e-6, 5e-6]
+    trained(cli)
+    agents = cli.model.team.agents
+    assert len(agents) == 2 and agents[0] is not agents[1]
     # what the warning says: in bfloat16 weights, AdamW's updates at 5e-6 round away
     start = load_model(real_model, dtype="bfloat16").state_dict()
-    trained = cli.model.team.agents[0].state_dict()
-    same = sum(int((trained[name] == start[name]).sum()) for name in start)
+    weights = agents[0].state_dict()
+    same = sum(int((weights[name] == start[name]).sum()) for name in start)
     assert same / sum(t.numel() for t in start.values()) > 0.9
-    assert all(t.dtype == torch.bfloat16 for t in trained.values())
+    assert all(t.dtype == torch.bfloat16 for t in weights.values())
