@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Union, cast
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union, cast
 
 import torch
 from lightning.pytorch import Callback, LightningModule
@@ -17,12 +17,19 @@ from comlrl_lightning.data.task import Task
 from comlrl_lightning.generation.base import GenerationSettings, Generator
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
-from comlrl_lightning.modules.evaluation_metrics import DomainMetrics, renew_inference_states
+from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, renew_inference_states
 from comlrl_lightning.modules.evaluation_runs import EvaluationRuns
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.modules.real_model_safety import low_precision_weights_warning, real_model_learning_rates
 from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
-from comlrl_lightning.modules.turn_evaluation import RETURN_KEY, TURN_1_KEY, TurnEvaluation
+from comlrl_lightning.modules.turn_evaluation import (
+    RETURN_KEY,
+    RETURN_MEAN_KEY,
+    TURN_1_KEY,
+    Evaluator,
+    TeamSampling,
+    headline_key,
+)
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.runtime.distributed import gather_objects, rank_and_world, shard
@@ -30,6 +37,7 @@ from comlrl_lightning.runtime.files import check_log_files
 from comlrl_lightning.runtime.hparams import PlainHyperparameters, builtin_values, set_hyperparameter
 from comlrl_lightning.runtime.paths import confine_checkpoint_callbacks
 from comlrl_lightning.runtime.progress import Progress
+from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import check_strategy, is_sharded
 from comlrl_lightning.team.lora import agent_parameters
 from comlrl_lightning.team.options import TeamOptions
@@ -40,7 +48,7 @@ NOT_HYPERPARAMETERS = ["optimizer", "lr_scheduler", "generator", "critic", "coll
 """Objects, not values: left out of ``hparams`` (LightningCLI saves the whole config anyway)."""
 
 
-class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparameters, LightningModule):
+class TeamModule(EvaluationRuns, PlainHyperparameters, LightningModule):
     """A team of N causal-LM agents with sampling settings and task-reward evaluation.
 
     Correct under a plain ``Trainer()``, which it never changes: it evaluates the team itself before
@@ -104,6 +112,7 @@ class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparame
             {"eval/turn_1/reward_mean": MeanMetric(), "eval/turn_1/expected_return": MeanMetric()}
         )
         self.unparsed_rate = MeanMetric()  # a centralized team's evaluation completions that did not split
+        self.evaluator = Evaluator()  # samples, scores and records evaluations; the module says when
         self._team: Optional[Team] = None
         self._agent_tokenizers: Optional[List[Any]] = None
         self.skipped_steps = 0  # identical on every process: they all skip together
@@ -275,7 +284,30 @@ class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparame
         return task.oracle
 
     # ------------------------------------------------------------------------------------------
-    # Evaluation: the current policy's task reward (one sample per agent per eval item)
+    # Evaluation: the current policy's task reward (one sample per agent per eval item), by the evaluator
+
+    @property
+    def headline_metric(self) -> str:
+        """The name of the metric this module's evaluations report first (:func:`headline_key` of the
+        task of the data module it runs with)."""
+        trainer = attached_trainer(self)
+        datamodule = optional_data_side(trainer) if trainer is not None else None
+        return headline_key(getattr(datamodule, "task", None))  # a data module's task is None before setup
+
+    @property
+    def evaluated_samples(self) -> Optional[EvaluationSamples]:
+        """This process's samples of the evaluation that ended last (``None`` before the first), for
+        observers that read them after it (:attr:`Evaluator.evaluated_samples`)."""
+        return self.evaluator.evaluated_samples
+
+    def evaluation_sampling(self) -> TeamSampling:
+        """What evaluations sample with now: the generator, the team, the sampling settings and context."""
+        return TeamSampling(self.generator, self.team, self.generation_settings, self.generation_context)
+
+    def evaluate_items(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream) -> List[float]:
+        """Processed task reward of one joint sample per item, drawn from ``stream`` (a multi-turn
+        task: the return of one joint trajectory per item), recorded in the evaluation under way."""
+        return self.evaluator.evaluate_items(self.evaluation_sampling(), items, task, stream)
 
     def validation_step(self, batch: List[Optional[Dict[str, Any]]], batch_idx: int) -> None:
         if self.trainer.sanity_checking:  # the module evaluates before the first update itself (on_train_start)
@@ -283,9 +315,11 @@ class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparame
         task = data_side(self.trainer).task
         unparsed_before = task.unparsed_completions
         items = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares
+        stream = self.evaluation_batch_stream(batch_idx)
         if task.turns.multi:
-            return self.validate_turns(items, task, self.evaluation_batch_stream(batch_idx))
-        rewards = self.evaluate_items(items, task, self.evaluation_batch_stream(batch_idx))
+            per_turn, returns = self.evaluator.sample_turns(self.evaluation_sampling(), items, task, stream)
+            return self._log_turns(items, task, per_turn, returns)
+        rewards = self.evaluate_items(items, task, stream)
         if not items:
             return
         values = torch.tensor(rewards, dtype=torch.float32, device=self.device)
@@ -298,6 +332,39 @@ class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparame
             self.unparsed_rate.update(torch.tensor(rate, device=self.device), weight=len(items))
             self.log("eval/unparsed_rate", self.unparsed_rate, on_step=False, on_epoch=True, batch_size=len(items))
 
+    def _log_turns(
+        self, batch: List[Dict[str, Any]], task: Any, per_turn: List[List[float]], returns: List[float]
+    ) -> None:
+        """A validation step of a multi-turn task: turn 1's reward and the return in the module's exact
+        metrics, later turns' rewards averaged over the trajectories that reached them."""
+        if not batch:
+            return
+        values = {TURN_1_KEY: [rewards[0] for rewards in per_turn], RETURN_KEY: returns}
+        for key, metric in self.eval_metrics.items():
+            cast(MeanMetric, metric).update(torch.tensor(values[key], dtype=torch.float32, device=self.device))
+            self.log(key, metric, on_step=False, on_epoch=True, batch_size=len(batch))
+        # the return under its own name too: the same exact metric as the reference's name
+        self.log(RETURN_MEAN_KEY, self.eval_metrics[RETURN_KEY], on_step=False, on_epoch=True, batch_size=len(batch))
+        for turn in range(1, task.turns.num_turns):
+            reached = [rewards[turn] for rewards in per_turn if len(rewards) > turn]
+            if reached:
+                value = torch.tensor(sum(reached) / len(reached), device=self.device)
+                key = f"eval/turn_{turn + 1}/reward_mean"
+                self.log(key, value, on_step=False, on_epoch=True, batch_size=len(reached), sync_dist=True)
+
+    def predict_step(self, batch: List[Optional[Dict[str, Any]]], batch_idx: int) -> EvaluationSamples:
+        """``predict``: the samples an evaluation draws for ``batch`` (the same seeds), with their rewards."""
+        task = data_side(self.trainer).task
+        items = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares
+        return self.evaluator.predict(self.evaluation_sampling(), items, task, self.evaluation_batch_stream(batch_idx))
+
+    def on_validation_epoch_start(self) -> None:
+        self.evaluator.start()
+
+    def on_validation_epoch_end(self) -> None:
+        for key, value in self.evaluator.finish(self.trainer, self, self.trainer.world_size).items():
+            self.log(key, value, on_step=False, on_epoch=True)
+
     def evaluate_now(self, label: str) -> Optional[float]:
         """Evaluate outside the validation loop (before the first and after the last update)."""
         datamodule = optional_data_side(self.trainer)
@@ -307,7 +374,7 @@ class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparame
         rank, world = rank_and_world(self.trainer)
         items, task = shard(every_item, rank, world), datamodule.task
         rewards, unparsed_before = [], task.unparsed_completions
-        self.start_evaluation()
+        self.evaluator.start()
         # sharded agents: every rank runs as many batches (an empty one samples in step with the others)
         length = -(-len(every_item) // world) if self.team.synced else len(items)
         with Progress.for_trainer(self.trainer, f"evaluation ({label})", len(items), "item") as progress:
@@ -318,10 +385,10 @@ class TeamModule(TurnEvaluation, DomainMetrics, EvaluationRuns, PlainHyperparame
         totals = gather_objects((sum(rewards), len(rewards), task.unparsed_completions - unparsed_before), world)
         count = max(sum(t[1] for t in totals), 1)
         value = sum(t[0] for t in totals) / count
-        metrics = {TURN_1_KEY: value, RETURN_KEY: value, **self.turn_summary(world, value)}
+        metrics = {TURN_1_KEY: value, RETURN_KEY: value, **self.evaluator.turn_summary(world, value)}
         if task.centralized:
             metrics["eval/unparsed_rate"] = sum(t[2] for t in totals) / count
-        metrics.update(self.evaluation_domain_metrics(world))
+        metrics.update(self.evaluator.finish(self.trainer, self, world))
         # Lightning logs a step's metrics at the index of its last update (updates - 1)
         step = max(self.global_step - 1, 0)
         for logger in self.loggers:

@@ -16,7 +16,6 @@ policy-gradient module's ``rollout_metrics`` does the same for each update's rol
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -27,7 +26,6 @@ from torchmetrics import Metric
 
 from comlrl_lightning.data.centralized_task import parse_roles
 from comlrl_lightning.errors import DataError
-from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.distributed import gather_objects
 
 
@@ -231,47 +229,6 @@ def domain_metrics(
     return metrics
 
 
-class DomainMetrics:
-    """A team module's evaluation samples and domain metrics: records each evaluation's samples, keeps
-    the last one's as :attr:`evaluated_samples`, and logs what each :class:`EvaluationObserver`
-    returns for them as ``eval/<key>``."""
-
-    evaluation_record: Optional[EvaluationSamples] = None
-    """The samples of the evaluation under way (``None``: not recording)."""
-    evaluated_samples: Optional[EvaluationSamples] = None
-    """This process's samples of the evaluation that ended last (``None`` before the first): read by
-    observers after it (a callback's ``on_validation_end``; after fit's own evaluations before the
-    first update and after the last, ``on_train_epoch_start`` and ``on_fit_end``), never changed."""
-
-    def start_evaluation(self) -> None:
-        self.evaluation_record = EvaluationSamples()
-
-    def evaluation_domain_metrics(self, world: int) -> Dict[str, float]:
-        """The observers' metrics of the evaluation that just ended (every process's samples, handed to
-        each :class:`EvaluationObserver` of the Trainer), then stop recording; its samples (this
-        process's) become :attr:`evaluated_samples`."""
-        samples, self.evaluation_record = self.evaluation_record, None
-        if samples is not None:
-            self.evaluated_samples = samples
-        trainer = attached_trainer(self)  # type: ignore[arg-type]  # a mixin: the LightningModule's
-        observers = evaluation_observers(trainer)
-        if samples is None or not observers:
-            return {}
-        merged = samples.merged(world)
-        metrics: Dict[str, float] = {}
-        for observer in observers:
-            metrics.update(domain_metrics(functools.partial(observer.on_evaluation_samples, trainer, self), merged))
-        return metrics
-
-    def on_validation_epoch_start(self) -> None:
-        self.start_evaluation()
-
-    def on_validation_epoch_end(self) -> None:
-        world = getattr(self.trainer, "world_size", 1)  # type: ignore[attr-defined]  # a mixin: the LightningModule's
-        for key, value in self.evaluation_domain_metrics(world).items():
-            self.log(key, value, on_step=False, on_epoch=True)  # type: ignore[attr-defined]  # a mixin: the LightningModule's
-
-
 def renew_inference_states(module: torch.nn.Module) -> None:
     """Every torchmetrics state of ``module`` that is an inference tensor becomes an ordinary copy
     (same values).
@@ -296,7 +253,6 @@ RolloutMetrics = Callable[[RolloutSamples], Dict[str, Any]]
 
 
 __all__ = [
-    "DomainMetrics",
     "EvaluationMetrics",
     "EvaluationMetricsCallback",
     "EvaluationObserver",

@@ -1,5 +1,5 @@
 """Every way a team is evaluated, alike: the seeds of an evaluation, ``test``'s metric names, and
-the ``test`` and ``predict`` steps of a team module (:class:`EvaluationRuns`).
+the ``test`` step of a team module (:class:`EvaluationRuns`; its ``predict`` step is the team module's).
 
 **Seeds.** An evaluation samples one joint answer per item; batch ``b`` of the evaluation items
 (``eval_batch_size`` items each, in their order) draws from a stream derived from the module's
@@ -19,13 +19,11 @@ evaluation has always had (``"before training"``), so the first numbers the docs
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Dict, List, Optional
 
 from lightning.pytorch import LightningModule
 from lightning.pytorch.trainer.states import TrainerFn
 
-from comlrl_lightning.data.contract import data_side
-from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples
 from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.rng import RandomStream
 
@@ -54,25 +52,11 @@ def stage_metric(name: str, testing: bool) -> str:
     return name
 
 
-class _SamplingModule(Protocol):
-    """What :meth:`EvaluationRuns.predict_step` uses of the team module (its evaluation's parts)."""
-
-    trainer: Any
-    evaluation_record: Optional[EvaluationSamples]
-    evaluated_turns: Optional[List[List[float]]]
-
-    def evaluate_items(self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream) -> List[float]: ...
-
-    def evaluation_batch_stream(self, batch: int) -> RandomStream: ...
-
-
 class EvaluationRuns(LightningModule):
-    """A team module's evaluation seeds (:meth:`evaluation_batch_stream`), and its ``test`` and
-    ``predict`` steps: the validation step's evaluation, logged as ``test/...``, or returned as samples."""
+    """A team module's evaluation seeds (:meth:`evaluation_batch_stream`) and its ``test`` step: the
+    validation step's evaluation, logged as ``test/...``."""
 
     seed: int
-    evaluation_record: Optional[EvaluationSamples]  # DomainMetrics'
-    evaluated_turns: Optional[List[List[float]]]  # TurnEvaluation's
     trained_updates: int = 0
     """The updates of the weights outside a fit: the last fit's, or the checkpoint's loaded last."""
 
@@ -102,18 +86,6 @@ class EvaluationRuns(LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self.on_validation_epoch_end()
-
-    def predict_step(self: _SamplingModule, batch: List[Optional[Dict[str, Any]]], batch_idx: int) -> EvaluationSamples:
-        """``predict``: the samples an evaluation draws for ``batch`` (the same seeds), with their rewards."""
-        task = data_side(self.trainer).task
-        items = [item for item in batch if item is not None]  # None pads a sharded run's shorter shares
-        kept, samples = self.evaluation_record, EvaluationSamples()
-        self.evaluation_record = samples
-        try:
-            self.evaluate_items(items, task, self.evaluation_batch_stream(batch_idx))
-            return samples
-        finally:
-            self.evaluation_record, self.evaluated_turns = kept, None
 
 
 __all__ = ["BEFORE_TRAINING", "EvaluationRuns", "evaluation_stream", "evaluation_stream_keys", "stage_metric"]

@@ -1,5 +1,5 @@
-"""What a team module samples and scores when it evaluates: one joint answer per evaluation item
-(:meth:`TurnEvaluation.evaluate_items`), or for a multi-turn task one joint trajectory, logged turn by turn.
+"""What a team module samples and scores when it evaluates (:class:`Evaluator`, an object the module
+owns): one joint answer per evaluation item, or for a multi-turn task one joint trajectory, logged turn by turn.
 
 With the task's ``num_turns = H > 1`` the team module evaluates each item with one joint trajectory
 of up to ``H`` turns, sampled as collection samples them (the same transition, early stop and
@@ -16,15 +16,14 @@ comes here.
 
 from __future__ import annotations
 
-from typing import Any, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
-import torch
-
-from comlrl_lightning.data.contract import optional_data_side
 from comlrl_lightning.data.oracle import score_requests
 from comlrl_lightning.data.trajectories import sample_joint, sample_trajectories, team_context_check, team_sampler
+from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, domain_metrics, evaluation_observers
 from comlrl_lightning.modules.reward_reports import ReportRecorder, reporting_oracle
-from comlrl_lightning.runtime.compat import attached_trainer
 from comlrl_lightning.runtime.distributed import gather_objects
 from comlrl_lightning.runtime.rng import RandomStream
 
@@ -75,105 +74,84 @@ def turn_reports(recorder: ReportRecorder, turn_rewards: Sequence[Sequence[float
     return reports
 
 
-class _TeamModuleParts(Protocol):
-    """What :class:`TurnEvaluation` reads of the team module it is mixed into."""
+@dataclass(frozen=True)
+class TeamSampling:
+    """What an evaluation samples with: the module's generator, team and sampling settings, and its
+    sampling context (eval mode, no grad, the precision's autocast)."""
 
     generator: Any
-    generation_settings: Any
-    evaluation_record: Any
-    eval_metrics: Any  # key -> torchmetrics MeanMetric (a ModuleDict)
-    evaluated_turns: Optional[List[List[float]]]
-
-    @property
-    def team(self) -> Any: ...
-
-    @property
-    def device(self) -> torch.device: ...
-
-    def generation_context(self) -> ContextManager[None]: ...
-
-    def log(
-        self,
-        name: str,
-        value: Any,
-        *,
-        on_step: Optional[bool] = None,
-        on_epoch: Optional[bool] = None,
-        batch_size: Optional[int] = None,
-        sync_dist: bool = False,
-    ) -> None: ...
-
-    def sample_turns(
-        self, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
-    ) -> Tuple[List[List[float]], List[float]]: ...
-
-    def evaluate_turns(
-        self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
-    ) -> List[float]: ...
+    team: Any
+    settings: Any
+    context: Callable[[], ContextManager[None]]
 
 
-class TurnEvaluation:
-    """A team module's evaluation samples: one joint answer per item, or trajectories and per-turn
-    metrics for a multi-turn task."""
+class Evaluator:
+    """A team module's evaluation, an object the module owns and calls: it samples and scores the
+    items it is given with the :class:`TeamSampling` it is given (one joint answer per item, or for a
+    multi-turn task one trajectory), records the samples of the evaluation under way, keeps the last
+    one's as :attr:`evaluated_samples`, and hands them to the Trainer's evaluation observers.
 
-    evaluated_turns: Optional[List[List[float]]] = None
-    """Per-turn rewards of every item evaluated outside the validation loop since the last summary."""
+    The module decides when an evaluation starts (:meth:`start`) and ends (:meth:`finish`) and logs
+    what they give; nothing else writes into it."""
 
-    @property
-    def headline_metric(self) -> str:
-        """The name of the metric this module's evaluations report first (:func:`headline_key` of the
-        task of the data module it runs with)."""
-        trainer = attached_trainer(self)  # type: ignore[arg-type]  # a mixin: the LightningModule's
-        datamodule = optional_data_side(trainer) if trainer is not None else None
-        return headline_key(getattr(datamodule, "task", None))  # a data module's task is None before setup
+    def __init__(self) -> None:
+        self.record: Optional[EvaluationSamples] = None
+        """The samples of the evaluation under way (``None``: not recording)."""
+        self.evaluated_samples: Optional[EvaluationSamples] = None
+        """This process's samples of the evaluation that ended last (``None`` before the first): read by
+        observers after it (a callback's ``on_validation_end``; after fit's own evaluations before the
+        first update and after the last, ``on_train_epoch_start`` and ``on_fit_end``), never changed."""
+        self.evaluated_turns: Optional[List[List[float]]] = None
+        """Per-turn rewards of every item evaluated outside the validation loop since the last summary."""
 
     def evaluate_items(
-        self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
+        self, sampling: TeamSampling, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
     ) -> List[float]:
         """Processed task reward of one joint sample per item, drawn from ``stream`` (a multi-turn
         task: the return of one joint trajectory per item, :meth:`evaluate_turns`)."""
         if task.turns.multi:
-            return self.evaluate_turns(items, task, stream)
+            return self.evaluate_turns(sampling, items, task, stream)
         prompts = [task.prompts(item) for item in items]
-        sampler = team_sampler(self.generator, self.team, self.generation_settings, stream)
-        with self.generation_context():
+        sampler = team_sampler(sampling.generator, sampling.team, sampling.settings, stream)
+        with sampling.context():
             joint = sample_joint(sampler, items, prompts, 1)  # one joint answer per item, as a round samples
         texts = [[c.text for c in per_item[0]] for per_item in joint]
         requests = [([[text] for text in texts[k]], prompts[k], item) for k, item in enumerate(items)]
         oracle, recorder = reporting_oracle(task.oracle)  # what the reward says of each answer, kept
         rewards = [processed[0] for _, processed in score_requests(oracle, requests)]
-        if self.evaluation_record is not None:
+        if self.record is not None:
             reports = [[report] for report in recorder.take(len(items))] if recorder is not None else None
-            self.evaluation_record.add(task, items, texts, rewards, reports=reports)
+            self.record.add(task, items, texts, rewards, reports=reports)
         return rewards
 
     def sample_turns(
-        self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
+        self, sampling: TeamSampling, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
     ) -> Tuple[List[List[float]], List[float]]:
         """One joint trajectory per item: ``(per-turn rewards per item, returns)``, recorded as evaluation samples."""
-        sampler = team_sampler(self.generator, self.team, self.generation_settings, stream)
+        team = sampling.team
+        sampler = team_sampler(sampling.generator, team, sampling.settings, stream)
         prompts = [task.prompts(item) for item in items]
         oracle, recorder = reporting_oracle(task.oracle)  # what the reward says of each answer, kept
-        with self.generation_context():
-            fits = team_context_check(self.team, self.generation_settings)
+        with sampling.context():
+            fits = team_context_check(team, sampling.settings)
             sampled = sample_trajectories(
-                sampler, oracle, task.turns, items, prompts, 1, lambda: self.team.tokenizers, context_check=fits
+                sampler, oracle, task.turns, items, prompts, 1, lambda: team.tokenizers, context_check=fits
             )
         trajectories = [per_item[0] for per_item in sampled]
         returns = [task.turns.trajectory_return(t.rewards) for t in trajectories]
         turn_rewards = [list(t.rewards) for t in trajectories]
-        if self.evaluation_record is not None:
+        if self.record is not None:
             texts = [[c.text for c in t.completions[-1]] for t in trajectories]
             earlier = [[[c.text for c in turn] for turn in t.completions[:-1]] for t in trajectories]
             reports = turn_reports(recorder, turn_rewards) if recorder is not None else None
-            self.evaluation_record.add(task, items, texts, returns, earlier, turn_rewards, reports)
+            self.record.add(task, items, texts, returns, earlier, turn_rewards, reports)
         return turn_rewards, returns
 
     def evaluate_turns(
-        self: _TeamModuleParts, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
+        self, sampling: TeamSampling, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
     ) -> List[float]:
         """The returns of one trajectory per item; the per-turn rewards wait for :meth:`turn_summary`."""
-        per_turn, returns = self.sample_turns(items, task, stream)
+        per_turn, returns = self.sample_turns(sampling, items, task, stream)
         self.evaluated_turns = (self.evaluated_turns or []) + per_turn
         return returns
 
@@ -185,31 +163,46 @@ class TurnEvaluation:
         per_turn, self.evaluated_turns = self.evaluated_turns, None
         return {**turn_means(gather_objects(turn_sums(per_turn), world)), RETURN_MEAN_KEY: return_mean}
 
-    def validate_turns(self: _TeamModuleParts, batch: List[Dict[str, Any]], task: Any, stream: RandomStream) -> None:
-        """A validation step of a multi-turn task: turn 1's reward and the return in the module's exact
-        metrics, later turns' rewards averaged over the trajectories that reached them."""
-        per_turn, returns = self.sample_turns(batch, task, stream)
-        if not batch:
-            return
-        values = {TURN_1_KEY: [rewards[0] for rewards in per_turn], RETURN_KEY: returns}
-        for key, metric in self.eval_metrics.items():
-            metric.update(torch.tensor(values[key], dtype=torch.float32, device=self.device))
-            self.log(key, metric, on_step=False, on_epoch=True, batch_size=len(batch))
-        # the return under its own name too: the same exact metric as the reference's name
-        self.log(RETURN_MEAN_KEY, self.eval_metrics[RETURN_KEY], on_step=False, on_epoch=True, batch_size=len(batch))
-        for turn in range(1, task.turns.num_turns):
-            reached = [rewards[turn] for rewards in per_turn if len(rewards) > turn]
-            if reached:
-                value = torch.tensor(sum(reached) / len(reached), device=self.device)
-                key = f"eval/turn_{turn + 1}/reward_mean"
-                self.log(key, value, on_step=False, on_epoch=True, batch_size=len(reached), sync_dist=True)
+    def predict(
+        self, sampling: TeamSampling, items: Sequence[Dict[str, Any]], task: Any, stream: RandomStream
+    ) -> EvaluationSamples:
+        """The samples an evaluation of ``items`` draws from ``stream``, with their rewards (``predict``),
+        recorded apart from any evaluation under way."""
+        kept, samples = self.record, EvaluationSamples()
+        self.record = samples
+        try:
+            self.evaluate_items(sampling, items, task, stream)
+            return samples
+        finally:
+            self.record, self.evaluated_turns = kept, None
+
+    def start(self) -> None:
+        """An evaluation begins: its samples are recorded from now on."""
+        self.record = EvaluationSamples()
+
+    def finish(self, trainer: Any, module: Any, world: int) -> Dict[str, float]:
+        """The observers' metrics of the evaluation that just ended (every process's samples, handed to
+        each :class:`~comlrl_lightning.modules.evaluation_metrics.EvaluationObserver` of ``trainer``
+        with ``module``), then stop recording; its samples (this process's) become :attr:`evaluated_samples`."""
+        samples, self.record = self.record, None
+        if samples is not None:
+            self.evaluated_samples = samples
+        observers = evaluation_observers(trainer)
+        if samples is None or not observers:
+            return {}
+        merged = samples.merged(world)
+        metrics: Dict[str, float] = {}
+        for observer in observers:
+            metrics.update(domain_metrics(functools.partial(observer.on_evaluation_samples, trainer, module), merged))
+        return metrics
 
 
 __all__ = [
     "RETURN_KEY",
     "RETURN_MEAN_KEY",
     "TURN_1_KEY",
-    "TurnEvaluation",
+    "Evaluator",
+    "TeamSampling",
     "headline_key",
     "turn_means",
     "turn_reports",
