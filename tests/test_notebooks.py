@@ -138,19 +138,18 @@ def test_notebook_is_stored_without_outputs(path):
 @pytest.mark.slow
 def test_the_kernel_runs_on_this_interpreter_in_the_working_directory(tmp_path):
     """The runner itself: the kernel's Python and folder, a raising cell's error, the notebook's limit."""
-    probe = nbformat.v4.new_notebook(
+    probe = nbformat.v4.new_notebook(  # one kernel for the probe and the raising cell after it
         cells=[
             nbformat.v4.new_code_cell(
                 "import os, sys, comlrl_lightning\nprint(sys.executable)\nprint(os.getcwd())\nprint(comlrl_lightning.__file__)"
-            )
+            ),
+            nbformat.v4.new_code_cell("raise ValueError('reader-visible')"),
         ]
     )
-    execute(probe, tmp_path)
+    with pytest.raises(pytest.fail.Exception, match="a cell raised:(.|\n)*ValueError: reader-visible"):
+        execute(probe, tmp_path)
     printed = "".join(output.text for output in probe.cells[0].outputs if output.get("name") == "stdout").split()
     assert printed == [sys.executable, str(tmp_path), str(REPO / "comlrl_lightning" / "__init__.py")]
-    failing = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise ValueError('reader-visible')")])
-    with pytest.raises(pytest.fail.Exception, match="a cell raised:(.|\n)*ValueError: reader-visible"):
-        execute(failing, tmp_path)
     slow = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(30)")])
     with pytest.raises(pytest.fail.Exception, match="over the time limit"):
         execute(slow, tmp_path, limit_s=2)
