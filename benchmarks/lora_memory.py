@@ -51,7 +51,7 @@ def measure(folder: str, lora: bool) -> dict:
     from peft import LoraConfig
 
     from comlrl_lightning import MADPOModule, TeamOptions, madpo_loss
-    from comlrl_lightning.data.pairs import PreferencePair
+    from comlrl_lightning.rounds.pairs import PreferencePair
 
     adapters = LoraConfig(r=8, lora_alpha=16, target_modules=["c_attn", "c_proj"]) if lora else None
     module = MADPOModule(

@@ -70,7 +70,7 @@ def _pairs(job: Dict[str, Any], tokenizer) -> list:
     """Pairs of four agents: each role's prompt ids, random completions ending in EOS (as sampled)."""
     import random
 
-    from comlrl_lightning.data.pairs import PreferencePair
+    from comlrl_lightning.rounds.pairs import PreferencePair
 
     rng = random.Random(0)
     specials = set(tokenizer.all_special_ids)

@@ -39,7 +39,7 @@ def _module(job: Dict[str, Any], memory: Any = None, **options):
 
 
 def _pairs(job: Dict[str, Any], tokenizer):
-    from comlrl_lightning.data.pairs import PreferencePair
+    from comlrl_lightning.rounds.pairs import PreferencePair
 
     pairs, agents = [], job.get("agents", 2)
     for raw in common.job_pairs(tokenizer, job):

@@ -145,8 +145,8 @@ def _widen(pair: Dict[str, Any], agents: int) -> Dict[str, Any]:
 
 def ours_step(job: Dict[str, Any]) -> Dict[str, Any]:
     from comlrl_lightning import MADPOModule
-    from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.losses import madpo_loss
+    from comlrl_lightning.rounds.pairs import PreferencePair
 
     module = MADPOModule(team=_our_team(job), dpo_beta=common.DPO_BETA, agent_learning_rate=common.LEARNING_RATE)
     module.configure_model()

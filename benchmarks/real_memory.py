@@ -80,7 +80,7 @@ def ours_command(row: str, model: str, root: Path, dataset: Path, hold: bool = F
     command += ["--data.init_args.preference_num_candidates", str(p["candidates"])]
     command += ["--data.init_args.preference_pairs_per_sample", str(p["pairs_per_sample"])]
     command += ["--data.init_args.comparator.init_args.num_candidates", str(p["candidates"])]
-    command += ["--data.init_args.replay", "comlrl_lightning.data.CurrentReplay"]
+    command += ["--data.init_args.replay", "comlrl_lightning.rounds.CurrentReplay"]
     command += [
         "--data.init_args.train_batch_size",
         str(p["train_batch_size"]),
@@ -180,8 +180,8 @@ def ours_step(model: str, dataset: str, hold: bool, materialised: bool = False) 
     """Our MADPO update (``MADPOModule.margins``, the joint loss, fused AdamW) at :data:`STEP`;
     ``materialised``: the LM head's logits materialised instead of the fused, chunked head."""
     from comlrl_lightning import MADPOModule, MemoryOptions, TeamOptions
-    from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.losses import madpo_loss
+    from comlrl_lightning.rounds.pairs import PreferencePair
 
     memory = MemoryOptions(hold_agent_graphs=hold, fused_lm_head=False if materialised else None)
     team = TeamOptions(agents=[model] * 2, memory=memory)

@@ -25,9 +25,9 @@ def large_vocab(job: Dict[str, Any]) -> Dict[str, Any]:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from comlrl_lightning import MADPOModule, MemoryOptions, TeamOptions
-    from comlrl_lightning.data.pairs import PreferencePair
     from comlrl_lightning.defaults import build_char_tokenizer
     from comlrl_lightning.losses import madpo_loss
+    from comlrl_lightning.rounds.pairs import PreferencePair
 
     config = Qwen2Config(
         vocab_size=job["vocab"],
@@ -82,7 +82,7 @@ def large_vocab(job: Dict[str, Any]) -> Dict[str, Any]:
 def replay_growth(job: Dict[str, Any]) -> Dict[str, Any]:
     """Write ``rounds`` rounds of ``records`` records (about ``record_bytes`` each); time the draw at
     round ``early`` and at the last round (all_history, ``draws`` per round, best of 3)."""
-    from comlrl_lightning.data.replay import AllHistoryReplay, ReplayBuffer
+    from comlrl_lightning.rounds.replay import AllHistoryReplay, ReplayBuffer
 
     filler = "x" * job["record_bytes"]
     timings = {}

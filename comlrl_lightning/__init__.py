@@ -33,17 +33,7 @@ from comlrl_lightning.comparators import (
     HistoryComparator,
     ModelComparator,
 )
-from comlrl_lightning.data import (
-    AllHistoryReplay,
-    CurrentReplay,
-    HFDataset,
-    LambdaDecayReplay,
-    NearestKReplay,
-    PreferencePair,
-    ReplayRule,
-    Task,
-    TaskOptions,
-)
+from comlrl_lightning.critics import IndividualCritics, SharedCritic
 from comlrl_lightning.datamodules import (
     IterativePreferenceDataModule,
     PreferenceDataModule,
@@ -56,13 +46,8 @@ from comlrl_lightning.generation import (
     HFGenerator,
     VLLMGenerator,
 )
+from comlrl_lightning.joint_reward import RewardModelFit, RewardModelOptions
 from comlrl_lightning.losses import bradley_terry_loss, madpo_loss
-from comlrl_lightning.models import (
-    IndividualCritics,
-    RewardModelFit,
-    RewardModelOptions,
-    SharedCritic,
-)
 from comlrl_lightning.modules import (
     Centralized,
     Decentralized,
@@ -73,6 +58,16 @@ from comlrl_lightning.modules import (
     RewardModelModule,
     TeamModule,
 )
+from comlrl_lightning.rounds.pairs import PreferencePair
+from comlrl_lightning.rounds.replay import (
+    AllHistoryReplay,
+    CurrentReplay,
+    LambdaDecayReplay,
+    NearestKReplay,
+    ReplayRule,
+)
+from comlrl_lightning.tasks.item_sources import HFDataset
+from comlrl_lightning.tasks.task import Task, TaskOptions
 from comlrl_lightning.team import MemoryOptions, Team, TeamOptions
 from comlrl_lightning.validation import OptionError
 

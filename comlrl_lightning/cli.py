@@ -43,13 +43,13 @@ from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCh
 from comlrl_lightning.callbacks.completions_writer import CompletionsWriter
 from comlrl_lightning.callbacks.csv_logger import ResumableCSVLogger, same_log_folder
 from comlrl_lightning.callbacks.refused_runs import RefusedRunLogs
+from comlrl_lightning.checkpoints.io import atomic_checkpoint_plugins, read_checkpoint
+from comlrl_lightning.checkpoints.metadata import resolve_checkpoint, resumable, run_record
+from comlrl_lightning.checkpoints.resume_rule import apply_resume_rule, changes_text, resume_changes
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.datamodules.task_data import dataloader_reload, total_epochs
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
 from comlrl_lightning.generation.vllm import engines_running
-from comlrl_lightning.modules.resume_rule import apply_resume_rule, changes_text, resume_changes
-from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins, read_checkpoint
-from comlrl_lightning.runtime.checkpoint_metadata import resolve_checkpoint, resumable, run_record
 from comlrl_lightning.runtime.command_line import parse_with_nulls
 from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import own_copy
@@ -75,7 +75,7 @@ MODEL_PARALLEL = (
     "lightning.pytorch.strategies.ModelParallelStrategy",
     "lightning.pytorch.strategies.model_parallel.ModelParallelStrategy",
 )
-ATOMIC_MODEL_PARALLEL = "comlrl_lightning.runtime.checkpoint_io.AtomicModelParallelStrategy"
+ATOMIC_MODEL_PARALLEL = "comlrl_lightning.checkpoints.io.AtomicModelParallelStrategy"
 
 
 def data_total_epochs(data_options) -> int:
@@ -117,7 +117,7 @@ class PreferenceCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """No key's value in the config; ``ModelParallelStrategy`` built as
-        :class:`~comlrl_lightning.runtime.checkpoint_io.AtomicModelParallelStrategy` (the same options);
+        :class:`~comlrl_lightning.checkpoints.io.AtomicModelParallelStrategy` (the same options);
         a logger without a ``save_dir`` writes under
         ``trainer.default_root_dir`` (one given is kept); W&B loggers get a CSV log beside them
         (:func:`with_csv_log`); a resumed run continues the CSV log folder and the W&B run of its checkpoint."""
@@ -222,7 +222,7 @@ class PreferenceCLI(LightningCLI):
         hyperparameters saved in it (``--model.init_args.dpo_beta 7`` would train on with 0.1); so
         the resolved path is set aside here and handed back to the subcommand in
         :meth:`before_instantiate_classes`. The given options are the run's
-        (:mod:`comlrl_lightning.modules.resume_rule`): once the classes are built, before training,
+        (:mod:`comlrl_lightning.checkpoints.resume_rule`): once the classes are built, before training,
         the options a resume cannot change are refused if they differ, and every other difference
         is listed in one line and takes effect (sampling, learning rates, data options). A remote
         checkpoint (a URL, an fsspec chain) is refused: Lightning would load it with

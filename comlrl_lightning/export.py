@@ -29,15 +29,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from comlrl_lightning.callbacks.csv_logger import log_folder
-from comlrl_lightning.errors import ConfigurationError, DataError
-from comlrl_lightning.modules.resume_rule import TEAM_KEY
-from comlrl_lightning.runtime.checkpoint_io import read_checkpoint
-from comlrl_lightning.runtime.checkpoint_metadata import (
+from comlrl_lightning.checkpoints.io import read_checkpoint
+from comlrl_lightning.checkpoints.metadata import (
     CheckpointProgress,
     checkpoint_progress,
     resolve_checkpoint,
     run_record,
 )
+from comlrl_lightning.checkpoints.resume_rule import TEAM_KEY
+from comlrl_lightning.errors import ConfigurationError, DataError
 from comlrl_lightning.runtime.files import fsync_directory, read_bounded
 from comlrl_lightning.runtime.hparams import summarized
 from comlrl_lightning.runtime.paths import require_local

@@ -191,7 +191,7 @@ def tiny_trainer(tmp_path, **overrides):
     )
     options.update(overrides)
     # as the command line and the seed API build it: checkpoints written atomically, with their files
-    from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins
+    from comlrl_lightning.checkpoints.io import atomic_checkpoint_plugins
 
     options["plugins"] = atomic_checkpoint_plugins(options.get("plugins"))
     return Trainer(**options)

@@ -40,8 +40,8 @@ def test_the_trainer_is_built_with_atomic_checkpoints_and_never_changed_after(tm
     from lightning.pytorch import LightningDataModule, LightningModule
 
     from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, ResumableCheckpoint
+    from comlrl_lightning.checkpoints.io import AtomicCheckpointIO, AtomicModelParallelStrategy
     from comlrl_lightning.cli import PreferenceCLI
-    from comlrl_lightning.runtime.checkpoint_io import AtomicCheckpointIO, AtomicModelParallelStrategy
 
     def built(*args):
         return PreferenceCLI(
@@ -217,7 +217,7 @@ def test_marlhf_config_fits_the_reward_model_then_trains_the_policy(tmp_path):
 def test_an_actor_critic_run_from_the_command_line_writes_plain_checkpoints_and_resumes(tmp_path, config):
     """The critics' learning rate comes from the command line typed as jsonargparse's PositiveFloat: in
     the optimizer's state it made every checkpoint unreadable with ``weights_only=True`` (no resume)."""
-    from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict
+    from comlrl_lightning.checkpoints.metadata import load_checkpoint_dict
 
     def fit(epochs, *extra):
         words = [*TINY, "--data.init_args.num_train_epochs", str(epochs), "--trainer.limit_train_batches", "1"]
@@ -236,8 +236,8 @@ def test_an_actor_critic_run_from_the_command_line_writes_plain_checkpoints_and_
 
 @pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
 def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
-    from comlrl_lightning.data.pairs import PreferencePair
-    from comlrl_lightning.data.replay import ReplayBuffer
+    from comlrl_lightning.rounds.pairs import PreferencePair
+    from comlrl_lightning.rounds.replay import ReplayBuffer
 
     buffer = ReplayBuffer(tmp_path / "rounds")
     for iteration in (1, 2):
@@ -275,7 +275,7 @@ def test_reward_model_config_fits_on_a_folder_of_round_files(tmp_path):
     rows = _metrics(tmp_path)
     assert any(r.get("val/reward_model/accuracy") for r in rows)
     assert max(int(r["epoch"]) for r in rows) == 1  # num_train_epochs=2 set trainer.max_epochs
-    from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict
+    from comlrl_lightning.checkpoints.metadata import load_checkpoint_dict
 
     # plain data (the command line's PositiveFloat learning rate made it unreadable with weights_only)
     (last,) = tmp_path.rglob("last.ckpt")
@@ -642,7 +642,7 @@ def test_a_cli_folder_resume_takes_the_newest_checkpoint_and_continues_the_log(t
     assert {str(w.message)[:60] for w in caught} <= {str(w.message)[:60] for w in fresh}
     assert sorted(p.name for p in (run / "lightning_logs").iterdir()) == ["version_0"]
     assert not list(checkpoints.glob("*-v*.ckpt"))  # last.ckpt holds the newest state, no copies beside it
-    from comlrl_lightning.runtime.checkpoint_metadata import newest_checkpoint, read_checkpoint_metadata
+    from comlrl_lightning.checkpoints.metadata import newest_checkpoint, read_checkpoint_metadata
 
     assert newest_checkpoint(checkpoints).name == "last.ckpt"
     assert read_checkpoint_metadata(checkpoints / "last.ckpt")["progress"]["epochs"] == 3
@@ -665,8 +665,8 @@ def test_a_cli_resume_continues_the_wandb_run_of_its_checkpoint_under_the_root_d
     import wandb
     from lightning.pytorch.loggers import WandbLogger
 
+    from comlrl_lightning.checkpoints.metadata import read_checkpoint_metadata
     from comlrl_lightning.cli import run_cli
-    from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
 
     wandb.finish()  # a run an earlier test left open in this process would be reused by the logger
     monkeypatch.setenv("WANDB_MODE", "offline")

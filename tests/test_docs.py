@@ -260,7 +260,7 @@ def test_every_slow_snippet_runs(snippet, tmp_path, monkeypatch):
 
 NO_RUN_PER_PAGE = {
     "docs/getting-started.md": 1,  # a real model and the user's own tasks.jsonl
-    "docs/checkpoints.md": 1,  # reads the ckpt/ folder of a run (tests/runtime/test_checkpoint_metadata.py)
+    "docs/checkpoints.md": 1,  # reads the ckpt/ folder of a run (tests/checkpoints/test_metadata.py)
     "docs/using-the-team.md": 2,  # loads the team/ folder an export wrote (tests/test_export.py)
     "docs/coming-from-comlrl.md": 1,  # the seed's example at its full size (benchmarks/seed_example.py; the suite: test_trainers_preference.py)
 }

@@ -6,11 +6,7 @@ import pytest
 
 from comlrl_lightning.comparators.api_client import ComparatorApiError
 from comlrl_lightning.comparators.api_formats import ApiResponseError
-from comlrl_lightning.data.centralized_task import AdapterError, CentralizedComparatorParseError
-from comlrl_lightning.data.chat import ChatTemplateError
-from comlrl_lightning.data.contract import ContractError
-from comlrl_lightning.data.oracle import RewardFunctionError
-from comlrl_lightning.data.replay import ReplayIndexError
+from comlrl_lightning.contracts import ContractError
 from comlrl_lightning.errors import (
     ComlrlError,
     ConfigurationError,
@@ -20,7 +16,11 @@ from comlrl_lightning.errors import (
     MissingRunFileError,
     RunStateError,
 )
+from comlrl_lightning.rounds.replay import ReplayIndexError
 from comlrl_lightning.runtime.folder_lock import FolderInUseError
+from comlrl_lightning.tasks.centralized_task import AdapterError, CentralizedComparatorParseError
+from comlrl_lightning.tasks.chat import ChatTemplateError
+from comlrl_lightning.tasks.oracle import RewardFunctionError
 from comlrl_lightning.validation import OptionError
 
 
@@ -48,7 +48,7 @@ def test_every_error_is_in_the_family_and_keeps_its_builtin_base(error, branch, 
 
 def test_the_errors_a_user_meets_are_in_the_family(tmp_path):
     from comlrl_lightning import MADPOModule, PreferenceDataModule
-    from comlrl_lightning.data.task import load_items
+    from comlrl_lightning.tasks.task import load_items
     from comlrl_lightning.team.loading import resolve_source
 
     for make in (

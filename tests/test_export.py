@@ -90,7 +90,7 @@ def _last_csv_evaluation(run_folder: Path) -> dict:
 
 @pytest.mark.slow  # trains a team from the command line
 def test_the_cards_name_the_run_its_options_and_its_last_evaluation(full_run, tmp_path):
-    from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
+    from comlrl_lightning.checkpoints.metadata import read_checkpoint_metadata
 
     module, last = full_run
     out = export_team(last, tmp_path / "team")

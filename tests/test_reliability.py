@@ -1,5 +1,5 @@
 """Resumes with changed options or another kind of data module (the resume rule of
-``comlrl_lightning/modules/resume_rule.py``); the file's other fault tests moved to the files of the
+``comlrl_lightning/checkpoints/resume_rule.py``); the file's other fault tests moved to the files of the
 modules they test (data/test_snapshots, runtime/test_paths, runtime/test_folder_lock, ...)."""
 
 from __future__ import annotations

@@ -23,23 +23,31 @@ LAYERS = {
     "defaults": 2,
     "team": 3,
     "generation": 4,
-    "models": 4,
-    "data": 5,
-    "comparators": 6,
-    "rounds": 6,  # the round pipeline: a round's items sampled, scored and paired (the data modules call it)
-    "modules": 7,
-    "datamodules": 7,
-    "callbacks": 8,
-    "tasks": 8,  # built-in tasks, chosen by import path: nothing in the package imports them
-    "trainers": 9,
-    "utils": 9,  # the reference's comlrl.utils names for seed-API scripts
-    "export": 9,  # comlrl-lightning export: a checkpoint's team as Hugging Face folders
-    "environment_report": 9,  # comlrl-lightning env
-    "cli": 10,
-    "__main__": 11,
-    "__init__": 11,
+    "joint_reward": 4,  # the learned reward model of MARLHF
+    "critics": 5,  # the critics of MAAC / IAC (their value models share the reward model's helpers)
+    "tasks": 5,  # the task definition: items, prompts, the oracle, turns, the centralized form
+    "contracts": 5,  # the written contracts between the parts (their types only imported for checking)
+    "checkpoints": 6,  # the save and resume paths (the resume rule fixes the held-out option of tasks)
+    "rounds": 7,  # the round pipeline and its run state: sampled, scored, paired, stored, replayed
+    "comparators": 8,  # the other side of a round (the history comparator reads the round's snapshots)
+    "modules": 9,
+    "datamodules": 9,
+    "callbacks": 10,
+    "built-in tasks": 10,  # tasks/<name>/, chosen by import path: nothing in the package imports them
+    "trainers": 11,
+    "export": 11,  # comlrl-lightning export: a checkpoint's team as Hugging Face folders
+    "environment_report": 11,  # comlrl-lightning env
+    "utils": 12,  # the reference's comlrl.utils names for seed-API scripts, re-exported from trainers
+    "data": 12,  # the old names of the task definition, the round pipeline and the contracts
+    "models": 12,  # the old names of the reward model and the critics
+    "cli": 13,
+    "__main__": 14,
+    "__init__": 14,
 }
 """Each top-level part of the package and its layer: a module may import its own part and lower layers."""
+
+BUILT_IN_TASKS = {path.parent.name for path in PACKAGE.glob("tasks/*/__init__.py")}
+"""The built-in tasks: the subpackages of ``tasks/`` (the task definition is ``tasks/`` itself)."""
 
 
 def module_name(path: Path) -> str:
@@ -51,7 +59,26 @@ def module_name(path: Path) -> str:
 
 def part_of(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "tasks" and parts[2] in BUILT_IN_TASKS:
+        return "built-in tasks"
     return "__init__" if len(parts) == 1 else parts[1]
+
+
+def is_moved_name(path: Path) -> bool:
+    """Whether ``path`` only keeps an old import path: a docstring, then imports from one module of
+    the package (``from <new home> import ...``), then at most ``__all__``. It belongs to no layer
+    (it re-exports a module from wherever that module now lives) and nothing in the package imports it."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    imports = [node for node in body[1:] if isinstance(node, ast.ImportFrom)]
+    rest = [node for node in body[1:] if not isinstance(node, ast.ImportFrom)]
+    return (
+        path.name != "__init__.py"
+        and len({node.module for node in imports}) == 1
+        and all(isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__" for node in rest)
+        and bool(body)
+        and isinstance(body[0], ast.Expr)
+        and "before" in (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "")
+    )
 
 
 def imports_of(path: Path, type_only: bool = False) -> Set[str]:
@@ -97,14 +124,26 @@ def test_layers_import_downwards_only(module):
         for target in GRAPH[module]
         if part_of(target) != mine and LAYERS[part_of(target)] >= LAYERS[mine] and mine not in ("__init__", "__main__")
     ]
+    if is_moved_name(MODULES[module]):
+        upward = []  # an old import path: it re-exports the module's new home, wherever that lies
     assert not upward, f"{module} imports from its own layer or above: {upward}"
+
+
+MOVED_NAMES = sorted(name for name, path in MODULES.items() if is_moved_name(path))
+
+
+def test_nothing_in_the_package_imports_an_old_path():
+    importers = [
+        name for name, targets in GRAPH.items() if set(targets) & set(MOVED_NAMES) and name != "comlrl_lightning"
+    ]
+    assert not importers, f"an old import path is for configs, checkpoints and scripts only: {importers}"
 
 
 def test_nothing_in_the_package_imports_a_task():
     importers = [
         name
         for name, targets in GRAPH.items()
-        if part_of(name) != "tasks" and any(part_of(t) == "tasks" for t in targets)
+        if part_of(name) != "built-in tasks" and any(part_of(t) == "built-in tasks" for t in targets)
     ]
     assert not importers, f"a task is chosen by import path, never imported by the package: {importers}"
 

@@ -10,8 +10,8 @@ log and :mod:`.plots` draws a round's distributions and the replay rules' weight
 :class:`CommitCheckpoints` (self-contained ``checkpoint-{N}`` folders at commits, kept to a limit)
 and :class:`ResumableCSVLogger` (one ``metrics.csv`` for the whole run).
 
-Imports: :mod:`comlrl_lightning.data` and the layers below it; they see the modules and data
-modules only through :mod:`comlrl_lightning.data.contract`.
+Imports: :mod:`comlrl_lightning.rounds`, :mod:`comlrl_lightning.checkpoints` and the layers below them; they see the modules and data
+modules only through :mod:`comlrl_lightning.contracts`.
 """
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, CommitCheckpoints, ResumableCheckpoint

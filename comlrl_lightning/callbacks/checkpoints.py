@@ -1,13 +1,13 @@
 """Checkpoints a run can trust on resume: who wrote them, how far they got, and logs that continue.
 
 :class:`CheckpointRecord` writes the run record into every checkpoint (read back with
-:func:`~comlrl_lightning.runtime.checkpoint_metadata.read_checkpoint_metadata`) and, on resume,
+:func:`~comlrl_lightning.checkpoints.metadata.read_checkpoint_metadata`) and, on resume,
 continues the run's CSV log and prints one line saying where the run continues.
 :class:`ResumableCheckpoint` is Lightning's ``ModelCheckpoint`` for runs that resume: a resumed run
 overwrites its own files (``last.ckpt`` stays the newest state, never ``last-v1.ckpt``) and is not
 warned that its own checkpoint folder is not empty. The seed API and the CLI add both.
 :class:`CommitCheckpoints` writes self-contained ``checkpoint-{N}`` folders at commits (the seed
-API's ``train(checkpoint_dir=...)``; :mod:`~comlrl_lightning.runtime.checkpoint_folders`).
+API's ``train(checkpoint_dir=...)``; :mod:`~comlrl_lightning.checkpoints.folders`).
 """
 
 from __future__ import annotations
@@ -25,17 +25,15 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from comlrl_lightning.callbacks.csv_logger import same_log_folder
-from comlrl_lightning.data.contract import CollectedOnce, ContinuableLog, RoundSchedule, offers
-from comlrl_lightning.errors import DataError, RunStateError
-from comlrl_lightning.runtime.checkpoint_folders import (
+from comlrl_lightning.checkpoints.folders import (
     CheckpointFolderError,
     check_replaceable,
     checkpoint_folder,
     prune_folders,
     save_checkpoint_folder,
 )
-from comlrl_lightning.runtime.checkpoint_lineage import Lineage, lineage_of, on_line
-from comlrl_lightning.runtime.checkpoint_metadata import (
+from comlrl_lightning.checkpoints.lineage import Lineage, lineage_of, on_line
+from comlrl_lightning.checkpoints.metadata import (
     METADATA_KEY,
     METADATA_VERSION,
     CheckpointProgress,
@@ -43,6 +41,8 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     load_checkpoint_dict,
     run_record,
 )
+from comlrl_lightning.contracts import CollectedOnce, ContinuableLog, RoundSchedule, offers
+from comlrl_lightning.errors import DataError, RunStateError
 from comlrl_lightning.runtime.compat import enable_version_counter, epochs_processed, version_counter_enabled
 from comlrl_lightning.runtime.paths import is_remote
 from comlrl_lightning.runtime.quiet import ResumeLines
@@ -58,7 +58,7 @@ class CheckpointRecord(Callback):
     (``id``, ``project``, ``entity``), the CSV log (folder, row count and run; the log is flushed
     first and its folder's ``run.json`` names the run) and the run's line: the ``branch`` (new for
     every part of a run) and the ``forks`` (each earlier branch and the progress at which this part
-    left it; :mod:`~comlrl_lightning.runtime.checkpoint_lineage`).
+    left it; :mod:`~comlrl_lightning.checkpoints.lineage`).
     On resume the record's identity is taken over, rows a
     :class:`~comlrl_lightning.callbacks.ResumableCSVLogger` wrote after the checkpoint are dropped (the
     run logs them again), and instead of Lightning's two lines one says where the run continues.
@@ -184,7 +184,7 @@ _NOW = (sys.maxsize, sys.maxsize, sys.maxsize)
 
 def written_on_this_line(trainer: Trainer, path: Any) -> Optional[bool]:
     """Whether the checkpoint file ``path`` was written by this part of the run or one it continues
-    (its run record's run and line: :func:`~comlrl_lightning.runtime.checkpoint_lineage.on_line`);
+    (its run record's run and line: :func:`~comlrl_lightning.checkpoints.lineage.on_line`);
     ``False`` for a file of another run or line, one without a run record or not a checkpoint;
     ``None`` when ``trainer`` has no :class:`CheckpointRecord` (nothing to tell by)."""
     record = next((c for c in trainer.callbacks if isinstance(c, CheckpointRecord)), None)  # type: ignore[attr-defined]  # Lightning's connectors set it, unseen by mypy
@@ -282,7 +282,7 @@ def _owned_by_another(trainer: Trainer, path: Any) -> bool:
 
 class CommitCheckpoints(Checkpoint):
     """Counts commits and writes ``directory/checkpoint-{N}`` folders (each self-contained: the
-    checkpoint, its asset folder and an owner file; :mod:`~comlrl_lightning.runtime.checkpoint_folders`).
+    checkpoint, its asset folder and an owner file; :mod:`~comlrl_lightning.checkpoints.folders`).
 
     A commit is the end of every ``epochs_per_commit`` epochs and, with ``after_collection``, the
     moment a data module that collects once has collected. Commit ``N`` is written when ``N`` is a

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from comlrl_lightning.data.replay import ReplayRule
+from comlrl_lightning.rounds.replay import ReplayRule
 
 TARGET_COLOR = "#e87030"
 COMPARATOR_COLOR = "#6e6e6e"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
-from comlrl_lightning.data.contract import evaluated_module
+from comlrl_lightning.contracts import evaluated_module
 from comlrl_lightning.modules.turn_evaluation import RETURN_MEAN_KEY, TURN_1_KEY
 from comlrl_lightning.runtime.files import write_atomically
 
@@ -59,7 +59,7 @@ class RewardCurvePlot(Callback):
 
     The reward is the evaluations' headline metric (the module's ``headline_metric``, the name the
     printed evaluation lines and the y axis give; for a multi-turn task the return). Points come from the module's evaluations before the first update and after the last (the
-    :class:`~comlrl_lightning.data.contract.EvaluatedModule` contract, checked when fitting starts)
+    :class:`~comlrl_lightning.contracts.EvaluatedModule` contract, checked when fitting starts)
     and from every validation loop. They are part of every checkpoint, so the plot of a resumed
     run covers the whole run.
 

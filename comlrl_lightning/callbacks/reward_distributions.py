@@ -25,11 +25,11 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from comlrl_lightning.data.contract import round_source, team_side
-from comlrl_lightning.data.oracle import resolve_callable, resolve_reward_range
-from comlrl_lightning.data.pairs import PreferencePair
+from comlrl_lightning.contracts import round_source, team_side
+from comlrl_lightning.rounds.pairs import PreferencePair
 from comlrl_lightning.rounds.result import CollectionResult
 from comlrl_lightning.runtime.files import write_atomically
+from comlrl_lightning.tasks.oracle import resolve_callable, resolve_reward_range
 
 NUM_BINS = 16
 """Histogram bins over the reward range (as the reference)."""
@@ -217,7 +217,7 @@ class RewardDistributions(Callback):
         self._reported: Optional[CollectionResult] = None
 
     def check_data_module(self, datamodule: Any) -> None:
-        """Fail unless ``datamodule`` builds rounds (:class:`~comlrl_lightning.data.contract.RoundSource`)
+        """Fail unless ``datamodule`` builds rounds (:class:`~comlrl_lightning.contracts.RoundSource`)
         and its reward function declares a valid range.
 
         The iterative data module calls it in its ``setup``, before the team is loaded; :meth:`setup`

@@ -11,9 +11,9 @@
 
 Write your own by subclassing :class:`Comparator` (see its module, :mod:`.base`). The centralized
 adapters (how a joint prompt is built and a joint completion split) live in
-:mod:`comlrl_lightning.data.centralized_task`.
+:mod:`comlrl_lightning.tasks.centralized_task`.
 
-Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.generation`,
+Imports: :mod:`comlrl_lightning.rounds` (the snapshots), :mod:`comlrl_lightning.tasks`, :mod:`comlrl_lightning.generation`,
 :mod:`comlrl_lightning.team` and the layers below; nothing above.
 """
 

@@ -9,7 +9,7 @@ Pure functions, no I/O. Four formats:
 * ``anthropic`` -- the messages API, one request per candidate;
 * ``openai_responses`` -- OpenAI's responses API, one request per candidate.
 
-A prompt rendered from a chat conversation (a :class:`~comlrl_lightning.data.chat.ChatPrompt`: the
+A prompt rendered from a chat conversation (a :class:`~comlrl_lightning.tasks.chat.ChatPrompt`: the
 data module's ``chat_template`` option, or chat-message prompts) reaches a chat format as that
 conversation, never as the actor's template text, which the remote model would read as words;
 ``generic`` gets the rendered text as ``prompt`` and the conversation as ``messages``.
@@ -22,9 +22,9 @@ import math
 from typing import Any, Dict, List, Literal, Mapping, Optional, get_args
 
 from comlrl_lightning.comparators.redaction import redact
-from comlrl_lightning.data.chat import ChatPrompt, conversation_of
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.generation.base import GenerationSettings
+from comlrl_lightning.tasks.chat import ChatPrompt, conversation_of
 from comlrl_lightning.validation import OptionError
 
 ApiFormat = Literal["generic", "openai", "anthropic", "openai_responses"]

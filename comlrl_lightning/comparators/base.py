@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from comlrl_lightning.data.snapshots import PolicySnapshots
 from comlrl_lightning.generation.base import (
     Completion,
     GenerationSettings,
     Generator,
     sample_team,
 )
+from comlrl_lightning.rounds.snapshots import PolicySnapshots
 from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.team.team import Team

@@ -19,7 +19,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from comlrl_lightning.comparators.api import encode
 from comlrl_lightning.comparators.base import Comparator, ComparatorContext
 from comlrl_lightning.comparators.local import CurrentComparator
-from comlrl_lightning.data.centralized_task import (
+from comlrl_lightning.errors import DataError
+from comlrl_lightning.generation.base import Completion, GenerationSettings
+from comlrl_lightning.tasks.centralized_task import (
     ADAPTER_OPTION,
     CentralizedAdapter,
     CentralizedComparatorParseError,
@@ -27,14 +29,12 @@ from comlrl_lightning.data.centralized_task import (
     parse_roles,
     resolve_adapter,
 )
-from comlrl_lightning.data.chat import (
+from comlrl_lightning.tasks.chat import (
     ChatPrompt,
     has_chat_template,
     prompt_text,
     render_conversation,
 )
-from comlrl_lightning.errors import DataError
-from comlrl_lightning.generation.base import Completion, GenerationSettings
 from comlrl_lightning.validation import OptionError, at_least
 
 

@@ -1,31 +1,18 @@
-"""The round pipeline, as plain Python: items and prompts, the oracle, pairs, replay, round files.
+"""The names ``comlrl_lightning.data`` had, kept for configs, checkpoints and scripts written before
+the package was split by job (a config naming ``comlrl_lightning.data.CurrentReplay`` still runs).
 
-Task items and where they come from (:mod:`.task`, :mod:`.item_sources`), chat rendering
-(:mod:`.chat`), the reward-function calling convention (:mod:`.oracle`), the centralized task and
-its adapters (:mod:`.centralized_task`), sampling and pairing a collection (:mod:`.collection`),
-the pair record (:mod:`.pairs`), multi-turn tasks (:mod:`.turns`: the transition and the return;
-:mod:`.trajectories`: joint trajectories sampled turn by turn; :mod:`.trajectory_pairs`: their
-pair record), replay rules and the replay buffer with its round files
-(:mod:`.replay`, :mod:`.round_records`), resumable loaders (:mod:`.loaders`), policy snapshots for
-the history comparator (:mod:`.snapshots`), and the written contract between a data module and
-the team module it feeds (:mod:`.contract`). No Lightning hooks live here: the data modules in
-:mod:`comlrl_lightning.datamodules` drive these pieces.
+New code and the shipped configs name the homes: the task definition is :mod:`comlrl_lightning.tasks`
+(``comlrl_lightning.tasks.DelimitedAdapter``, ``comlrl_lightning.tasks.HFDataset``...), the round
+pipeline and its run state :mod:`comlrl_lightning.rounds` (``comlrl_lightning.rounds.CurrentReplay``,
+``comlrl_lightning.rounds.PreferencePair``...), the contracts :mod:`comlrl_lightning.contracts`, the
+loaders :mod:`comlrl_lightning.datamodules.loaders`. Each old module path
+(``comlrl_lightning.data.replay``...) is a module here that re-exports its new home.
 
-Imports: :mod:`comlrl_lightning.generation`, :mod:`comlrl_lightning.team`,
-:mod:`comlrl_lightning.runtime` and the foundation modules; nothing above.
+Imports: the modules it re-exports; nothing in the package imports it.
 """
 
-from comlrl_lightning.data.centralized_task import (
-    CentralizedAdapter,
-    CentralizedComparatorParseError,
-    CentralizedTask,
-    DelimitedAdapter,
-    TaggedCentralizedComparatorAdapter,
-)
-from comlrl_lightning.data.item_sources import HFDataset, ItemSet
-from comlrl_lightning.data.oracle import Oracle
-from comlrl_lightning.data.pairs import PreferencePair
-from comlrl_lightning.data.replay import (
+from comlrl_lightning.rounds.pairs import PreferencePair
+from comlrl_lightning.rounds.replay import (
     AllHistoryReplay,
     CurrentReplay,
     LambdaDecayReplay,
@@ -33,7 +20,16 @@ from comlrl_lightning.data.replay import (
     ReplayBuffer,
     ReplayRule,
 )
-from comlrl_lightning.data.task import Task, TaskOptions
+from comlrl_lightning.tasks.centralized_task import (
+    CentralizedAdapter,
+    CentralizedComparatorParseError,
+    CentralizedTask,
+    DelimitedAdapter,
+    TaggedCentralizedComparatorAdapter,
+)
+from comlrl_lightning.tasks.item_sources import HFDataset, ItemSet
+from comlrl_lightning.tasks.oracle import Oracle
+from comlrl_lightning.tasks.task import Task, TaskOptions
 
 __all__ = [
     "AllHistoryReplay",

@@ -6,9 +6,9 @@
 against a comparator; :class:`RoundFilesDataModule` reads stored round files to fit a reward model.
 A task with ``num_turns > 1`` is collected as joint trajectories (:mod:`.multi_turn`).
 
-Imports: :mod:`comlrl_lightning.comparators`, :mod:`comlrl_lightning.data` and every layer below;
+Imports: :mod:`comlrl_lightning.comparators`, :mod:`comlrl_lightning.rounds` and every layer below;
 never :mod:`comlrl_lightning.modules` (the team module is reached through
-:mod:`comlrl_lightning.data.contract`).
+:mod:`comlrl_lightning.contracts`).
 """
 
 from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule

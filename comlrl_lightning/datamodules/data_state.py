@@ -6,9 +6,9 @@ from typing import Any, Dict
 
 from lightning.pytorch import Callback
 
-from comlrl_lightning.data.contract import DataState
+from comlrl_lightning.checkpoints.assets import ASSETS_KEY
+from comlrl_lightning.contracts import DataState
 from comlrl_lightning.errors import ComlrlError, DataError
-from comlrl_lightning.runtime.checkpoint_assets import ASSETS_KEY
 
 
 class DataStateCallback(Callback):
@@ -20,7 +20,7 @@ class DataStateCallback(Callback):
     the data module offers this one (``trainer_callbacks``), the team module hands it to Lightning
     (``configure_callbacks``, before Lightning restores a checkpoint), and it carries
     :meth:`TaskDataModule.data_state_dict` in and out (the
-    :class:`~comlrl_lightning.data.contract.DataState` contract). Nothing else reads or rewrites it. It also hands the checkpoint the files that state names (:meth:`TaskDataModule.checkpoint_assets`),
+    :class:`~comlrl_lightning.contracts.DataState` contract). Nothing else reads or rewrites it. It also hands the checkpoint the files that state names (:meth:`TaskDataModule.checkpoint_assets`),
     which the checkpoint IO keeps beside the checkpoint.
     """
 

@@ -10,25 +10,25 @@ from jsonargparse.typing import PositiveInt
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
+from comlrl_lightning.checkpoints.assets import CheckpointAssets
 from comlrl_lightning.comparators import (
     CentralizedComparator,
     Comparator,
     ComparatorContext,
     CurrentComparator,
 )
-from comlrl_lightning.data.contract import ConfiguredTeam, TeamSide, offers, team_side
-from comlrl_lightning.data.loaders import EpochLoaders, TrainLoader, WithoutLength
-from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
-from comlrl_lightning.data.replay import CurrentReplay, ReplayBuffer, ReplayRule
-from comlrl_lightning.data.snapshots import PolicySnapshots
+from comlrl_lightning.contracts import ConfiguredTeam, TeamSide, offers, team_side
+from comlrl_lightning.datamodules.loaders import EpochLoaders, TrainLoader, WithoutLength
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.datamodules.round_trainer import check_round_trainer, reloads_every_epoch
 from comlrl_lightning.datamodules.task_data import total_epochs
 from comlrl_lightning.rounds.collect import collect, comparator_side, module_setup, trained_side
 from comlrl_lightning.rounds.pairing import PairsAgainst
+from comlrl_lightning.rounds.pairs import ITERATIVE_PAIR_SELECTIONS, IterativePairSelection, PreferencePair
 from comlrl_lightning.rounds.records import pair_from_record
+from comlrl_lightning.rounds.replay import CurrentReplay, ReplayBuffer, ReplayRule
 from comlrl_lightning.rounds.result import CollectionResult
-from comlrl_lightning.runtime.checkpoint_assets import CheckpointAssets
+from comlrl_lightning.rounds.snapshots import PolicySnapshots
 from comlrl_lightning.runtime.compat import epochs_processed
 from comlrl_lightning.runtime.distributed import barrier, gather_objects, rank_and_world
 from comlrl_lightning.runtime.folder_lock import FolderLock
@@ -52,8 +52,8 @@ class IterativePreferenceDataModule(PreferenceDataModule):
     derived from ``(seed, round, rank)``, so a resumed run continues exactly; raising
     ``num_iterations`` and resuming extends a finished run. Observers read each round through
     :meth:`round_collection` and :meth:`round_pairs` (the
-    :class:`~comlrl_lightning.data.contract.RoundSource` contract); a callback that offers
-    :class:`~comlrl_lightning.data.contract.DataModuleCheck` is asked in ``setup``, before the team
+    :class:`~comlrl_lightning.contracts.RoundSource` contract); a callback that offers
+    :class:`~comlrl_lightning.contracts.DataModuleCheck` is asked in ``setup``, before the team
     is loaded (:class:`~comlrl_lightning.callbacks.RewardDistributions` checks the reward range).
 
     Args:
@@ -62,7 +62,7 @@ class IterativePreferenceDataModule(PreferenceDataModule):
         comparator: the other side of every comparison (default :class:`CurrentComparator`); see
             :mod:`comlrl_lightning.comparators` for the classes and their options.
         replay: which rounds a round trains on (default :class:`CurrentReplay`); see
-            :mod:`comlrl_lightning.data.replay`.
+            :mod:`comlrl_lightning.rounds.replay`.
         preference_replay_dir: folder of the round files (default ``<default_root_dir>/preference_replay``).
             Files already there are never imported; only a checkpoint restores replay history.
         policy_checkpoint_dir: keep every round-start policy snapshot here (never pruned). Without

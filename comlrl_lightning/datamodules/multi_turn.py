@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Optional
 
 from comlrl_lightning.comparators import CentralizedComparator, Comparator
-from comlrl_lightning.data.contract import TeamSide
-from comlrl_lightning.data.task import Task
+from comlrl_lightning.contracts import TeamSide
 from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.tasks.task import Task
 
 
 def check_multi_turn(

@@ -9,9 +9,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
-from comlrl_lightning.data.contract import TeamSide, team_side
-from comlrl_lightning.data.loaders import TrainLoader
-from comlrl_lightning.data.pairs import (
+from comlrl_lightning.contracts import TeamSide, team_side
+from comlrl_lightning.datamodules.loaders import TrainLoader
+from comlrl_lightning.datamodules.task_data import TaskDataModule
+from comlrl_lightning.rounds.collect import collect, module_setup, trained_side
+from comlrl_lightning.rounds.pairing import PairsWithin
+from comlrl_lightning.rounds.pairs import (
     PAIR_SELECTIONS,
     IterativePairSelection,
     PairSelection,
@@ -19,11 +22,8 @@ from comlrl_lightning.data.pairs import (
     check_pair_selection,
     is_pair_selection,
 )
-from comlrl_lightning.data.trajectory_pairs import pair_from_state
-from comlrl_lightning.datamodules.task_data import TaskDataModule
-from comlrl_lightning.rounds.collect import collect, module_setup, trained_side
-from comlrl_lightning.rounds.pairing import PairsWithin
 from comlrl_lightning.rounds.result import CollectionResult
+from comlrl_lightning.rounds.trajectory_pairs import pair_from_state
 from comlrl_lightning.validation import OptionError, at_least
 
 

@@ -10,8 +10,8 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
-from comlrl_lightning.data.pairs import PreferencePair
-from comlrl_lightning.data.round_records import ROUND_FILE_LIMIT
+from comlrl_lightning.rounds.pairs import PreferencePair
+from comlrl_lightning.rounds.round_records import ROUND_FILE_LIMIT
 from comlrl_lightning.runtime.files import read_bounded
 from comlrl_lightning.validation import at_least, require
 

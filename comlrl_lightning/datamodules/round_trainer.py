@@ -6,7 +6,7 @@ from typing import Any
 
 from lightning.pytorch import LightningDataModule, Trainer
 
-from comlrl_lightning.data.contract import data_module_checks
+from comlrl_lightning.contracts import data_module_checks
 from comlrl_lightning.errors import ConfigurationError
 
 

@@ -9,22 +9,22 @@ from lightning.pytorch import Callback, LightningDataModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from comlrl_lightning.data.contract import TeamSide, team_side
-from comlrl_lightning.data.held_out import split_summary
-from comlrl_lightning.data.loaders import EpochShuffleSampler, ResumablePairLoader, TrainLoader
-from comlrl_lightning.data.oracle import CallableSpec
-from comlrl_lightning.data.pairs import (
-    PreferencePair,
-)
-from comlrl_lightning.data.task import Task, TaskOptions, check_items, check_prompts_fit
+from comlrl_lightning.contracts import TeamSide, team_side
 from comlrl_lightning.datamodules.data_state import DataStateCallback
+from comlrl_lightning.datamodules.loaders import EpochShuffleSampler, ResumablePairLoader, TrainLoader
 from comlrl_lightning.datamodules.multi_turn import check_multi_turn
 from comlrl_lightning.errors import DataError
+from comlrl_lightning.rounds.pairs import (
+    PreferencePair,
+)
 from comlrl_lightning.rounds.result import CollectionResult
 from comlrl_lightning.runtime.compat import epoch_batches_processed
 from comlrl_lightning.runtime.distributed import rank_and_world, shard
 from comlrl_lightning.runtime.hparams import PlainHyperparameters, summarized
 from comlrl_lightning.runtime.sharding import is_sharded
+from comlrl_lightning.tasks.held_out import split_summary
+from comlrl_lightning.tasks.oracle import CallableSpec
+from comlrl_lightning.tasks.task import Task, TaskOptions, check_items, check_prompts_fit
 from comlrl_lightning.validation import at_least, require
 
 
@@ -54,7 +54,7 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
     command line links it).
 
     Args:
-        task: what the team learns (:class:`~comlrl_lightning.data.TaskOptions`): ``train_dataset``,
+        task: what the team learns (:class:`~comlrl_lightning.tasks.TaskOptions`): ``train_dataset``,
             ``eval_dataset`` and their splits, ``formatters``, ``chat_template``, ``reward_func``,
             ``reward_processor``; the default is the embedded toy task.
         num_agents: team size (linked to the model's ``team.num_agents`` by the CLI; ``None``: the team's).
@@ -166,7 +166,7 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
 
     def check_context(self, module: TeamSide) -> None:
         """Once, before any sampling: every prompt plus ``max_new_tokens`` fits each agent's context
-        (:func:`~comlrl_lightning.data.task.check_prompts_fit`)."""
+        (:func:`~comlrl_lightning.tasks.task.check_prompts_fit`)."""
         if not self._context_checked:
             items = {"train": self.train_items, "eval": self.evaluation_items()}
             check_prompts_fit(self.built_task, module.team, module.generation_settings.max_new_tokens, items)
@@ -229,7 +229,7 @@ class TaskDataModule(PlainHyperparameters, LightningDataModule):
         return self.task_options.reward_spec
 
     # ------------------------------------------------------------------------------------------
-    # What the team module may ask (comlrl_lightning.data.contract.DataSide)
+    # What the team module may ask (comlrl_lightning.contracts.DataSide)
 
     def evaluation_items(self) -> List[Dict[str, Any]]:
         """The items every evaluation uses (the first ``eval_num_samples`` evaluation items, as a list)."""

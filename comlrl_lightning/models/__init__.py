@@ -1,17 +1,17 @@
-"""Models trained beside the team: the joint Bradley–Terry reward model and the critics.
+"""The names ``comlrl_lightning.models`` had, kept for configs, checkpoints and scripts written before
+the reward model and the critics were named for what they are (``comlrl_lightning.models.SharedCritic``
+still runs).
 
-:class:`JointRewardModel` scores a joint response (every agent's completion) with one scalar, and
-:class:`RewardScorer` tokenizes, truncates and batches for it; :class:`RewardModelOracle` lets it
-score collection like a task reward; :class:`RewardModelOptions` (and :class:`RewardModelFit`, with
-a fit's epochs and batch size) are a module's ``reward_model`` option. :class:`SharedCritic` (MAAC) and :class:`IndividualCritics`
-(IAC) are the actor-critic backends' value models, chosen on the module as ``critic``.
+New code and the shipped configs name the homes: :mod:`comlrl_lightning.joint_reward` (the joint
+Bradley–Terry reward model of MARLHF) and :mod:`comlrl_lightning.critics` (the MAAC and IAC critics).
+The old module paths ``comlrl_lightning.models.joint_reward`` and ``comlrl_lightning.models.critics``
+re-export them.
 
-Imports: :mod:`comlrl_lightning.team`, :mod:`comlrl_lightning.runtime` and the foundation modules;
-nothing above.
+Imports: the modules it re-exports; nothing in the package imports it.
 """
 
-from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
-from comlrl_lightning.models.joint_reward import (
+from comlrl_lightning.critics import Critic, IndividualCritics, SharedCritic
+from comlrl_lightning.joint_reward import (
     JointRewardModel,
     RewardModelFit,
     RewardModelOptions,

@@ -8,10 +8,11 @@ backends), :class:`MARLHFModule` (a reward model fitted per round, then policy g
 samples (:class:`EvaluationSamples`) are handed to the Trainer's :class:`EvaluationObserver`
 callbacks (:class:`EvaluationMetricsCallback` for a plain function), which name their own metrics.
 
-Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.models`,
+Imports: :mod:`comlrl_lightning.rounds`, the task definition (:mod:`comlrl_lightning.tasks`),
+:mod:`comlrl_lightning.checkpoints`, :mod:`comlrl_lightning.critics`, :mod:`comlrl_lightning.joint_reward`,
 :mod:`comlrl_lightning.generation`, :mod:`comlrl_lightning.team` and the layers below; never
 :mod:`comlrl_lightning.datamodules` (the data module is reached through
-:mod:`comlrl_lightning.data.contract`).
+:mod:`comlrl_lightning.contracts`).
 """
 
 from comlrl_lightning.modules.base import TeamModule

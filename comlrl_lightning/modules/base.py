@@ -12,8 +12,8 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics import MeanMetric
 
-from comlrl_lightning.data.contract import TrainsOn, data_side, optional_data_side
-from comlrl_lightning.data.task import Task
+from comlrl_lightning.checkpoints.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
+from comlrl_lightning.contracts import TrainsOn, data_side, optional_data_side
 from comlrl_lightning.generation.base import GenerationSettings, Generator
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.modules.collaboration import Collaboration, Decentralized
@@ -21,7 +21,6 @@ from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, renew
 from comlrl_lightning.modules.evaluation_runs import EvaluationRuns
 from comlrl_lightning.modules.optim import adamw
 from comlrl_lightning.modules.real_model_safety import low_precision_weights_warning, real_model_learning_rates
-from comlrl_lightning.modules.resume_rule import TEAM_KEY, apply_resume_rule, module_layout, use_learning_rates
 from comlrl_lightning.modules.turn_evaluation import (
     RETURN_KEY,
     RETURN_MEAN_KEY,
@@ -39,6 +38,7 @@ from comlrl_lightning.runtime.paths import confine_checkpoint_callbacks
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import check_strategy, is_sharded
+from comlrl_lightning.tasks.task import Task
 from comlrl_lightning.team.lora import agent_parameters
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.team.team import Team

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
-from comlrl_lightning.data.centralized_task import (
+from comlrl_lightning.tasks.centralized_task import (
     CentralizedAdapter,
     CentralizedTask,
     resolve_adapter,
 )
-from comlrl_lightning.data.task import Task
+from comlrl_lightning.tasks.task import Task
 
 
 class Collaboration:
@@ -44,7 +44,7 @@ class Centralized(Collaboration):
 
     Args:
         adapter: builds the joint prompt from the item and the roles' prompts and splits the
-            completion into role texts: a :class:`~comlrl_lightning.data.CentralizedAdapter`,
+            completion into role texts: a :class:`~comlrl_lightning.tasks.CentralizedAdapter`,
             or an import path of a class, factory or object with ``build_prompt`` and
             ``parse_completion`` (default: the tagged ``<agent_i>...</agent_i>`` adapter).
     """

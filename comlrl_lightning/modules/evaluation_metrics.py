@@ -24,9 +24,9 @@ import torch
 from lightning.pytorch import Callback
 from torchmetrics import Metric
 
-from comlrl_lightning.data.centralized_task import parse_roles
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.runtime.distributed import gather_objects
+from comlrl_lightning.tasks.centralized_task import parse_roles
 
 
 @dataclass

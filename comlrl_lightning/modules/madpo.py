@@ -7,10 +7,10 @@ from typing import Any, Dict, List, Optional
 import torch
 from torchmetrics import MeanMetric
 
-from comlrl_lightning.data.pairs import PreferencePair
-from comlrl_lightning.data.trajectory_pairs import TrajectoryPair, trajectory_rows
 from comlrl_lightning.losses import madpo_loss, trajectory_margins
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS, TeamModule
+from comlrl_lightning.rounds.pairs import PreferencePair
+from comlrl_lightning.rounds.trajectory_pairs import TrajectoryPair, trajectory_rows
 from comlrl_lightning.team.team import Graphs, pack_sequences
 from comlrl_lightning.validation import positive
 

@@ -8,9 +8,8 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union, g
 
 import torch
 
-from comlrl_lightning.data.contract import data_side
-from comlrl_lightning.data.oracle import score_requests
-from comlrl_lightning.data.trajectories import sample_joint, team_sampler
+from comlrl_lightning.contracts import data_side
+from comlrl_lightning.critics import Critic, IndividualCritics, SharedCritic
 from comlrl_lightning.generation.base import Completion
 from comlrl_lightning.losses import (
     Baseline,
@@ -20,13 +19,14 @@ from comlrl_lightning.losses import (
     k3_kl,
     policy_gradient_loss,
 )
-from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS, TeamModule
 from comlrl_lightning.modules.evaluation_metrics import RolloutMetrics, RolloutSamples, domain_metrics
+from comlrl_lightning.rounds.trajectories import sample_joint, team_sampler
 from comlrl_lightning.runtime.devices import DeviceSpec, resolve_devices
 from comlrl_lightning.runtime.quiet import expect_eval_mode_parts
 from comlrl_lightning.runtime.rng import RandomStream
 from comlrl_lightning.runtime.sharding import shard_model
+from comlrl_lightning.tasks.oracle import score_requests
 from comlrl_lightning.team.team import Team, pack_sequences
 from comlrl_lightning.validation import OptionError, at_least, choice, require
 
@@ -82,8 +82,8 @@ class MAGRPOModule(TeamModule):
       ``marloo``: leave-one-out): each agent's advantages come from its group of ``G`` returns and,
       with ``advantage_normalization``, are divided by the group's std without re-centering, so the
       four stay different algorithms.
-    * Critics (``maac``: one :class:`~comlrl_lightning.models.SharedCritic`; ``iac``:
-      :class:`~comlrl_lightning.models.IndividualCritics`): ``A_i = R̃_i - V_i``, standardised over the
+    * Critics (``maac``: one :class:`~comlrl_lightning.critics.SharedCritic`; ``iac``:
+      :class:`~comlrl_lightning.critics.IndividualCritics`): ``A_i = R̃_i - V_i``, standardised over the
       batch with ``advantage_normalization``; the critic loss (squared error to ``R̃_i``) is added
       with the critic's ``value_loss_coef``.
 
@@ -195,7 +195,7 @@ class MAGRPOModule(TeamModule):
         self, items: Sequence[Dict[str, Any]], prompts: List[List[str]]
     ) -> List[List[List[Completion]]]:
         """``G`` joint answers per item, sampled as a round and an evaluation sample theirs
-        (:func:`~comlrl_lightning.data.trajectories.sample_joint` of the team's sampler) from a stream
+        (:func:`~comlrl_lightning.rounds.trajectories.sample_joint` of the team's sampler) from a stream
         derived from the step, returned agent by agent: ``[agent][item][g]``."""
         stream = RandomStream.derive(self.seed, "rollout", self.global_step, self.global_rank)
         sampler = team_sampler(self.generator, self.team, self.generation_settings, stream)

@@ -7,9 +7,9 @@ from typing import Any, Dict, List, Literal, Optional, get_args
 
 import torch
 
-from comlrl_lightning.data.contract import data_side
+from comlrl_lightning.contracts import data_side
+from comlrl_lightning.joint_reward import JointRewardModel, RewardModelFit, RewardModelOracle, RewardScorer
 from comlrl_lightning.losses import bradley_terry_metrics
-from comlrl_lightning.models.joint_reward import JointRewardModel, RewardModelFit, RewardModelOracle, RewardScorer
 from comlrl_lightning.modules.base import NOT_HYPERPARAMETERS
 from comlrl_lightning.modules.magrpo import MAGRPOModule
 from comlrl_lightning.modules.optim import adamw
@@ -34,7 +34,7 @@ class MARLHFModule(MAGRPOModule):
     or ``iac`` the policy phase is actor-critic, and the critics persist across rounds.
 
     Args:
-        reward_model: the reward model and its per-round fit (:class:`~comlrl_lightning.models.RewardModelFit`:
+        reward_model: the reward model and its per-round fit (:class:`~comlrl_lightning.joint_reward.RewardModelFit`:
             ``model_name`` (default: agent 0's model), ``learning_rate``, ``max_length``,
             ``freeze_backbone``, ``num_train_epochs``, ``train_batch_size``).
         preference_scoring_reward: iterative collection scores comparisons with the ``task`` reward, or

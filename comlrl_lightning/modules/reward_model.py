@@ -7,17 +7,17 @@ from typing import List, Optional
 import torch
 from lightning.pytorch import LightningModule
 
-from comlrl_lightning.data.pairs import PreferencePair
 from comlrl_lightning.defaults import EMBEDDED
+from comlrl_lightning.joint_reward import RewardModelOptions, RewardScorer
 from comlrl_lightning.losses import bradley_terry_metrics
-from comlrl_lightning.models.joint_reward import RewardModelOptions, RewardScorer
 from comlrl_lightning.modules.optim import adamw
+from comlrl_lightning.rounds.pairs import PreferencePair
 from comlrl_lightning.runtime.hparams import PlainHyperparameters
 from comlrl_lightning.runtime.quiet import expect_eval_mode_parts
 
 
 class RewardModelModule(PlainHyperparameters, LightningModule):
-    """Fits a :class:`~comlrl_lightning.models.JointRewardModel` with the Bradley–Terry loss.
+    """Fits a :class:`~comlrl_lightning.joint_reward.JointRewardModel` with the Bradley–Terry loss.
 
     Logs ``reward_model/loss``, ``reward_model/accuracy`` (share of pairs scored winner > loser) and
     ``reward_model/margin`` for training and, under ``val/``, for held-out pairs. Its batches and
@@ -25,7 +25,7 @@ class RewardModelModule(PlainHyperparameters, LightningModule):
 
     Args:
         reward_model: the reward model and its optimizer
-            (:class:`~comlrl_lightning.models.RewardModelOptions`: ``model_name``, default the
+            (:class:`~comlrl_lightning.joint_reward.RewardModelOptions`: ``model_name``, default the
             embedded model; ``learning_rate``, ``max_length``, ``freeze_backbone``).
     """
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any, List, Optional, Tuple
 
-from comlrl_lightning.data.oracle import Oracle, accepts_batch
+from comlrl_lightning.tasks.oracle import Oracle, accepts_batch
 
 
 def reports_answers(reward_func: Any) -> bool:
@@ -52,7 +52,7 @@ class ReportRecorder:
 
 
 def reporting_oracle(oracle: Any) -> Tuple[Any, Optional[ReportRecorder]]:
-    """``(oracle to score with, its recorder)``: an :class:`~comlrl_lightning.data.oracle.Oracle` of
+    """``(oracle to score with, its recorder)``: an :class:`~comlrl_lightning.tasks.oracle.Oracle` of
     a reporting reward becomes one that scores alike and keeps the reports; any other oracle (a
     centralized team's, a reward that reports nothing) is returned as it is, with no recorder."""
     if type(oracle) is not Oracle or not reports_answers(oracle.reward_func):

@@ -5,7 +5,7 @@ With the task's ``num_turns = H > 1`` the team module evaluates each item with o
 of up to ``H`` turns, sampled as collection samples them (the same transition, early stop and
 return), and logs ``eval/turn_<t>/reward_mean`` (the mean task reward of turn ``t`` over the
 trajectories that reached it, ``t = 1..H``) and ``eval/return_mean`` (the mean return of the whole
-trajectory, :meth:`~comlrl_lightning.data.turns.Turns.trajectory_return`), also under the reference's
+trajectory, :meth:`~comlrl_lightning.tasks.turns.Turns.trajectory_return`), also under the reference's
 name ``eval/turn_1/expected_return`` (the expected return from turn 1 on). A single-turn task never
 comes here.
 
@@ -20,12 +20,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
-from comlrl_lightning.data.oracle import score_requests
-from comlrl_lightning.data.trajectories import sample_joint, sample_trajectories, team_context_check, team_sampler
 from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, domain_metrics, evaluation_observers
 from comlrl_lightning.modules.reward_reports import ReportRecorder, reporting_oracle
+from comlrl_lightning.rounds.trajectories import sample_joint, sample_trajectories, team_context_check, team_sampler
 from comlrl_lightning.runtime.distributed import gather_objects
 from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.tasks.oracle import score_requests
 
 TURN_1_KEY = "eval/turn_1/reward_mean"
 RETURN_KEY = "eval/turn_1/expected_return"
@@ -64,7 +64,7 @@ def turn_means(parts: Sequence[Sequence[Tuple[float, int]]]) -> Dict[str, float]
 
 def turn_reports(recorder: ReportRecorder, turn_rewards: Sequence[Sequence[float]]) -> List[List[Any]]:
     """``reports[k][t]`` of trajectories scored turn by turn (every trajectory that reached turn ``t``
-    in one oracle call, in item order: :func:`~comlrl_lightning.data.trajectories.sample_trajectories`)
+    in one oracle call, in item order: :func:`~comlrl_lightning.rounds.trajectories.sample_trajectories`)
     from the recorder's reports in scoring order; ``turn_rewards[k]`` says which turns item ``k`` reached."""
     reports: List[List[Any]] = [[] for _ in turn_rewards]
     for turn in range(max((len(rewards) for rewards in turn_rewards), default=0)):

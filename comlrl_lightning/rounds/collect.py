@@ -6,7 +6,7 @@
    ``(seed, "collect", round, rank)``;
 2. every side samples its joint trajectories (the team's, and the comparator's when there is one;
    a one-turn task's are its joint answers), the sides in step, each turn scored by the oracle in
-   one call (:func:`~comlrl_lightning.data.trajectories.sample_sides`), with one progress line;
+   one call (:func:`~comlrl_lightning.rounds.trajectories.sample_sides`), with one progress line;
 3. the pairing rule turns them into pairs (:mod:`comlrl_lightning.rounds.pairing`: within the team's
    trajectories, or the team's against the comparator's), counting the joint completions that did
    not parse (a centralized team's);
@@ -22,22 +22,22 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Protocol, Sequence
 
-from comlrl_lightning.data.contract import TeamSide
-from comlrl_lightning.data.task import Task
-from comlrl_lightning.data.trajectories import (
+from comlrl_lightning.contracts import TeamSide
+from comlrl_lightning.generation.base import Completion, GenerationSettings
+from comlrl_lightning.rounds.pairing import Encoder, PairingRule
+from comlrl_lightning.rounds.result import CollectionResult, merge_results
+from comlrl_lightning.rounds.trajectories import (
     ContextCheck,
     Sampler,
     sample_sides,
     team_context_check,
     team_sampler,
 )
-from comlrl_lightning.data.turns import Turns
-from comlrl_lightning.generation.base import Completion, GenerationSettings
-from comlrl_lightning.rounds.pairing import Encoder, PairingRule
-from comlrl_lightning.rounds.result import CollectionResult, merge_results
 from comlrl_lightning.runtime.distributed import gather_results, rank_and_world, shard
 from comlrl_lightning.runtime.progress import Progress
 from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.tasks.task import Task
+from comlrl_lightning.tasks.turns import Turns
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class RoundSetup:
 
     Attributes:
         task: gives each item's prompts and counts the joint completions that did not parse.
-        oracle: scores joint answers (``rewards`` / ``rewards_many``, :class:`~comlrl_lightning.data.oracle.Oracle`).
+        oracle: scores joint answers (``rewards`` / ``rewards_many``, :class:`~comlrl_lightning.tasks.oracle.Oracle`).
         encode: a prompt's token ids as each agent sampled after it (kept in every pair).
         tokenizers: each agent's tokenizer (a later turn's chat-template prompt needs it).
         pairing: the pairing rule; its ``num_sides`` must be the number of sides given.

@@ -3,12 +3,12 @@
 A rule gets every item's trajectories of each side it pairs (``sides[side][item][j]``, a one-turn
 task's being its joint answers) and gives the round's :class:`~comlrl_lightning.rounds.result.CollectionResult`.
 Two rules ship: :class:`PairsWithin` (one side: the team's trajectories of one item against each
-other, chosen as :func:`~comlrl_lightning.data.pairs.select_pairs` chooses) and :class:`PairsAgainst`
+other, chosen as :func:`~comlrl_lightning.rounds.pairs.select_pairs` chooses) and :class:`PairsAgainst`
 (two sides: the team's trajectory ``j`` against the comparator's trajectory ``j``, chosen by
 :func:`select_against`). A trajectory is compared by its score (:func:`trajectory_score`: its return,
 or a one-turn trajectory's reward as it is), and a pair of one-turn trajectories is the single-turn
-:class:`~comlrl_lightning.data.pairs.PreferencePair` (its record the reference's, byte for byte); of
-longer ones a :class:`~comlrl_lightning.data.trajectory_pairs.TrajectoryPair` holding every turn.
+:class:`~comlrl_lightning.rounds.pairs.PreferencePair` (its record the reference's, byte for byte); of
+longer ones a :class:`~comlrl_lightning.rounds.trajectory_pairs.TrajectoryPair` holding every turn.
 docs/parts.md shows how to write another rule.
 """
 
@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from comlrl_lightning.data.pairs import IterativePairSelection, PairSelection, PreferencePair, select_pairs
-from comlrl_lightning.data.trajectories import Trajectory
-from comlrl_lightning.data.trajectory_pairs import SideTurns, TrajectoryPair
-from comlrl_lightning.data.turns import Turns
+from comlrl_lightning.rounds.pairs import IterativePairSelection, PairSelection, PreferencePair, select_pairs
 from comlrl_lightning.rounds.result import CollectionResult, mean_like_numpy
+from comlrl_lightning.rounds.trajectories import Trajectory
+from comlrl_lightning.rounds.trajectory_pairs import SideTurns, TrajectoryPair
 from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.tasks.turns import Turns
 
 Encoder = Callable[[int, str], List[int]]
 """``encode(agent, prompt)``: the prompt's token ids as agent ``agent`` sampled after it."""
@@ -48,7 +48,7 @@ class PairingRule(Protocol):
 
 
 def trajectory_score(turns: Turns, rewards: Sequence[float]) -> float:
-    """What a pair compares a trajectory by: its return (:meth:`~comlrl_lightning.data.turns.Turns.trajectory_return`);
+    """What a pair compares a trajectory by: its return (:meth:`~comlrl_lightning.tasks.turns.Turns.trajectory_return`);
     a one-turn task's trajectory by its one reward as it is (a discounted sum would turn ``-0.0`` into ``0.0``)."""
     return float(rewards[0]) if turns.num_turns == 1 else turns.trajectory_return(rewards)
 
@@ -84,7 +84,7 @@ def joint_pair(winner: Trajectory, loser: Trajectory, turns: Turns, encode: Enco
 @dataclass(frozen=True)
 class PairsWithin:
     """Pairs between one item's trajectories of the team (base trainers), by :func:`trajectory_score`,
-    ties dropped, chosen by ``selection`` (:func:`~comlrl_lightning.data.pairs.select_pairs`) and
+    ties dropped, chosen by ``selection`` (:func:`~comlrl_lightning.rounds.pairs.select_pairs`) and
     at most ``pairs_per_sample`` per item (``None``: every one)."""
 
     selection: PairSelection

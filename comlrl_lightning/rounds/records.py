@@ -1,6 +1,6 @@
 """Round records made trainable again: a stored record's texts re-tokenized with each agent's tokenizer.
 
-A round file keeps texts only (:meth:`~comlrl_lightning.data.pairs.PreferencePair.to_record`); a
+A round file keeps texts only (:meth:`~comlrl_lightning.rounds.pairs.PreferencePair.to_record`); a
 replay draw that takes records of earlier rounds turns each back into a pair training can score.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from comlrl_lightning.data.pairs import PreferencePair
-from comlrl_lightning.data.trajectory_pairs import TrajectoryPair, is_trajectory_record
+from comlrl_lightning.rounds.pairs import PreferencePair
+from comlrl_lightning.rounds.trajectory_pairs import TrajectoryPair, is_trajectory_record
 from comlrl_lightning.team.loading import encode_prompt
 from comlrl_lightning.team.team import Team
 

@@ -7,7 +7,7 @@ from typing import List, Sequence
 
 import numpy as np
 
-from comlrl_lightning.data.pairs import PreferencePair
+from comlrl_lightning.rounds.pairs import PreferencePair
 from comlrl_lightning.runtime.distributed import unshard
 
 

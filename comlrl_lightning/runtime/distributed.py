@@ -22,7 +22,7 @@ def shard(items: Sequence[T], rank: int, world: int) -> Sequence[T]:
     """This rank's share of ``items``: every ``world``-th item starting at ``rank`` (no padding).
 
     A list for a list (or a tuple); any other sequence, such as a dataset's item view
-    (:class:`~comlrl_lightning.data.item_sources.DatasetItems`), is sliced as it is and stays a
+    (:class:`~comlrl_lightning.tasks.item_sources.DatasetItems`), is sliced as it is and stays a
     view, so a large dataset is not copied into a list every round.
     """
     share = items[rank::world]

@@ -11,8 +11,8 @@ import dataclasses
 from typing import Any, Dict, Mapping
 
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
-from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.errors import ConfigurationTypeError
+from comlrl_lightning.tasks.turns import Turns
 from comlrl_lightning.trainers.configs import (
     MADPOConfig,
     MADPOIterConfig,
@@ -50,7 +50,7 @@ def check_arguments(trainer: str, config_class: type, args: Any, marlhf: bool, g
 
 
 def turns_for(config: MADPOConfig, external_transition: Any = None) -> Turns:
-    """The task's :class:`~comlrl_lightning.data.turns.Turns` from the config's ``num_turns``, ``discount``
+    """The task's :class:`~comlrl_lightning.tasks.turns.Turns` from the config's ``num_turns``, ``discount``
     and ``early_termination_threshold`` and the constructor's ``external_transition``."""
     if config.num_turns == 1:
         return Turns(external_transition=external_transition)

@@ -19,8 +19,8 @@ from typing import Any, Callable, List, Optional
 
 from torch import nn
 
-from comlrl_lightning.data.task import Task
 from comlrl_lightning.defaults import EMBEDDED
+from comlrl_lightning.tasks.task import Task
 from comlrl_lightning.trainers.configs import MADPOConfig
 from comlrl_lightning.trainers.environment_steps import EnvironmentSteps
 from comlrl_lightning.validation import require

@@ -22,16 +22,13 @@ from typing import Any, Dict, List, Optional, Tuple, overload
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from comlrl_lightning.callbacks.checkpoints import CheckpointRecord, CommitCheckpoints
-from comlrl_lightning.errors import ConfigurationError, DataError
-from comlrl_lightning.generation.base import GenerationSettings
-from comlrl_lightning.generation.extra_options import hf_generate_options
-from comlrl_lightning.runtime.checkpoint_folders import (
+from comlrl_lightning.checkpoints.folders import (
     check_destination,
     check_replaceable,
     folder_beside,
     save_checkpoint_folder,
 )
-from comlrl_lightning.runtime.checkpoint_metadata import (
+from comlrl_lightning.checkpoints.metadata import (
     CheckpointNotFoundError,
     NoRunRecordError,
     checkpoint_progress,
@@ -39,6 +36,9 @@ from comlrl_lightning.runtime.checkpoint_metadata import (
     read_checkpoint_metadata,
     resolve_checkpoint,
 )
+from comlrl_lightning.errors import ConfigurationError, DataError
+from comlrl_lightning.generation.base import GenerationSettings
+from comlrl_lightning.generation.extra_options import hf_generate_options
 from comlrl_lightning.runtime.paths import require_local
 from comlrl_lightning.trainers.configs import MADPOConfig
 from comlrl_lightning.trainers.mapping import SAMPLING_FIELDS

@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-from comlrl_lightning.data.pairs import ITERATIVE_PAIR_SELECTIONS, PAIR_SELECTIONS, check_pair_selection
-from comlrl_lightning.data.replay import check_lambda
+from comlrl_lightning.critics import CRITIC_TYPES
 from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.losses import ADVANTAGE_BASELINES
-from comlrl_lightning.models.critics import CRITIC_TYPES
 from comlrl_lightning.modules.magrpo import GROUP_BASELINES, RL_ALGORITHMS, check_num_generations
+from comlrl_lightning.rounds.pairs import ITERATIVE_PAIR_SELECTIONS, PAIR_SELECTIONS, check_pair_selection
+from comlrl_lightning.rounds.replay import check_lambda
 from comlrl_lightning.runtime.devices import resolve_devices
 from comlrl_lightning.validation import OptionError, at_least, check_field_types, positive, require
 

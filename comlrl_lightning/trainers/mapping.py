@@ -21,20 +21,20 @@ from comlrl_lightning.comparators import (
     HttpOptions,
     ModelComparator,
 )
-from comlrl_lightning.data.replay import (
+from comlrl_lightning.critics import Critic, IndividualCritics, SharedCritic
+from comlrl_lightning.datamodules.task_data import dataloader_reload, total_epochs
+from comlrl_lightning.errors import ConfigurationTypeError
+from comlrl_lightning.generation.base import GenerationSettings
+from comlrl_lightning.joint_reward import RewardModelFit
+from comlrl_lightning.modules.collaboration import Centralized
+from comlrl_lightning.modules.magrpo import GROUP_BASELINES, ReferenceKL
+from comlrl_lightning.rounds.replay import (
     AllHistoryReplay,
     CurrentReplay,
     LambdaDecayReplay,
     NearestKReplay,
     ReplayRule,
 )
-from comlrl_lightning.datamodules.task_data import dataloader_reload, total_epochs
-from comlrl_lightning.errors import ConfigurationTypeError
-from comlrl_lightning.generation.base import GenerationSettings
-from comlrl_lightning.models.critics import Critic, IndividualCritics, SharedCritic
-from comlrl_lightning.models.joint_reward import RewardModelFit
-from comlrl_lightning.modules.collaboration import Centralized
-from comlrl_lightning.modules.magrpo import GROUP_BASELINES, ReferenceKL
 from comlrl_lightning.team.loading import check_attention, check_dtype
 from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.trainers.configs import MADPOConfig, MARLHFConfig

@@ -28,30 +28,30 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import WandbLogger
 
 from comlrl_lightning.callbacks.reward_curve import RewardCurvePlot
-from comlrl_lightning.data.centralized_task import (
-    CentralizedAdapter as CentralizedComparatorAdapter,
-)
-from comlrl_lightning.data.centralized_task import (
-    CentralizedComparatorParseError,
-    TaggedCentralizedComparatorAdapter,
-)
-from comlrl_lightning.data.item_sources import HFDataset, is_hf_dataset
-from comlrl_lightning.data.oracle import resolve_callable, resolve_reward_range
-from comlrl_lightning.data.task import TaskOptions
+from comlrl_lightning.checkpoints.io import atomic_checkpoint_plugins
+from comlrl_lightning.checkpoints.metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
+from comlrl_lightning.checkpoints.resume_rule import apply_resume_rule
 from comlrl_lightning.datamodules.iterative import IterativePreferenceDataModule
 from comlrl_lightning.datamodules.preference import PreferenceDataModule
 from comlrl_lightning.defaults import EMBEDDED
 from comlrl_lightning.generation.base import GenerationSettings
-from comlrl_lightning.models.joint_reward import JointRewardModel
+from comlrl_lightning.joint_reward import JointRewardModel
 from comlrl_lightning.modules import MADPOModule, MARLHFModule
-from comlrl_lightning.modules.resume_rule import apply_resume_rule
-from comlrl_lightning.runtime.checkpoint_io import atomic_checkpoint_plugins
-from comlrl_lightning.runtime.checkpoint_metadata import load_checkpoint_dict, read_checkpoint_metadata, resumable
 from comlrl_lightning.runtime.compat import wandb_run_active
 from comlrl_lightning.runtime.hparams import set_hyperparameter
 from comlrl_lightning.runtime.progress import progress_callbacks
 from comlrl_lightning.runtime.quiet import install_noise_filters
 from comlrl_lightning.runtime.threads import ThreadDefaults
+from comlrl_lightning.tasks.centralized_task import (
+    CentralizedAdapter as CentralizedComparatorAdapter,
+)
+from comlrl_lightning.tasks.centralized_task import (
+    CentralizedComparatorParseError,
+    TaggedCentralizedComparatorAdapter,
+)
+from comlrl_lightning.tasks.item_sources import HFDataset, is_hf_dataset
+from comlrl_lightning.tasks.oracle import resolve_callable, resolve_reward_range
+from comlrl_lightning.tasks.task import TaskOptions
 from comlrl_lightning.team.saving import save_team_folders
 from comlrl_lightning.trainers import mapping
 from comlrl_lightning.trainers.arguments import check_argument_types, check_arguments, refuse_saved_keys, turns_for

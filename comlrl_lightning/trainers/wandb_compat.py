@@ -191,7 +191,7 @@ def logger_from_wandb_config(
     applied, as config keys: they replace the ``args`` fields) and ``wandb_run`` (the run an earlier ``train()`` of the trainer left open, or ``None``). The W&B key is read by wandb from its own environment (``WANDB_API_KEY``);
     ``mode="offline"`` (or ``WANDB_MODE=offline``) runs without a login. ``resumed`` is the metadata
     of the checkpoint a run resumes
-    (:func:`~comlrl_lightning.runtime.checkpoint_metadata.read_checkpoint_metadata`): the CSV log
+    (:func:`~comlrl_lightning.checkpoints.metadata.read_checkpoint_metadata`): the CSV log
     continues in its version folder (when it lies in this ``output_dir``), and the W&B run continues
     under its id unless ``wandb_config`` names an ``id`` or ``resume`` itself (as the reference).
     """

@@ -9,15 +9,18 @@ The modules mirror the reference (CoMLRL)'s: :mod:`~comlrl_lightning.utils.rewar
 (``RewardProcessors``), :mod:`~comlrl_lightning.utils.reward_utils` (``set_reward_range``,
 ``resolve_reward_range``) and :mod:`~comlrl_lightning.utils.checkpoint` (``read_checkpoint_metadata``).
 
-Imports: the data layer (the reward range's checks), the runtime (checkpoint metadata) and the layers below; beside ``trainers``, nothing
-imports it but the users' scripts.
+The code lives beside the seed API (:mod:`comlrl_lightning.trainers.reward_processor`,
+:mod:`comlrl_lightning.trainers.reward_utils`); these modules re-export it under the reference's names.
+
+Imports: the seed API's modules of those names and the checkpoint metadata; nothing in the package
+imports it, only the users' scripts.
 """
 
 from typing import Dict
 
+from comlrl_lightning.trainers.reward_processor import RewardProcessors
+from comlrl_lightning.trainers.reward_utils import resolve_reward_range, set_reward_range
 from comlrl_lightning.utils.checkpoint import read_checkpoint_metadata
-from comlrl_lightning.utils.reward_processor import RewardProcessors
-from comlrl_lightning.utils.reward_utils import resolve_reward_range, set_reward_range
 
 REFERENCE_NAMES: Dict[str, str] = {
     "reward_processor.RewardProcessors": "`scale(factor)` and `shift(value)`, picklable",

@@ -10,7 +10,7 @@ import torch
 
 from comlrl_lightning import MADPOModule, PreferenceDataModule
 from comlrl_lightning.callbacks import CheckpointRecord, ResumableCheckpoint, ResumableCSVLogger
-from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
+from comlrl_lightning.checkpoints.metadata import read_checkpoint_metadata
 from comlrl_lightning.runtime.quiet import install_noise_filters
 from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
 

@@ -19,7 +19,7 @@ from comlrl_lightning.callbacks.reward_distributions import (
     RewardSides,
     distribution_record,
 )
-from comlrl_lightning.data.replay import (
+from comlrl_lightning.rounds.replay import (
     AllHistoryReplay,
     CurrentReplay,
     LambdaDecayReplay,

@@ -25,8 +25,8 @@ def test_the_figure_labels_its_y_axis_with_the_metric_and_ticks_whole_updates_on
 
 
 def test_one_turn_keeps_turn_1_as_its_headline_and_several_turns_report_the_return():
-    from comlrl_lightning.data.task import Task
-    from comlrl_lightning.data.turns import Turns
+    from comlrl_lightning.tasks.task import Task
+    from comlrl_lightning.tasks.turns import Turns
 
     one = Task(["w {prompt}", "m {prompt}"], reward_func=lambda a, b: [0.0], num_agents=2)
     two = Task(
@@ -46,7 +46,7 @@ def test_a_two_turn_run_prints_plots_and_logs_the_return_under_one_name_and_each
 
     from comlrl_lightning import MADPOModule, PreferenceDataModule
     from comlrl_lightning.callbacks import RewardCurvePlot, SamplesLog
-    from comlrl_lightning.data.turns import Turns
+    from comlrl_lightning.tasks.turns import Turns
     from tests.conftest import TINY_DATA, TINY_MODEL, tiny_task, tiny_trainer
 
     turns = Turns(num_turns=2, external_transition="tests.helpers.turn_helpers.reward_feedback")

@@ -28,9 +28,9 @@ from comlrl_lightning.callbacks.reward_distributions import (
     selected_rewards,
     write_record,
 )
-from comlrl_lightning.data.contract import ContractError
-from comlrl_lightning.data.pairs import PreferencePair
+from comlrl_lightning.contracts import ContractError
 from comlrl_lightning.defaults import vowel_length_reward
+from comlrl_lightning.rounds.pairs import PreferencePair
 from tests.conftest import tiny_task
 from tests.helpers.iterative_run import make_run
 

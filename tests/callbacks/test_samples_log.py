@@ -17,10 +17,10 @@ from comlrl_lightning.callbacks.samples_log import (
     table_columns,
     table_row,
 )
-from comlrl_lightning.data.task import Task
-from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.errors import ConfigurationError, RunStateError
 from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples
+from comlrl_lightning.tasks.task import Task
+from comlrl_lightning.tasks.turns import Turns
 
 TASK = Task(["w {prompt}", "m {prompt}"], reward_func=lambda a, b: [0.0], num_agents=2)
 TWO_TURN_TASK = Task(

@@ -36,8 +36,8 @@ from comlrl_lightning.comparators.api_formats import (
     parse_generic,
     parse_openai,
 )
-from comlrl_lightning.data.replay import CurrentReplay
 from comlrl_lightning.generation.hf import HFGenerator
+from comlrl_lightning.rounds.replay import CurrentReplay
 from comlrl_lightning.runtime.rng import RandomStream
 from tests.helpers.fake_providers import FakeProvider, Fault, fake_text
 

@@ -24,16 +24,16 @@ from comlrl_lightning import (
     Team,
 )
 from comlrl_lightning.comparators import ComparatorContext
-from comlrl_lightning.data.centralized_task import (
+from comlrl_lightning.generation.hf import HFGenerator
+from comlrl_lightning.rounds.snapshots import PolicySnapshots
+from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.tasks.centralized_task import (
     AdapterError,
     CentralizedAdapter,
     CentralizedComparatorParseError,
     TaggedCentralizedComparatorAdapter,
     resolve_adapter,
 )
-from comlrl_lightning.data.snapshots import PolicySnapshots
-from comlrl_lightning.generation.hf import HFGenerator
-from comlrl_lightning.runtime.rng import RandomStream
 from tests.helpers.centralized_adapters import EchoAdapter, HalvesAdapter
 from tests.helpers.fake_providers import FakeProvider
 from tests.helpers.iterative_run import make_run
@@ -440,8 +440,8 @@ def test_nested_or_repeated_role_tags_are_a_parse_error(completion, problem):
 
 
 def test_a_steering_completion_is_counted_as_unparsed_and_scores_as_empty_roles():
-    from comlrl_lightning.data.centralized_task import CentralizedTask
-    from comlrl_lightning.data.task import Task
+    from comlrl_lightning.tasks.centralized_task import CentralizedTask
+    from comlrl_lightning.tasks.task import Task
 
     seen = []
 
@@ -466,8 +466,8 @@ def test_role_tags_in_the_agents_prompts_are_escaped_in_the_joint_prompt():
 
 
 def test_a_centralized_task_hands_a_batch_reward_every_joint_completion_at_once():
-    from comlrl_lightning.data.centralized_task import CentralizedTask
-    from comlrl_lightning.data.task import Task
+    from comlrl_lightning.tasks.centralized_task import CentralizedTask
+    from comlrl_lightning.tasks.task import Task
 
     calls = []
 

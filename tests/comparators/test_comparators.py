@@ -345,7 +345,7 @@ def test_print_config_shows_the_parts_as_objects(config, capsys):
     printed = yaml.safe_load(capsys.readouterr().out)
     data = printed["data"]["init_args"]
     assert data["comparator"]["class_path"].startswith("comlrl_lightning.comparators.")
-    assert data["replay"]["class_path"].startswith("comlrl_lightning.data.")
+    assert data["replay"]["class_path"].startswith("comlrl_lightning.rounds.")
     assert not [key for key in data if key.startswith(("comparator_", "preference_replay_mode"))]
 
 

@@ -17,9 +17,9 @@ from comlrl_lightning import (
     MARLHFModule,
     PreferenceDataModule,
 )
-from comlrl_lightning.data.trajectory_pairs import TrajectoryPair
-from comlrl_lightning.data.turns import TransitionError, Turns
 from comlrl_lightning.errors import ConfigurationError
+from comlrl_lightning.rounds.trajectory_pairs import TrajectoryPair
+from comlrl_lightning.tasks.turns import TransitionError, Turns
 from tests.conftest import TINY_DATA, TINY_MODEL, tiny_task, tiny_trainer
 from tests.helpers.iterative_run import make_run
 

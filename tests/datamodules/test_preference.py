@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comlrl_lightning.data.loaders import EpochShuffleSampler
+from comlrl_lightning.datamodules.loaders import EpochShuffleSampler
 from tests.conftest import TINY_DATA, TINY_MODEL, tiny_task, tiny_trainer
 
 
@@ -55,7 +55,7 @@ def test_epoch_shuffle_depends_only_on_seed_and_epoch():
 
 
 def test_epoch_loaders_ask_for_the_loader_at_every_pass_set_its_epoch_and_hand_on_a_restored_state():
-    from comlrl_lightning.data.loaders import EpochLoaders, ResumablePairLoader
+    from comlrl_lightning.datamodules.loaders import EpochLoaders, ResumablePairLoader
 
     epoch, made = [0], []
 

@@ -291,7 +291,7 @@ class Checking(VLLMGenerator):
 def test_evaluation_and_every_rollout_of_a_one_model_team_sample_with_current_weights(llama, tmp_path):
     """A centralized team has one agent: consecutive rollouts sample the same agent across an update."""
     from comlrl_lightning import Centralized, MAGRPOModule, PreferenceDataModule
-    from comlrl_lightning.data.centralized_task import DelimitedAdapter
+    from comlrl_lightning.tasks.centralized_task import DelimitedAdapter
     from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
 
     generator = Checking()
@@ -348,10 +348,10 @@ def test_two_ddp_processes_each_sample_their_shard_with_their_own_engine(llama, 
     import sys
 
     from comlrl_lightning import MADPOModule, PreferenceDataModule
-    from comlrl_lightning.data.trajectories import team_sampler
     from comlrl_lightning.rounds.collect import RoundSetup, Side, collect_shard
     from comlrl_lightning.rounds.pairing import PairsWithin
     from comlrl_lightning.rounds.result import merge_results
+    from comlrl_lightning.rounds.trajectories import team_sampler
     from tests.helpers.vllm_ddp_run import DDP_DATA, DDP_MODEL
 
     result = subprocess.run(

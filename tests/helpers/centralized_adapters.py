@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
 
-from comlrl_lightning.data.centralized_task import (
+from comlrl_lightning.tasks.centralized_task import (
     CentralizedAdapter,
     CentralizedComparatorParseError,
 )

@@ -43,10 +43,10 @@ from comlrl_lightning import (
     TaskOptions,
     TeamOptions,
 )
-from comlrl_lightning.data.task import embedded_formatters, load_items  # noqa: E402
+from comlrl_lightning.checkpoints.io import AtomicCheckpointIO, AtomicModelParallelStrategy  # noqa: E402
 from comlrl_lightning.defaults import vowel_length_reward  # noqa: E402
-from comlrl_lightning.runtime.checkpoint_io import AtomicCheckpointIO, AtomicModelParallelStrategy  # noqa: E402
 from comlrl_lightning.runtime.sharding import full_state_dict  # noqa: E402
+from comlrl_lightning.tasks.task import embedded_formatters, load_items  # noqa: E402
 
 TASK = dict(
     task=TaskOptions(

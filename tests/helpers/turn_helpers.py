@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from comlrl_lightning.data.turns import TurnHistory
+from comlrl_lightning.tasks.turns import TurnHistory
 
 
 def reward_feedback(item: Dict[str, Any], turn: int, history: TurnHistory) -> List[str]:

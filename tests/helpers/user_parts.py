@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, Dict, List, Sequence
 
 from comlrl_lightning.comparators import Comparator
-from comlrl_lightning.data.replay import ReplayRule
+from comlrl_lightning.rounds.replay import ReplayRule
 
 
 class ColdComparator(Comparator):

@@ -24,12 +24,12 @@ from comlrl_lightning import (
     RewardModelFit,
     TaskDataModule,
 )
-from comlrl_lightning.data.replay import AllHistoryReplay
-from comlrl_lightning.models.critics import (
+from comlrl_lightning.critics import (
     IndividualCritics,
     SharedCritic,
     maac_critic_text,
 )
+from comlrl_lightning.rounds.replay import AllHistoryReplay
 from tests.conftest import tiny_sampling, tiny_task, tiny_team
 from tests.helpers.update_direction import FixedReturnsModule, one_update, rollout_logprobs
 

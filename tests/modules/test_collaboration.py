@@ -23,14 +23,14 @@ from comlrl_lightning import (
     RewardModelFit,
     TaskDataModule,
 )
-from comlrl_lightning.data.centralized_task import (
+from comlrl_lightning.modules.collaboration import Centralized, Decentralized
+from comlrl_lightning.rounds.pairs import PreferencePair
+from comlrl_lightning.tasks.centralized_task import (
     CentralizedTask,
     DelimitedAdapter,
     TaggedCentralizedComparatorAdapter,
 )
-from comlrl_lightning.data.pairs import PreferencePair
-from comlrl_lightning.data.task import Task
-from comlrl_lightning.modules.collaboration import Centralized, Decentralized
+from comlrl_lightning.tasks.task import Task
 from tests.conftest import TINY_DATA, tiny_sampling, tiny_task, tiny_team, tiny_trainer
 from tests.helpers.iterative_run import make_run
 
@@ -284,7 +284,7 @@ def test_the_centralized_configs_parse_and_show_the_collaboration_object(capsys)
             main(["fit", "--config", *config, "--print_config"])
         printed = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["collaboration"]
         assert printed["class_path"] == "comlrl_lightning.modules.Centralized"
-        assert printed["init_args"]["adapter"]["class_path"] == "comlrl_lightning.data.DelimitedAdapter"
+        assert printed["init_args"]["adapter"]["class_path"] == "comlrl_lightning.tasks.DelimitedAdapter"
 
 
 def test_centralized_madpo_in_bf16_mixed_precision_has_bfloat16_activations_float32_weights_and_loss(tmp_path):

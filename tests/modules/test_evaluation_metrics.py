@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from comlrl_lightning.data.task import Task
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.modules.evaluation_metrics import EvaluationSamples, RolloutSamples, domain_metrics
+from comlrl_lightning.tasks.task import Task
 
 TASK = Task(["w {prompt}", "m {prompt}"], reward_func=lambda a, b: [0.0], num_agents=2)
 
@@ -22,7 +22,7 @@ def test_evaluation_samples_record_each_roles_prompt_completion_and_reward():
 def test_evaluation_samples_keep_each_turns_reward_and_how_many_turns_the_task_has():
     from types import SimpleNamespace
 
-    from comlrl_lightning.data.turns import Turns
+    from comlrl_lightning.tasks.turns import Turns
 
     one = EvaluationSamples()
     one.add(TASK, [{"prompt": "sun"}], [["a", "b"]], [0.5])

@@ -62,7 +62,7 @@ def test_one_update_raises_the_joint_margin_of_its_batch_and_every_agents_margin
     """The direction of the update, measured without the library's scoring: after one optimizer
     step on a fixed batch of pairs, every pair's joint margin (winner over loser, summed over the
     agents) is higher, and so is each agent's mean margin (every agent is trained)."""
-    from comlrl_lightning.data.pairs import PreferencePair
+    from comlrl_lightning.rounds.pairs import PreferencePair
     from tests.conftest import TINY_MODEL
 
     module = MADPOModule(**TINY_MODEL)
@@ -151,7 +151,7 @@ def _lora_gradients(module, loss):
 
 def _pairs(tokenizer, agents: int) -> list:
     """Four pairs of ``agents`` agents with prompts, winners and losers of several lengths."""
-    from comlrl_lightning.data.pairs import PreferencePair
+    from comlrl_lightning.rounds.pairs import PreferencePair
 
     return [
         PreferencePair(
@@ -247,7 +247,7 @@ def test_a_lora_team_in_one_pass_has_the_margins_and_gradients_of_one_pass_per_a
 
 def _trajectory_pair(tokenizer, seed):
     """A 2-agent pair whose winner has 2 turns and whose loser stopped after 1."""
-    from comlrl_lightning.data.trajectory_pairs import SideTurns, TrajectoryPair
+    from comlrl_lightning.rounds.trajectory_pairs import SideTurns, TrajectoryPair
 
     encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
     sides = {}

@@ -20,8 +20,8 @@ from comlrl_lightning import (
     RewardModelFit,
     TaskDataModule,
 )
-from comlrl_lightning.models.critics import IndividualCritics, SharedCritic
-from comlrl_lightning.models.joint_reward import RewardModelOracle
+from comlrl_lightning.critics import IndividualCritics, SharedCritic
+from comlrl_lightning.joint_reward import RewardModelOracle
 from comlrl_lightning.team.activation_checkpointing import is_checkpointing
 from tests.conftest import tiny_sampling, tiny_task, tiny_team
 

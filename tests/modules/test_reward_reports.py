@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List
 
-from comlrl_lightning.data.oracle import Oracle, score_requests
 from comlrl_lightning.modules.reward_reports import ReportRecorder, reporting_oracle, reports_answers
 from comlrl_lightning.modules.turn_evaluation import turn_reports
+from comlrl_lightning.tasks.oracle import Oracle, score_requests
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from comlrl_lightning.data.task import Task
-from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.rounds.collect import RoundSetup, Side, collect
 from comlrl_lightning.rounds.pairing import PairsAgainst, PairsWithin
 from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.tasks.task import Task
+from comlrl_lightning.tasks.turns import Turns
 from tests.rounds.test_pairing import Fixed, _encode, length_reward
 
 ITEMS = [{"id": 0}, {"id": 1}]

@@ -7,17 +7,17 @@ import json
 import numpy as np
 import pytest
 
-from comlrl_lightning.data.oracle import Oracle
-from comlrl_lightning.data.pairs import PreferencePair
-from comlrl_lightning.data.round_records import encode_round
-from comlrl_lightning.data.task import Task
-from comlrl_lightning.data.trajectories import sample_sides, sample_trajectories
-from comlrl_lightning.data.trajectory_pairs import TrajectoryPair
-from comlrl_lightning.data.turns import Turns
 from comlrl_lightning.generation.base import Completion
 from comlrl_lightning.rounds.pairing import PairsAgainst, PairsWithin, pairing_rule, select_against, trajectory_score
+from comlrl_lightning.rounds.pairs import PreferencePair
+from comlrl_lightning.rounds.round_records import encode_round
+from comlrl_lightning.rounds.trajectories import sample_sides, sample_trajectories
+from comlrl_lightning.rounds.trajectory_pairs import TrajectoryPair
 from comlrl_lightning.runtime.rng import RandomStream
-from tests.data.test_trajectories import ITEMS, PROMPTS, ScriptedSampler, digit_reward, feedback
+from comlrl_lightning.tasks.oracle import Oracle
+from comlrl_lightning.tasks.task import Task
+from comlrl_lightning.tasks.turns import Turns
+from tests.rounds.test_trajectories import ITEMS, PROMPTS, ScriptedSampler, digit_reward, feedback
 
 
 def length_reward(a, b):

@@ -93,8 +93,8 @@ def test_a_dataset_name_neither_local_nor_on_the_hub_is_one_named_error(monkeypa
     import datasets
     import huggingface_hub
 
-    from comlrl_lightning.data.task import load_items
     from comlrl_lightning.errors import DataError
+    from comlrl_lightning.tasks.task import load_items
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)

@@ -12,8 +12,8 @@ from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import CSVLogger
 
 from comlrl_lightning import MADPOModule, PreferenceDataModule, ReferenceKL, RewardModelFit
-from comlrl_lightning.data.task import load_items
 from comlrl_lightning.runtime.rng import RandomStream
+from comlrl_lightning.tasks.task import load_items
 from tests.conftest import TINY_DATA, TINY_MODEL, tiny_task
 
 pytestmark = pytest.mark.slow  # every test here starts processes

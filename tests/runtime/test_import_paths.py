@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from comlrl_lightning.data.oracle import resolve_callable
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.runtime.import_paths import import_object, working_directory_first
+from comlrl_lightning.tasks.oracle import resolve_callable
 
 ROOT = Path(__file__).resolve().parents[2]
 REWARDS = """

@@ -189,8 +189,8 @@ def test_decoder_layers_are_the_repeated_blocks():
 
 def test_a_sharded_checkpoint_folder_is_replaced_whole(tmp_path):
     """A save that dies half-way leaves the previous checkpoint folder in place, complete."""
-    from comlrl_lightning.runtime.checkpoint_assets import ASSETS_KEY
-    from comlrl_lightning.runtime.checkpoint_io import save_folder_atomically
+    from comlrl_lightning.checkpoints.assets import ASSETS_KEY
+    from comlrl_lightning.checkpoints.io import save_folder_atomically
 
     class OneProcessStrategy:
         global_rank = 0
@@ -225,7 +225,7 @@ def test_a_sharded_checkpoint_folder_is_replaced_whole(tmp_path):
     # the files the state names go beside the folder, and not into the sharded state
     import hashlib
 
-    from comlrl_lightning.runtime.checkpoint_assets import asset
+    from comlrl_lightning.checkpoints.assets import asset
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "iteration_0001.json").write_bytes(b"{}")

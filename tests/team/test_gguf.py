@@ -234,7 +234,7 @@ def test_a_missing_wheel_names_the_pip_line(monkeypatch):
 @pytest.mark.slow  # a 2-round fit: the everyday tier stays under 2 minutes
 def test_a_team_a_comparator_and_a_reward_model_train_from_a_gguf_file(cache, tiny, tmp_path):
     from comlrl_lightning import IterativePreferenceDataModule, MADPOModule, ModelComparator
-    from comlrl_lightning.models.joint_reward import RewardScorer
+    from comlrl_lightning.joint_reward import RewardScorer
     from tests.conftest import TINY_MODEL, tiny_team
     from tests.helpers.iterative_run import iter_data, make_trainer
 

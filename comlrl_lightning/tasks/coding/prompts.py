@@ -1,7 +1,7 @@
 """The two roles' prompts: agent 0 writes the helper ``aux``, agent 1 the problem's function.
 
 Each formatter returns a chat conversation (a system and a user message), which the team renders
-with each agent's own chat template (:mod:`comlrl_lightning.data.chat`). Neither agent sees the
+with each agent's own chat template (:mod:`comlrl_lightning.tasks.chat`). Neither agent sees the
 other's answer: they write in the same turn, and the combined program is scored. Both check the
 item first (:func:`~comlrl_lightning.tasks.coding.humaneval.check_problem`, the one definition of a
 usable item, with the test runner's own count of tests), so a problem that cannot be scored or can

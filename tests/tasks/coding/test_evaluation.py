@@ -203,7 +203,7 @@ class Repairing(Scripted):
 
 
 def test_a_two_turn_evaluation_tests_each_turns_program_once_and_logs_each_turns_metrics(tmp_path):
-    from comlrl_lightning.data.turns import Turns
+    from comlrl_lightning.tasks.turns import Turns
 
     runner = CountingRunner(1)
     turns = Turns(num_turns=2, external_transition="tests.helpers.turn_helpers.reward_feedback")

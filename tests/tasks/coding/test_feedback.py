@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from comlrl_lightning.data.turns import TurnHistory, Turns, call_transition
 from comlrl_lightning.tasks.coding import (
     CodeFeedback,
     CodeScoreCache,
@@ -13,6 +12,7 @@ from comlrl_lightning.tasks.coding import (
     cooperative_code_reward,
 )
 from comlrl_lightning.tasks.coding.feedback import syntax_problem
+from comlrl_lightning.tasks.turns import TurnHistory, Turns, call_transition
 from tests.tasks.coding.test_reward import AUX, ITEM, MAIN_USES_AUX, FakeRunner, Report
 
 

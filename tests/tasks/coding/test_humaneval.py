@@ -7,11 +7,11 @@ import warnings
 
 import pytest
 
-from comlrl_lightning.data.task import TaskOptions
 from comlrl_lightning.errors import ConfigurationError, DataError
 from comlrl_lightning.tasks.coding import HumanEval, check_problem
 from comlrl_lightning.tasks.coding import humaneval as humaneval_module
 from comlrl_lightning.tasks.coding.humaneval import importable_in
+from comlrl_lightning.tasks.task import TaskOptions
 
 GOOD = {
     "task_id": "Mine/1",

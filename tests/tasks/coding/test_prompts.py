@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from comlrl_lightning.data.task import Task, check_items
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.tasks.coding import HumanEval, aux_prompt, main_prompt
+from comlrl_lightning.tasks.task import Task, check_items
 from tests.helpers.chat_helpers import TEMPLATE_A, tokenizer_with
 
 

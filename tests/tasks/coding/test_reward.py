@@ -8,9 +8,9 @@ from typing import Any, List, Mapping, Sequence
 
 import pytest
 
-from comlrl_lightning.data.oracle import Oracle
 from comlrl_lightning.errors import DataError
 from comlrl_lightning.tasks.coding import MAX_REWARD, TRAINING_SHIFT, CooperativeCodeReward, cooperative_code_reward
+from comlrl_lightning.tasks.oracle import Oracle
 
 ITEM = {
     "task_id": "Test/0",
@@ -143,7 +143,7 @@ def test_batch_items_is_keyword_only_so_the_references_trainer_passes_the_two_li
     either way."""
     import inspect
 
-    from comlrl_lightning.data.oracle import call_reward_function
+    from comlrl_lightning.tasks.oracle import call_reward_function
 
     parameter = inspect.signature(CooperativeCodeReward.__call__).parameters["batch_items"]
     assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
