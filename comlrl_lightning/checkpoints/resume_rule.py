@@ -30,6 +30,7 @@ change to or from one is listed as ``(not given)``, never refused.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from lightning.pytorch.utilities import rank_zero_info
@@ -116,10 +117,32 @@ def _absent(value: Any) -> bool:
 
 
 def _same(saved: Any, given: Any) -> bool:
-    """Equal as plain values (a tuple and a list of the same items are the same)."""
+    """Equal as plain values (a tuple and a list of the same items are the same; two import paths of
+    the package that name one object, such as a class path saved before the package was split by job
+    and its new path, are the same)."""
     if isinstance(saved, (list, tuple)) and isinstance(given, (list, tuple)):
         return len(saved) == len(given) and all(_same(a, b) for a, b in zip(saved, given))
-    return type(saved) is type(given) and saved == given or (_number(saved) and _number(given) and saved == given)
+    if type(saved) is type(given) and saved == given or (_number(saved) and _number(given) and saved == given):
+        return True
+    return _one_object(saved, given)
+
+
+def _one_object(saved: Any, given: Any) -> bool:
+    """Whether two import paths of the package (``comlrl_lightning.models.SharedCritic`` and
+    ``comlrl_lightning.critics.SharedCritic``) name the same object; ``False`` for anything else."""
+    if not all(isinstance(value, str) and value.startswith("comlrl_lightning.") for value in (saved, given)):
+        return False
+    found = _named_object(saved)
+    return found is not None and found is _named_object(given)
+
+
+def _named_object(path: str) -> Any:
+    """The object at the import path ``path`` of the package, ``None`` where there is none."""
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
 
 
 def _number(value: Any) -> bool:

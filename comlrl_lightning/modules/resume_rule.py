@@ -1,0 +1,46 @@
+"""The names of :mod:`comlrl_lightning.checkpoints.resume_rule` under the path they had before it moved (configs, checkpoints
+and scripts written before keep working); new code imports them from there."""
+
+from comlrl_lightning.checkpoints.resume_rule import (
+    DATA_STATE_KEY,
+    FIXED,
+    FIXED_WITH_HELD_OUT,
+    FIXED_WITH_ROUNDS,
+    IGNORED_PREFIXES,
+    NOT_GIVEN,
+    TEAM_KEY,
+    Change,
+    apply_resume_rule,
+    changes_text,
+    flat_options,
+    given_options,
+    is_fixed,
+    module_layout,
+    option_changes,
+    resume_changes,
+    saved_options,
+    set_learning_rates,
+    use_learning_rates,
+)
+
+__all__ = [
+    "Change",
+    "DATA_STATE_KEY",
+    "FIXED",
+    "FIXED_WITH_HELD_OUT",
+    "FIXED_WITH_ROUNDS",
+    "IGNORED_PREFIXES",
+    "NOT_GIVEN",
+    "TEAM_KEY",
+    "apply_resume_rule",
+    "changes_text",
+    "flat_options",
+    "given_options",
+    "is_fixed",
+    "module_layout",
+    "option_changes",
+    "resume_changes",
+    "saved_options",
+    "set_learning_rates",
+    "use_learning_rates",
+]

@@ -1,0 +1,48 @@
+"""The names of :mod:`comlrl_lightning.checkpoints.metadata` under the path they had before it moved (configs, checkpoints
+and scripts written before keep working); new code imports them from there."""
+
+from comlrl_lightning.checkpoints.metadata import (
+    CHECKPOINT_FILE,
+    CHECKPOINT_FOLDER,
+    DATA_STATE_KEY,
+    METADATA_KEY,
+    METADATA_VERSION,
+    SECTIONS,
+    CheckpointFieldError,
+    CheckpointNotFoundError,
+    CheckpointProgress,
+    NoRunRecordError,
+    PathLike,
+    check_sections,
+    checkpoint_files,
+    checkpoint_progress,
+    load_checkpoint_dict,
+    newest_checkpoint,
+    read_checkpoint_metadata,
+    resolve_checkpoint,
+    resumable,
+    run_record,
+)
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "CHECKPOINT_FOLDER",
+    "CheckpointFieldError",
+    "CheckpointNotFoundError",
+    "CheckpointProgress",
+    "DATA_STATE_KEY",
+    "METADATA_KEY",
+    "METADATA_VERSION",
+    "NoRunRecordError",
+    "PathLike",
+    "SECTIONS",
+    "check_sections",
+    "checkpoint_files",
+    "checkpoint_progress",
+    "load_checkpoint_dict",
+    "newest_checkpoint",
+    "read_checkpoint_metadata",
+    "resolve_checkpoint",
+    "resumable",
+    "run_record",
+]
