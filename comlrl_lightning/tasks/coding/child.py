@@ -314,8 +314,25 @@ class ChildProcess:
         except subprocess.TimeoutExpired:
             pass
         status, detail = _exit_reason(code)
+        self._read_stderr_left()
         tail = self.stderr_tail.decode("utf-8", "replace").strip().splitlines()
         self._stop(status, detail + (f"; stderr: {tail[-1][:160]}" if tail else ""))
+
+    def _read_stderr_left(self) -> None:
+        """Read what the stderr pipe already holds, without waiting for more (bounded by the output limit).
+
+        Why: one wait can see the reply pipe's end before the stderr bytes the program wrote just before it
+        exited (the selector lists ready pipes in its own order), and the detail quotes the last line."""
+        assert self.process is not None and self.process.stderr is not None
+        fd = self.process.stderr.fileno()
+        with selectors.DefaultSelector() as ready:
+            ready.register(fd, selectors.EVENT_READ)
+            while self.output <= self.limits.output_bytes and ready.select(0):
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    return
+                self.output += len(data)
+                self.stderr_tail = (self.stderr_tail + data)[-DETAIL_CHARS:]
 
     def _stop(self, status: str, detail: str) -> None:
         self.stopped = ChildStopped(status, one_line_text(detail, DETAIL_CHARS))
