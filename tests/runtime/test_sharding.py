@@ -34,8 +34,17 @@ def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None 
         command.append("--plain")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == 0, failure_output(result.stderr)
     return root
+
+
+def failure_output(stderr: str, each: int = 3000) -> str:
+    """A failed two-process run's first traceback and its end: the rank that failed first says why, and
+    the other rank's later "connection reset" would otherwise fill the tail."""
+    first = stderr.find("Traceback")
+    if first < 0 or first >= len(stderr) - each:
+        return stderr[-2 * each :]
+    return stderr[first : first + each] + "\n...\n" + stderr[-each:]
 
 
 def weights(root: Path) -> list:
