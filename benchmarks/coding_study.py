@@ -40,6 +40,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import coding_evidence
 from coding_evidence import METRICS, RESAMPLES, bootstrap_interval, paired_difference_interval
 
+from comlrl_lightning.runtime.files import write_atomically
+
 Outcomes = Dict[int, Dict[str, Dict[str, float]]]
 """One run's evaluations: ``{step: {task_id: {metric: value}}}`` (``coding_evidence.evaluations``)."""
 RUN_RECORD = "study_run.json"
@@ -86,13 +88,6 @@ def newest_checkpoint(folder: Path) -> Optional[Path]:
     return found[-1] if found else None
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """``text`` into ``path`` through a temporary file and a rename: a reader never sees half of it."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-
-
 def earlier_attempts(folder: Path, command: Sequence[str]) -> List[Dict]:
     """The attempts recorded for this seed; one of another command is refused by name."""
     path = folder / ATTEMPTS
@@ -129,7 +124,7 @@ def run_seed(configs: Sequence[str], seed: int, out: Path, threads: int, extra: 
             [sys.executable, "-m", "comlrl_lightning", *command, *resume], stdout=log, stderr=subprocess.STDOUT, env=env
         )
         _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4 (for its rusage), not by Popen
     attempt = {
         "command": command,
         "resumed_from": str(checkpoint) if checkpoint else None,
@@ -151,7 +146,7 @@ def run_seed(configs: Sequence[str], seed: int, out: Path, threads: int, extra: 
         peak_rss_mb=max(a["peak_rss_mb"] for a in attempts),
         attempts=len(attempts),
     )
-    write_atomically(record, json.dumps(asdict(finished), indent=2) + "\n")
+    write_atomically(record, (json.dumps(asdict(finished), indent=2) + "\n").encode())
     return finished
 
 
@@ -274,10 +269,8 @@ def plot(seeds: Sequence[SeedRun], runs: Sequence[Outcomes], path: Path) -> None
     axes[0].legend(fontsize=8)
     figure.suptitle("Held-out problems at each evaluation (mean over problems), one line per seed", fontsize=10)
     figure.tight_layout()
-    partial = path.with_name(path.stem + ".partial" + path.suffix)
-    figure.savefig(partial, dpi=110)
+    write_atomically(path, lambda file: figure.savefig(file, format="png", dpi=110))
     plt.close(figure)
-    os.replace(partial, path)
 
 
 def study_items() -> Mapping[str, Mapping]:
@@ -324,7 +317,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     runs = [coding_evidence.evaluations(folder, items) for folder in folders]
     text = table(finished, runs)
     print(text)
-    write_atomically(args.out / "study.md", text)
+    write_atomically(args.out / "study.md", text.encode())
     plot(finished, runs, args.out / "study.png")
     print(f"table: {args.out / 'study.md'}; plot: {args.out / 'study.png'}")
 
