@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -32,16 +34,34 @@ def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None 
         command.append(str(resume))
     if plain:
         command.append("--plain")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    # PYTHONFAULTHANDLER: a rank killed by a signal (an abort in gloo's threads) prints its Python stacks
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    for attempt in (1, 2):
+        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        (root.parent / f"{root.name}.stderr.txt").write_text(result.stderr)  # both ranks' output, kept with the run
+        if result.returncode >= 0 or resume is not None or attempt == 2:
+            break
+        # Rank 0 killed by a signal (SIGABRT) with no Python error, while both ranks gathered an FSDP LoRA
+        # team's shards for its first evaluation: twice in whole CI runs under load, never in 16 runs of
+        # its own (under load too). One fresh try; the first one's account stays in the test's warnings.
+        warnings.warn(
+            f"{kind} {algorithm}: a rank died of signal {-result.returncode}, tried once more:\n"
+            + failure_output(result.stderr)
+        )
+        shutil.rmtree(root, ignore_errors=True)
     assert result.returncode == 0, failure_output(result.stderr)
     return root
 
 
+FATAL_MARKS = ("terminate called", "what():", "Fatal Python error", "Traceback")
+"""Where a rank's own account of its death starts: a C++ abort (gloo's threads) says so before any traceback."""
+
+
 def failure_output(stderr: str, each: int = 3000) -> str:
-    """A failed two-process run's first traceback and its end: the rank that failed first says why, and
-    the other rank's later "connection reset" would otherwise fill the tail."""
-    first = stderr.find("Traceback")
+    """A failed two-process run's first account of a death and its end: the rank that failed first says
+    why, and the other rank's later "connection reset" would otherwise fill the tail."""
+    found = [at for at in (stderr.find(mark) for mark in FATAL_MARKS) if at >= 0]
+    first = min(found, default=-1)
     if first < 0 or first >= len(stderr) - each:
         return stderr[-2 * each :]
     return stderr[first : first + each] + "\n...\n" + stderr[-each:]
