@@ -49,7 +49,7 @@ from comlrl_lightning.checkpoints.resume_rule import apply_resume_rule, changes_
 from comlrl_lightning.comparators.credentials import check_config_has_no_key
 from comlrl_lightning.datamodules.task_data import dataloader_reload, total_epochs
 from comlrl_lightning.errors import TRACEBACK_VARIABLE, ComlrlError, ConfigurationError
-from comlrl_lightning.generation.vllm import engines_running
+from comlrl_lightning.generation.vllm import VLLMGenerator
 from comlrl_lightning.runtime.command_line import parse_with_nulls
 from comlrl_lightning.runtime.distributed import close_process_group
 from comlrl_lightning.runtime.files import own_copy
@@ -365,8 +365,10 @@ def main(args: Optional[List[str]] = None) -> None:
             raise SystemExit(_own_command(words[0])(words[1:]))
     cli = run_cli(args)
     trainer = getattr(cli, "trainer", None)
-    if trainer is not None and trainer.world_size > 1 and not engines_running():
-        close_process_group()
+    generator = getattr(getattr(cli, "model", None), "generator", None)
+    if trainer is not None and trainer.world_size > 1:
+        if not (isinstance(generator, VLLMGenerator) and generator.holds_engines):
+            close_process_group()
 
 
 OWN_COMMANDS = ("export", "env")

@@ -150,6 +150,10 @@ class Generator:
         refreshes it before its next sample; one that samples with the agents themselves ignores it.
         Call it yourself after changing an agent's weights outside training."""
 
+    def close(self) -> None:
+        """Release what this backend holds beside the team (vLLM's engines); the next sample builds it
+        again. The team module calls it when a single-process fit, validation, test or prediction ends."""
+
 
 def sample_team(
     generator: Generator,

@@ -49,11 +49,6 @@ INSTALL_INSTRUCTIONS = (
 CPU_KV_CACHE_GIB = 1.0
 """KV cache of a CPU engine when ``kv_cache_gib`` is not set (a share of memory would count the trainer's RSS)."""
 
-_ENGINES: Dict[tuple, "Engine"] = {}
-"""One engine per architecture and engine options in this process, shared by every generator."""
-_UPDATES = [0]
-"""Process-wide count of weight updates (:meth:`VLLMGenerator.weights_updated`)."""
-
 
 def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
@@ -76,6 +71,15 @@ class VLLMGenerator(Generator):
     per agent would hold another copy and another KV cache. A LoRA agent is sent as its base with
     its adapter merged in (vLLM's own LoRA would load every updated adapter from disk and decodes
     slower). An FSDP-sharded team is refused.
+
+    Engines: the generator owns its engines (one per architecture) and :meth:`close` releases them;
+    the team module closes its generator when a single-process fit, validation, test or prediction
+    ends (the next sample builds an engine again). vLLM keeps one parallel state per process, which
+    an engine sets up and any engine's shutdown or collection tears down, so one generator at a time
+    may hold engines in a process: another one's first sample then fails naming :meth:`close` (a
+    generator merely dropped is not freed, since vLLM keeps the call stack that built its engine). Under
+    DDP the engines live until the process exits, since vLLM's teardown would take the trainer's
+    process group with it.
 
     Seeds: every prompt's request gets a seed drawn from the caller's ``RandomStream`` (itself
     derived from the seed, round and rank), so a run repeats and resumes exactly with the same
@@ -119,6 +123,10 @@ class VLLMGenerator(Generator):
             raise OptionError(INSTALL_INSTRUCTIONS)
         self.memory_share, self.kv_cache_gib = float(memory_share), kv_cache_gib
         self.enforce_eager, self.max_model_len, self.max_num_seqs = enforce_eager, max_model_len, max_num_seqs
+        self._engines: Dict[str, Engine] = {}
+        self._updates = (
+            0  # weight updates seen (weights_updated): an engine's weights carry the count they were pushed at
+        )
 
     def generate(
         self,
@@ -136,7 +144,7 @@ class VLLMGenerator(Generator):
             )
         agent, tokenizer = team.agents[agent_index], team.tokenizers[agent_index]
         engine = self.engine_for(agent)
-        engine.load(agent, _UPDATES[0])
+        engine.load(agent, self._updates)
         encoded = team.encode_prompts(agent_index, prompts)
         seeds = request_seeds(stream, len(encoded)) if stream is not None else [None] * len(encoded)
         rows = engine.sample(encoded, num_samples, settings, tokenizer.eos_token_id, seeds)
@@ -148,18 +156,33 @@ class VLLMGenerator(Generator):
         vllm_sampling_options(settings.extra)
 
     def weights_updated(self) -> None:
-        _UPDATES[0] += 1
+        self._updates += 1
 
     @property
-    def engine_options(self) -> tuple:
-        return (self.memory_share, self.kv_cache_gib, self.enforce_eager, self.max_model_len, self.max_num_seqs)
+    def holds_engines(self) -> bool:
+        """Whether this generator holds a running engine (vLLM then owns the teardown of the process groups)."""
+        return bool(self._engines)
+
+    def close(self) -> None:
+        """Shut this generator's engines down, all at once: vLLM tears its process-wide state down
+        with any one of them. The next sample builds an engine again."""
+        engines, self._engines = list(self._engines.values()), {}
+        for engine in engines:
+            engine.close()
 
     def engine_for(self, agent: nn.Module) -> "Engine":
-        """This process's engine for ``agent``'s architecture with these options, built on first use."""
-        key = (architecture_key(agent), self.engine_options)
-        if key not in _ENGINES:
-            _ENGINES[key] = Engine.build(agent, self)
-        return _ENGINES[key]
+        """This generator's engine for ``agent``'s architecture, built on first use."""
+        key = architecture_key(agent)
+        if key not in self._engines:
+            if not self._engines:
+                refuse_a_second_owner()
+            try:
+                self._engines[key] = Engine.build(agent, self, self._updates)
+            except Exception:
+                # the failed engine's shutdown tore down vLLM's process-wide state, which the others need
+                self.close()
+                raise
+        return self._engines[key]
 
     def __repr__(self) -> str:
         return (
@@ -168,18 +191,18 @@ class VLLMGenerator(Generator):
         )
 
 
-def engines_running() -> bool:
-    """Whether this process holds a vLLM engine (vLLM then owns the teardown of its process groups)."""
-    return bool(_ENGINES)
+def refuse_a_second_owner() -> None:
+    """Refuse a first engine while vLLM's process-wide state is up, i.e. while another engine runs in this
+    process (sharing that state would break its owner at the next close)."""
+    from vllm.distributed import parallel_state
 
-
-def shutdown_engines() -> None:
-    """Release every engine of this process (a later sample builds a fresh one). All at once: vLLM
-    tears down its process-wide state with any one engine. Single-process runs only: under DDP that
-    teardown takes the trainer's process group with it."""
-    for engine in list(_ENGINES.values()):
-        engine.close()
-    _ENGINES.clear()
+    if parallel_state.model_parallel_is_initialized():
+        raise OptionError(
+            "vLLM already runs an engine in this process (another VLLMGenerator's, or an LLM of your own), and it "
+            "keeps one parallel state per process: close() that generator first (a team module closes its own when "
+            "a fit ends; after sampling with it yourself, call module.generator.close()). A generator merely "
+            "dropped is not freed: vLLM keeps the call stack that built its engine alive."
+        )
 
 
 class Engine:
@@ -190,7 +213,7 @@ class Engine:
         self.stamp: Optional[WeightsStamp] = None
 
     @classmethod
-    def build(cls, agent: nn.Module, options: VLLMGenerator) -> "Engine":
+    def build(cls, agent: nn.Module, options: VLLMGenerator, updates: int) -> "Engine":
         """An engine for ``agent``'s architecture with placeholder weights (the real ones are pushed
         before every sample), checked with a one-token sample so an architecture the backend cannot
         run fails here, naming the option, rather than in the middle of a round."""
@@ -200,16 +223,13 @@ class Engine:
         try:
             with process_state_kept():
                 engine.llm = make_llm(folder, agent, options)
-            engine.load(agent, _UPDATES[0])
+            engine.load(agent, updates)
             engine.sample(
                 [[0]], 1, GenerationSettings(max_new_tokens=1, temperature=1.0, top_p=1.0, top_k=None), 0, [0]
             )
             return engine
         except Exception as error:
-            # shutting an engine down (or collecting it) tears down vLLM's process-wide parallel state,
-            # which every other engine of this process needs: drop them all, the next sample starts afresh
-            engine.close()
-            shutdown_engines()
+            engine.close()  # this tears down vLLM's process-wide state: the caller closes its other engines
             architecture = ", ".join(getattr(transformers_model(agent).config, "architectures", None) or ["?"])
             raise RuntimeError(
                 f"vLLM cannot sample with this model ({architecture}): {error}. Choose a model vLLM supports on this "
@@ -355,4 +375,4 @@ def autocast_off() -> Iterator[None]:
         yield
 
 
-__all__ = ["VLLMGenerator", "engines_running", "shutdown_engines", "vllm_available", "INSTALL_INSTRUCTIONS"]
+__all__ = ["VLLMGenerator", "vllm_available", "INSTALL_INSTRUCTIONS"]

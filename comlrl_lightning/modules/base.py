@@ -430,6 +430,13 @@ class TeamModule(EvaluationRuns, PlainHyperparameters, LightningModule):
         self.generator.weights_updated()
         self.trained_updates = self.global_step
 
+    def teardown(self, stage: str) -> None:
+        # one process releases what its generator holds (a vLLM engine and its memory); under DDP vLLM's
+        # teardown would take the trainer's process group with it, so its engines live until the exit
+        trainer = attached_trainer(self)
+        if trainer is None or trainer.world_size == 1:
+            self.generator.close()
+
     resume_checked: bool = False
     """Whether the options of the checkpoint being resumed were compared with this run's already (the
     command line and the seed API do it before training; a plain ``Trainer.fit`` when it loads)."""

@@ -146,9 +146,9 @@ def test_lora_options_the_merged_weights_cannot_carry_are_refused_by_name(field,
 
 
 @needs_vllm
-def test_completions_follow_the_hugging_face_contract_and_sampling_repeats(llama):
+def test_completions_follow_the_hugging_face_contract_and_sampling_repeats(llama, vllm_generators):
     team = Team([llama, llama])
-    generator = VLLMGenerator()
+    generator = vllm_generators()
     first = generator.generate(team, 0, PROMPTS, 4, SAMPLED, RandomStream(5))
     generator.generate(team, 1, PROMPTS, 4, SAMPLED, RandomStream(6))  # the engine swaps weights in between
     again = generator.generate(team, 0, PROMPTS, 4, SAMPLED, RandomStream(5))
@@ -162,28 +162,28 @@ def test_completions_follow_the_hugging_face_contract_and_sampling_repeats(llama
 
 
 @needs_vllm
-def test_greedy_samples_equal_hugging_face_for_each_agent_and_architecture(llama, tmp_path):
+def test_greedy_samples_equal_hugging_face_for_each_agent_and_architecture(llama, tmp_path, vllm_generators):
     wide = build_llama(tmp_path / "wide", hidden=128, head_dim=64, seed=1)  # another architecture: its own engine
     team, other = Team([llama, llama]), Team([wide])
     with torch.no_grad():  # agent 1 differs from agent 0
         for parameter in team.agents[1].parameters():
             parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1)) * 0.2)
-    generator = VLLMGenerator()
+    generator = vllm_generators()
     results = [greedy_pairs(generator, team, 0), greedy_pairs(generator, other, 0), greedy_pairs(generator, team, 1)]
     for ours, reference in results:
         assert ours == reference
     assert results[0][0] != results[2][0]  # the agents really sample different weights
-    assert len({key for key in vllm_generator._ENGINES if key[1] == generator.engine_options}) == 2
+    assert len(generator._engines) == 2
 
 
 @needs_vllm
-def test_a_model_with_its_head_tied_to_its_embedding_samples_with_its_own_head(tmp_path):
+def test_a_model_with_its_head_tied_to_its_embedding_samples_with_its_own_head(tmp_path, vllm_generators):
     """The engine starts from placeholder weights and may hold the head apart from the embedding:
     a tied embedding sent under one name only would leave the head a placeholder."""
     tied = build_llama(tmp_path / "tied", tied=True, seed=2)
     team = Team([tied])
     assert team.agents[0].lm_head.weight is team.agents[0].model.embed_tokens.weight
-    ours, reference = greedy_pairs(VLLMGenerator(), team, 0)
+    ours, reference = greedy_pairs(vllm_generators(), team, 0)
     assert ours == reference
 
 
@@ -194,19 +194,36 @@ def vllm_runs_on_cpu() -> bool:
 
 
 @needs_vllm
-def test_a_model_the_backend_cannot_run_stops_at_the_first_sample_naming_the_option(tmp_path):
+def test_a_model_the_backend_cannot_run_stops_at_the_first_sample_naming_the_option(tmp_path, vllm_generators):
     if not vllm_runs_on_cpu():
         pytest.skip("16-wide heads are refused by vLLM's CPU attention only")
     narrow = build_llama(tmp_path / "narrow", head_dim=16)
     with pytest.raises(
         RuntimeError, match=r"LlamaForCausalLM.*head_dim=16.*generator to comlrl_lightning.generation.HFGenerator"
     ):
-        VLLMGenerator().generate(Team([narrow]), 0, PROMPTS, 1, GREEDY)
+        vllm_generators().generate(Team([narrow]), 0, PROMPTS, 1, GREEDY)
 
 
 @needs_vllm
-def test_the_embedded_default_samples_with_vllm_as_generate_does():
-    ours, reference = greedy_pairs(VLLMGenerator(), Team(["embedded"]), 0)
+def test_a_generator_owns_its_engine_and_another_samples_once_it_is_closed(llama, vllm_generators):
+    """vLLM keeps one parallel state per process: a second generator waits for the first's close()."""
+    team = Team([llama])
+    first, second = vllm_generators(), vllm_generators()
+    expected = ids(first.generate(team, 0, PROMPTS, 1, GREEDY))
+    assert first.holds_engines and not second.holds_engines
+    with pytest.raises(OptionError, match=r"vLLM already runs an engine in this process.*close\(\) that generator"):
+        second.generate(team, 0, PROMPTS, 1, GREEDY)
+    assert not second.holds_engines
+    first.close()
+    assert not first.holds_engines
+    assert ids(second.generate(team, 0, PROMPTS, 1, GREEDY)) == expected  # a fresh engine, the same weights
+    second.close()
+    assert ids(first.generate(team, 0, PROMPTS, 1, GREEDY)) == expected  # a closed generator builds again
+
+
+@needs_vllm
+def test_the_embedded_default_samples_with_vllm_as_generate_does(vllm_generators):
+    ours, reference = greedy_pairs(vllm_generators(), Team(["embedded"]), 0)
     assert ours == reference
 
 
@@ -235,27 +252,35 @@ def test_the_vllm_config_runs_the_embedded_default_iteratively(tmp_path):
 
 
 @needs_vllm
-def test_greedy_samples_after_training_equal_hugging_face_samples_of_the_trained_weights(llama, tiny_run):
+def test_greedy_samples_after_training_equal_hugging_face_samples_of_the_trained_weights(
+    llama, tiny_run, vllm_generators
+):
     """The engine last held agent 1 before training (collection) and gets its trained weights although
-    fused AdamW leaves the parameters' version counters alone (no evaluation pushes them in between)."""
-    generator = VLLMGenerator()
+    fused AdamW leaves the parameters' version counters alone (no evaluation pushes them in between).
+    Sampled when training ends, before the fit's teardown closes the engine."""
+    from lightning.pytorch import Callback
+
+    class SampleAtTheEnd(Callback):
+        def on_train_end(self, trainer, pl_module) -> None:
+            self.samples = [greedy_pairs(generator, pl_module.team, agent) for agent in (1, 0)]
+
+    generator, at_the_end = vllm_generators(), SampleAtTheEnd()
     module, datamodule, trainer = tiny_run(
         model=dict(team=tiny_team(agent_model=llama), agent_learning_rate=3e-2, generator=generator),
         data=dict(eval_num_samples=0),
-        trainer=dict(max_epochs=1),
+        trainer=dict(max_epochs=1, callbacks=[at_the_end]),
     )
     before = [greedy_pairs(generator, module.team, agent)[0] for agent in range(2)]
     trainer.fit(module, datamodule)
-    assert trainer.global_step > 0
-    for agent in (1, 0):
-        ours, reference = greedy_pairs(generator, module.team, agent)
+    assert trainer.global_step > 0 and not generator.holds_engines  # closed by the fit's teardown
+    for agent, (ours, reference) in zip((1, 0), at_the_end.samples):
         assert ours == reference
         assert ours != before[agent]
 
 
 @needs_vllm
-def test_a_lora_team_samples_each_agent_with_its_own_merged_adapter(llama, tiny_run):
-    generator = VLLMGenerator()
+def test_a_lora_team_samples_each_agent_with_its_own_merged_adapter(llama, tiny_run, vllm_generators):
+    generator = vllm_generators()
     module, datamodule, trainer = tiny_run(
         model=dict(
             team=tiny_team(agent_model=llama, lora=LoraConfig(r=4, lora_alpha=16)),
@@ -288,13 +313,13 @@ class Checking(VLLMGenerator):
 
 
 @needs_vllm
-def test_evaluation_and_every_rollout_of_a_one_model_team_sample_with_current_weights(llama, tmp_path):
+def test_evaluation_and_every_rollout_of_a_one_model_team_sample_with_current_weights(llama, tmp_path, vllm_generators):
     """A centralized team has one agent: consecutive rollouts sample the same agent across an update."""
     from comlrl_lightning import Centralized, MAGRPOModule, PreferenceDataModule
     from comlrl_lightning.tasks.centralized_task import DelimitedAdapter
     from tests.conftest import TINY_DATA, TINY_MODEL, tiny_trainer
 
-    generator = Checking()
+    generator = vllm_generators(Checking)
     adapter = DelimitedAdapter(separator=";", prompt_template="topic: {prompt}\nwriter;matcher:")
     module = MAGRPOModule(
         **{**TINY_MODEL, "team": tiny_team(agent_model=llama), "agent_learning_rate": 3e-2, "generator": generator},
@@ -315,12 +340,12 @@ def _round_files(root: Path):
 
 
 @needs_vllm
-def test_an_iterative_run_trains_and_resumes_to_byte_identical_round_files(llama, tmp_path):
+def test_an_iterative_run_trains_and_resumes_to_byte_identical_round_files(llama, tmp_path, vllm_generators):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from tests.helpers.iterative_run import make_run
 
-    model = lambda: dict(team=tiny_team(agent_model=llama), generator=VLLMGenerator())  # noqa: E731
+    model = lambda: dict(team=tiny_team(agent_model=llama), generator=vllm_generators())  # noqa: E731
     module, datamodule, trainer = make_run(tmp_path / "whole", model=model())
     trainer.fit(module, datamodule)
     whole = _round_files(tmp_path / "whole")
@@ -333,7 +358,7 @@ def test_an_iterative_run_trains_and_resumes_to_byte_identical_round_files(llama
     )
     module, datamodule, trainer = make_run(tmp_path / "resumed", model=model(), callbacks=[checkpoint], max_epochs=2)
     trainer.fit(module, datamodule)
-    vllm_generator.shutdown_engines()  # the resumed run starts a fresh engine, as a new process would
+    assert not module.generator.holds_engines  # closed when the fit ended: the resumed run builds a fresh one
     module, datamodule, trainer = make_run(tmp_path / "resumed", model=model())
     trainer.fit(module, datamodule, ckpt_path=str(tmp_path / "ckpt" / "epoch=1-step=6.ckpt"))
     assert _round_files(tmp_path / "resumed") == whole
@@ -341,7 +366,7 @@ def test_an_iterative_run_trains_and_resumes_to_byte_identical_round_files(llama
 
 @pytest.mark.slow
 @needs_vllm
-def test_two_ddp_processes_each_sample_their_shard_with_their_own_engine(llama, tmp_path):
+def test_two_ddp_processes_each_sample_their_shard_with_their_own_engine(llama, tmp_path, vllm_generators):
     """Each rank's engine samples its shard exactly as one process sampling that shard with that rank's stream."""
     import os
     import subprocess
@@ -369,7 +394,7 @@ def test_two_ddp_processes_each_sample_their_shard_with_their_own_engine(llama, 
 
     module, data = MADPOModule(team=tiny_team(agent_model=llama), **DDP_MODEL), PreferenceDataModule(**DDP_DATA)
     data.setup("fit")
-    generator, parts = VLLMGenerator(), []
+    generator, parts = vllm_generators(), []
     for rank in range(2):
         items, stream = data.train_items[rank::2], RandomStream.derive(data.seed, "collect", 0, rank)
         side = Side(

@@ -85,9 +85,9 @@ def our_logprobs(team: Team, prompts, samples) -> list:
 
 
 @needs_vllm
-def test_vllm_samples_the_real_model_with_log_probabilities_equal_to_ours(team, monkeypatch):
+def test_vllm_samples_the_real_model_with_log_probabilities_equal_to_ours(team, monkeypatch, vllm_generators):
     prompts = chat_prompts(team)
-    samples, theirs = sampled_with_vllm_logprobs(VLLMGenerator(max_model_len=1024), team, prompts, 2, monkeypatch)
+    samples, theirs = sampled_with_vllm_logprobs(vllm_generators(max_model_len=1024), team, prompts, 2, monkeypatch)
     ours = our_logprobs(team, prompts, samples)
     differences = [
         abs(a - b)
@@ -105,9 +105,9 @@ def test_vllm_samples_the_real_model_with_log_probabilities_equal_to_ours(team, 
 
 
 @needs_vllm
-def test_vllm_greedy_tokens_equal_hugging_face_on_the_real_model(team):
+def test_vllm_greedy_tokens_equal_hugging_face_on_the_real_model(team, vllm_generators):
     prompts = chat_prompts(team)
-    generator = VLLMGenerator(max_model_len=1024)
+    generator = vllm_generators(max_model_len=1024)
     ours = ids(generator.generate(team, 0, prompts, 1, GREEDY))
     reference = ids(HFGenerator().generate(team, 0, prompts, 1, GREEDY))
     assert ours == reference
