@@ -154,8 +154,8 @@ class PreferenceCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, built with a :class:`CheckpointRecord`, a :class:`ResumableCheckpoint` where
-        Lightning would add its default ``ModelCheckpoint`` (a configured checkpoint callback is kept),
-        and checkpoints written atomically with their files (an ``AtomicCheckpointIO`` plugin, unless
+        Lightning would add its default ``ModelCheckpoint`` (a configured checkpoint callback is kept,
+        unless ``enable_checkpointing`` is false: then no checkpoint callback is), and checkpoints written atomically with their files (an ``AtomicCheckpointIO`` plugin, unless
         the config names a checkpoint IO of its own)."""
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config["trainer"]
@@ -172,6 +172,11 @@ class PreferenceCLI(LightningCLI):
         checkpointing = trainer.get("enable_checkpointing") is not False
         if checkpointing and not any(isinstance(callback, ModelCheckpoint) for callback in callbacks):
             callbacks.append(ResumableCheckpoint())
+        if not checkpointing:  # the flag wins over a config's checkpoint callback (Lightning would refuse the pair)
+            left_out = [type(callback).__name__ for callback in callbacks if isinstance(callback, ModelCheckpoint)]
+            if left_out:
+                callbacks = [callback for callback in callbacks if not isinstance(callback, ModelCheckpoint)]
+                rank_zero_info(f"enable_checkpointing is false: no checkpoint files ({', '.join(left_out)} left out)")
         kwargs.setdefault("plugins", atomic_checkpoint_plugins(trainer.get("plugins")))
         return super().instantiate_trainer(**dict(kwargs, callbacks=callbacks))
 

@@ -62,6 +62,9 @@ def test_the_trainer_is_built_with_atomic_checkpoints_and_never_changed_after(tm
         "--trainer.enable_checkpointing", "false",
     )  # fmt: skip
     assert type(trainer.strategy.checkpoint_io) is AtomicCheckpointIO and trainer.checkpoint_callbacks == []
+    # a config that lists its checkpoint callback, with the flag: no checkpoint callback (Lightning refuses the pair)
+    trainer = built("--config", "configs/madpo.yaml", "--trainer.enable_checkpointing", "false")
+    assert trainer.checkpoint_callbacks == [] and isinstance(trainer.callbacks[0], CheckpointRecord)
 
 
 def _metrics(run_dir: Path) -> list:
