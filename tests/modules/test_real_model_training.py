@@ -24,6 +24,9 @@ ONE_UPDATE = ["--trainer.max_steps", "1"]
 """A MADPO run's path is whole after its first update (the epoch's second adds nothing it asserts)."""
 NO_EVALUATION = ["--trainer.limit_val_batches", "0"]
 """No evaluation before, during or after training (``limit_val_batches`` 0): a third of a short run's time."""
+NO_CHECKPOINTS = ["--trainer.enable_checkpointing", "false"]
+"""No checkpoint files: about 25 s a run (two files of the frozen base and the adapters, or of two
+full models); ``test_madpo_base[madpo.yaml]`` writes them, and the seed API's real-model test resumes from them."""
 
 
 def items(tmp_path):
@@ -32,7 +35,15 @@ def items(tmp_path):
     return str(path)
 
 
-def real_run(tmp_path, config: str, *more: str, source: str = REAL_MODEL, lora: bool = True, rate: bool = True):
+def real_run(
+    tmp_path,
+    config: str,
+    *more: str,
+    source: str = REAL_MODEL,
+    lora: bool = True,
+    rate: bool = True,
+    checkpoints: bool = False,
+):
     """``configs/<config>`` on the real model, sized to a few steps; returns the CLI (module, trainer)."""
     data = items(tmp_path)
     args = ["fit", "--config", f"configs/{config}", "--model.init_args.team.agent_model", source]
@@ -45,7 +56,7 @@ def real_run(tmp_path, config: str, *more: str, source: str = REAL_MODEL, lora: 
     args += ["--data.init_args.eval_num_samples", "1", "--data.init_args.eval_batch_size", "1"]
     args += ["--data.init_args.train_batch_size", "2", "--trainer.default_root_dir", str(tmp_path / "run")]
     args += ["--trainer.enable_progress_bar", "false", "--trainer.val_check_interval", "2"]
-    args += ["--trainer.log_every_n_steps", "1"]
+    args += ["--trainer.log_every_n_steps", "1", *([] if checkpoints else NO_CHECKPOINTS)]
     return run_cli([*args, *more])
 
 
@@ -62,7 +73,10 @@ def decentralized(config: str) -> list:
 
 @pytest.mark.parametrize("config", ["madpo.yaml", "madpo_centralized.yaml"])
 def test_madpo_base(real_model, tmp_path, config):
-    trained(real_run(tmp_path, config, *decentralized(config), *ONE_UPDATE))
+    checkpoints = config == "madpo.yaml"  # one run of the file writes its checkpoint of the real model
+    trained(real_run(tmp_path, config, *decentralized(config), *ONE_UPDATE, checkpoints=checkpoints))
+    written = sorted(path.name for path in (tmp_path / "run").rglob("*.ckpt"))
+    assert written == (["epoch=0-step=1.ckpt", "last.ckpt"] if checkpoints else []), written
 
 
 @pytest.mark.parametrize(
