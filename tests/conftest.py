@@ -105,12 +105,16 @@ REAL_MODEL = "smollm2-135m-instruct"
 
 
 def pytest_collection_modifyitems(config, items):
-    """A ``real_model`` test loads a 135M-parameter model: it must be ``slow`` too, so the everyday tier never does."""
+    """A ``real_model`` test loads a 135M-parameter model: it must be ``slow`` too, so the everyday tier
+    never does. Then the files are ordered longest first (:mod:`tests.helpers.suite_order`)."""
+    from tests.helpers.suite_order import order_items
+
     unmarked = [
         item.nodeid for item in items if item.get_closest_marker("real_model") and not item.get_closest_marker("slow")
     ]
     if unmarked:
         raise pytest.UsageError(f"real_model tests must also be marked slow: {', '.join(unmarked)}")
+    order_items(items)  # the longest files first, so CI's two workers finish together (tests/helpers/suite_order.py)
 
 
 @pytest.fixture(scope="session")
