@@ -155,8 +155,9 @@ class PreferenceCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, built with a :class:`CheckpointRecord`, a :class:`ResumableCheckpoint` where
         Lightning would add its default ``ModelCheckpoint`` (a configured checkpoint callback is kept,
-        unless ``enable_checkpointing`` is false: then no checkpoint callback is), and checkpoints written atomically with their files (an ``AtomicCheckpointIO`` plugin, unless
-        the config names a checkpoint IO of its own)."""
+        unless ``enable_checkpointing`` is false: then none is), and checkpoints written atomically
+        with their files (an ``AtomicCheckpointIO`` plugin, unless the config names a checkpoint IO of
+        its own)."""
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config["trainer"]
         given = trainer.get("callbacks") or []

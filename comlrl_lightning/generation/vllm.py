@@ -124,9 +124,8 @@ class VLLMGenerator(Generator):
         self.memory_share, self.kv_cache_gib = float(memory_share), kv_cache_gib
         self.enforce_eager, self.max_model_len, self.max_num_seqs = enforce_eager, max_model_len, max_num_seqs
         self._engines: Dict[str, Engine] = {}
-        self._updates = (
-            0  # weight updates seen (weights_updated): an engine's weights carry the count they were pushed at
-        )
+        # weight updates seen (weights_updated): an engine's weights carry the count they were pushed at
+        self._updates = 0
 
     def generate(
         self,
