@@ -187,7 +187,7 @@ class HFGenerator(Generator):
         """
         encoded = team.encode_prompts(agent_index, prompts)
         seeds = request_seeds(stream, len(encoded))
-        return self.sample(team, [agent_index] * len(encoded), encoded, seeds, num_samples, settings)
+        return self.sample(team, [agent_index] * len(encoded), encoded, seeds, num_samples, settings, owner=agent_index)
 
     @torch.no_grad()
     def generate_team(
@@ -219,15 +219,21 @@ class HFGenerator(Generator):
         num_samples: int,
         settings: GenerationSettings,
         plan: Optional[SamplingPlan] = None,
+        owner: Optional[int] = None,
     ) -> List[List[Completion]]:
         """``num_samples`` completions of every encoded prompt, prompt ``i`` by agent ``agents[i]``
         from seed ``seeds[i]``. Prompts of several agents (a LoRA team's one pass) share calls, each
         row through its own agent's adapter (``plan``'s routed model, else
-        :meth:`~comlrl_lightning.team.Team.one_pass_model`); the agents' prompts must then be consecutive."""
+        :meth:`~comlrl_lightning.team.Team.one_pass_model`); the agents' prompts must then be consecutive.
+
+        ``owner``: the agent whose model runs the calls (default: the first prompt's agent). A sharded
+        rank with no prompts still makes the other ranks' number of calls, and must make them with the
+        agent the others sample: another agent's sharded forward would gather other weights (a full-
+        parameter team: rank 0's agent 1 sampled with rank 1's shard of agent 0) or switch the adapter."""
         check_prompts_fit_context(team, agents, encoded, settings.max_new_tokens)
         route = (plan.route if plan is not None else None) or team.one_pass_model
         one_pass = len(set(agents)) > 1
-        owner = agents[0] if agents else 0
+        owner = agents[0] if agents else (owner or 0)
         model, tokenizer = team.agents[owner], team.tokenizers[owner]
         device = team.device_of(owner)
         batch_size = self.batch_size or self.auto_batch_size(

@@ -160,3 +160,23 @@ def test_a_prompt_past_the_context_is_a_data_error_naming_it_not_an_index_error_
         DataError, match=r"prompt 1 of this call: agent 1's prompt has \d+ tokens; with max_new_tokens=8"
     ):
         sample_team(HFGenerator(), team, prompts, 1, SETTINGS, RandomStream(0))
+
+
+@pytest.mark.parametrize("agent", [0, 1])
+def test_a_sharded_rank_with_no_prompts_keeps_the_others_company_with_the_agent_they_sample(monkeypatch, agent):
+    """A rank whose share of a batch is empty still makes the other ranks' calls (a sharded forward is a
+    collective), with the same agent's model: another agent's would gather other weights into their forward."""
+    import comlrl_lightning.generation.hf as hf
+
+    team = Team(["embedded", "embedded"])
+    team._synced = True  # as Team.shard leaves it; the collective that counts the calls answers "one call"
+    monkeypatch.setattr(hf, "max_over_ranks", lambda calls, device: max(calls, 1))
+    callers = []
+
+    def generate(caller, synced, input_ids, attention_mask, num_samples, sampling, beam_seed):
+        callers.append(caller)
+        return torch.cat([input_ids, input_ids[:, -1:]], dim=1).repeat_interleave(num_samples, dim=0)
+
+    monkeypatch.setattr(HFGenerator, "_generate", staticmethod(generate))
+    assert HFGenerator().generate(team, agent, [], 2, SETTINGS, RandomStream(0)) == []
+    assert callers == [team.agents[agent]]

@@ -6,7 +6,9 @@ training items so the ranks' shares differ), ``magrpo`` (MAGRPO with the referen
 reward), ``marlhf_maac`` (a reward model, then MAAC with a shared critic), ``lora`` (a MADPO LoRA
 team, all agents in one pass) or ``lora_per_agent`` (the same, one pass per agent). Rank 0 writes
 ``ROOT/weights.pt`` (every agent's whole state dict), ``ROOT/moved.json`` (which trainable tensors
-changed) and ``ROOT/one_pass.json`` (whether the team ran its agents in one pass). ``--plain``: the
+changed), ``ROOT/one_pass.json`` (whether the team ran its agents in one pass),
+``ROOT/evaluations.json`` (the evaluation reward before and after training), and every rank
+``ROOT/forwards_rank_<r>.json`` (whose model ran each forward, in order). ``--plain``: the
 Trainer does not reload its dataloaders every epoch (Lightning's default, a user's plain
 ``Trainer()``) where otherwise it does as the command line and the seed API. Lightning starts the
 second process by running this script again, so it cannot run inside pytest's process.
@@ -66,10 +68,21 @@ SAMPLING = dict(
 
 
 class RecordWeights(Callback):
-    """Every agent's whole weights at the start and end (gathered when sharded); rank 0 writes them."""
+    """Every agent's whole weights at the start and end (gathered when sharded); rank 0 writes them.
+    Each rank writes ``forwards_rank_<r>.json``: whose model ran each forward of the fit, in order (a
+    LoRA team: which adapter was active), which must be the same on every rank of a sharded team."""
 
     def __init__(self, root: Path) -> None:
-        self.root, self.start = root, None
+        self.root, self.start, self.forwards = root, None, []
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        team = pl_module.team
+        if team.is_lora:
+            shared = team.lora_agent(0).get_base_model()
+            shared.register_forward_pre_hook(lambda *_: self.forwards.append(team.lora_agent(0).shared.active_adapter))
+        else:
+            for index, agent in enumerate(team.agents):
+                agent.register_forward_pre_hook(lambda *_, index=index: self.forwards.append(index))
 
     def _weights(self, module) -> list:
         team = module.team
@@ -84,6 +97,7 @@ class RecordWeights(Callback):
             (self.root / "one_pass.json").write_text(json.dumps(pl_module.team.one_pass_adapters() is not None))
 
     def on_train_end(self, trainer, pl_module) -> None:
+        (self.root / f"forwards_rank_{trainer.global_rank}.json").write_text(json.dumps(self.forwards))
         end = self._weights(pl_module)
         if trainer.global_rank == 0:
             torch.save(end, self.root / "weights.pt")
@@ -94,6 +108,8 @@ class RecordWeights(Callback):
                 if "lora_" in k
             }
             (self.root / "moved.json").write_text(json.dumps(moved))
+            evaluations = [pl_module.initial_eval_reward, pl_module.final_eval_reward]
+            (self.root / "evaluations.json").write_text(json.dumps(evaluations))
 
 
 def parts(algorithm: str):
