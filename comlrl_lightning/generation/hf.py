@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Tuple, cast
 
 import torch
 from torch import nn
@@ -225,25 +225,16 @@ class HFGenerator(Generator):
         from seed ``seeds[i]``. Prompts of several agents (a LoRA team's one pass) share calls, each
         row through its own agent's adapter (``plan``'s routed model, else
         :meth:`~comlrl_lightning.team.Team.one_pass_model`); the agents' prompts must then be consecutive.
-
-        ``owner``: the agent whose model runs the calls (default: the first prompt's agent). A sharded
-        rank with no prompts still makes the other ranks' number of calls, and must make them with the
-        agent the others sample: another agent's sharded forward would gather other weights (a full-
-        parameter team: rank 0's agent 1 sampled with rank 1's shard of agent 0) or switch the adapter."""
+        ``owner``: the agent whose model runs the calls (default: the first prompt's agent)."""
         check_prompts_fit_context(team, agents, encoded, settings.max_new_tokens)
         route = (plan.route if plan is not None else None) or team.one_pass_model
         one_pass = len(set(agents)) > 1
+        # a sharded rank with no prompts keeps the others company through the agent they sample: another
+        # agent's forward would gather other weights (rank 1's shard of agent 0) or run another adapter
         owner = agents[0] if agents else (owner or 0)
-        model, tokenizer = team.agents[owner], team.tokenizers[owner]
-        device = team.device_of(owner)
-        batch_size = self.batch_size or self.auto_batch_size(
-            team, owner, max(map(len, encoded), default=0) + settings.max_new_tokens
-        )
+        model, tokenizer, device = team.agents[owner], team.tokenizers[owner], team.device_of(owner)
         beams = beam_search(settings.extra)  # one request per call, drawn from the request's seed
-        prompts_per_call = 1 if beams else max(1, batch_size // num_samples)
-        calls = -(-len(encoded) // prompts_per_call)
-        if team.synced:  # a sharded forward is a collective: every rank makes as many calls, as many steps
-            calls = max_over_ranks(calls, device)
+        prompts_per_call, calls = self.calls_plan(team, owner, encoded, num_samples, settings, beams)
         results: List[List[Completion]] = []
         was_training = model.training
         model.eval()
@@ -276,6 +267,25 @@ class HFGenerator(Generator):
         finally:
             model.train(was_training)
         return results
+
+    def calls_plan(
+        self,
+        team: Team,
+        owner: int,
+        encoded: List[List[int]],
+        num_samples: int,
+        settings: GenerationSettings,
+        beams: bool,
+    ) -> Tuple[int, int]:
+        """``(prompts per generate() call, calls)`` for ``encoded`` by agent ``owner``'s model: the calls
+        fit the batch size (beam search: one prompt a call); a sharded team makes every rank's largest
+        number of calls, since its forward is a collective (an idle rank's calls sample a one-token prompt)."""
+        batch_size = self.batch_size or self.auto_batch_size(
+            team, owner, max(map(len, encoded), default=0) + settings.max_new_tokens
+        )
+        prompts_per_call = 1 if beams else max(1, batch_size // num_samples)
+        calls = -(-len(encoded) // prompts_per_call)
+        return prompts_per_call, max_over_ranks(calls, team.device_of(owner)) if team.synced else calls
 
     @staticmethod
     def _generate(
