@@ -10,8 +10,9 @@ changed), ``ROOT/one_pass.json`` (whether the team ran its agents in one pass),
 ``ROOT/evaluations.json`` (the evaluation reward before and after training), and every rank
 ``ROOT/forwards_rank_<r>.json`` (whose model ran each forward, in order). ``--plain``: the
 Trainer does not reload its dataloaders every epoch (Lightning's default, a user's plain
-``Trainer()``) where otherwise it does as the command line and the seed API. Lightning starts the
-second process by running this script again, so it cannot run inside pytest's process.
+``Trainer()``) where otherwise it does as the command line and the seed API. The tests call
+:func:`main` in two ranks forked from pytest's process (tests/helpers/forked_ranks.py: no import
+per run); run as a script, Lightning's launcher starts the second process by running it again.
 """
 
 from __future__ import annotations

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
+
+from tests.helpers.forked_ranks import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [
@@ -52,12 +53,6 @@ def documented_commands() -> Dict[str, List[str]]:
         config = "+".join(Path(words[i + 1]).stem for i, word in enumerate(words) if word == "--config")
         commands[f"{words[0]} {config}"] = words
     return commands
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def node_command(words: List[str], node: int, port: int) -> List[str]:

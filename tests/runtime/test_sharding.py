@@ -13,46 +13,19 @@ import torch
 
 from comlrl_lightning.runtime.sharding import check_strategy, decoder_layers
 from comlrl_lightning.validation import OptionError
+from tests.helpers.forked_ranks import run_forked_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run(kind: str, algorithm: str, root: Path, epochs: int, resume: Path | None = None, plain: bool = False) -> Path:
-    """One two-process run of tests/helpers/sharded_run.py (``plain``: under a Trainer that does not
-    reload its dataloaders); a hang fails the test after the timeout."""
-    command = [
-        sys.executable,
-        str(REPO / "tests" / "helpers" / "sharded_run.py"),
-        kind,
-        algorithm,
-        str(root),
-        str(epochs),
-    ]
-    if resume is not None:
-        command.append(str(resume))
-    if plain:
-        command.append("--plain")
-    # PYTHONFAULTHANDLER: a rank killed by a signal (gloo aborts a rank whose collective does not match the
-    # other's) prints its Python stacks; both ranks' output is kept beside the run
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    (root.parent / f"{root.name}.stderr.txt").write_text(result.stderr)
-    assert result.returncode == 0, failure_output(result.stderr)
+    """One two-process run of tests/helpers/sharded_run.py, its ranks forked from this process (``plain``:
+    under a Trainer that does not reload its dataloaders); both ranks' output is kept beside the run, and
+    a failure or a hang (past the timeout) fails the test with the first rank's account of its death."""
+    from tests.helpers.sharded_run import main
+
+    run_forked_ranks(main, kind, algorithm, root, epochs, resume, plain, logs=root.parent / f"{root.name}.logs")
     return root
-
-
-FATAL_MARKS = ("terminate called", "what():", "Fatal Python error", "Traceback")
-"""Where a rank's own account of its death starts: a C++ abort (gloo's threads) says so before any traceback."""
-
-
-def failure_output(stderr: str, each: int = 3000) -> str:
-    """A failed two-process run's first account of a death and its end: the rank that failed first says
-    why, and the other rank's later "connection reset" would otherwise fill the tail."""
-    found = [at for at in (stderr.find(mark) for mark in FATAL_MARKS) if at >= 0]
-    first = min(found, default=-1)
-    if first < 0 or first >= len(stderr) - each:
-        return stderr[-2 * each :]
-    return stderr[first : first + each] + "\n...\n" + stderr[-each:]
 
 
 def weights(root: Path) -> list:
