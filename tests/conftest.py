@@ -25,7 +25,7 @@ torch.set_num_threads(1)
 
 
 STARTED_PROCESSES: list = []
-"""What the current test started (a subprocess's program, or "a multiprocessing process")."""
+"""What the current test started (a subprocess's program, "a multiprocessing process", "a forked process")."""
 
 QUICK_PROCESSES = {
     "/typeshed_client/": "jsonargparse's stub resolver asks the interpreter for its sys.path, once per process",
@@ -53,6 +53,8 @@ def _recording_process_start(self):
 
 subprocess.Popen.__init__ = _recording_popen_init
 multiprocessing.process.BaseProcess.start = _recording_process_start
+# a bare os.fork (tests/helpers/forks.py; a multiprocessing process also passes here)
+os.register_at_fork(before=lambda: STARTED_PROCESSES.append("a forked process"))
 
 
 def _check_started_processes(item: pytest.Item) -> None:

@@ -18,6 +18,7 @@ def test_a_test_that_starts_a_process_fails_unless_it_is_marked_slow(pytester):
     pytester.makepyfile(
         """
         import multiprocessing
+        import os
         import subprocess
         import sys
 
@@ -39,6 +40,13 @@ def test_a_test_that_starts_a_process_fails_unless_it_is_marked_slow(pytester):
             pass
 
 
+        def test_forks():
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+
+
         @pytest.mark.slow
         def test_marked_slow():
             subprocess.run([sys.executable, "-c", "pass"], check=True)
@@ -49,10 +57,11 @@ def test_a_test_that_starts_a_process_fails_unless_it_is_marked_slow(pytester):
         """
     )
     result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, failed=1, errors=1)
+    result.assert_outcomes(passed=2, failed=2, errors=1)
     result.stdout.fnmatch_lines(
         [
             "*test_a_fixture_starts_one started a process (a multiprocessing process): mark it @pytest.mark.slow*",
             "*test_starts_a_subprocess started a process (python*): mark it @pytest.mark.slow*",
+            "*test_forks started a process (a forked process): mark it @pytest.mark.slow*",
         ]
     )

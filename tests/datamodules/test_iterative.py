@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +21,8 @@ from comlrl_lightning import (
 from comlrl_lightning.defaults import toy_items, vowel_length_reward
 from comlrl_lightning.errors import ConfigurationError
 from tests.conftest import tiny_task
-from tests.helpers.iterative_run import ITER_MODEL, iter_data, make_run, make_trainer
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.forks import account, run_forked
+from tests.helpers.iterative_run import ITER_MODEL, iter_data, killed_run, make_run, make_trainer
 
 
 def _weights(module):
@@ -134,15 +131,8 @@ def test_resumed_run_equals_uninterrupted_run(uninterrupted, tmp_path, checkpoin
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_where", ["collection", "write"])
 def test_sigkill_in_a_round_leaves_no_trusted_file_and_the_resume_redoes_the_round(uninterrupted, tmp_path, kill_where):
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.iterative_run", str(tmp_path), kill_where],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == -9, result.stderr[-2000:]
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # the process's output, beside the run it wrote
+    assert run_forked(killed_run, str(tmp_path), kill_where, log=log) == -9, account(log)
     replay = tmp_path / "preference_replay"
     assert not (replay / "iteration_0002.json").exists()  # never under its final name half-written
     if kill_where == "write":

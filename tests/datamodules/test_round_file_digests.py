@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -89,14 +87,30 @@ def cpu_model() -> str:
 
 
 def round_file_digests(name: str, folder: Path) -> Dict[str, str]:
-    """Run ``RUNS[name]`` with one thread into ``folder``; the sha256 of each round file it wrote, by file name."""
-    env = dict(os.environ, COMLRL_LIGHTNING_THREADS="1")
-    command = [sys.executable, "-c", "from comlrl_lightning.cli import main; main()", "fit", *RUNS[name]]
-    command += ["--trainer.default_root_dir", str(folder), "--trainer.enable_progress_bar", "false"]
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
-    assert result.returncode == 0, result.stderr[-3000:]
+    """Run ``RUNS[name]`` with one thread into ``folder`` (the command line's ``main`` in a process forked
+    from this one: no second import of torch and Lightning); the sha256 of each round file it wrote, by file name."""
+    from comlrl_lightning.cli import main
+    from tests.helpers.forks import account, run_forked
+
+    arguments = [
+        "fit",
+        *RUNS[name],
+        "--trainer.default_root_dir",
+        str(folder),
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
+    log = folder.parent / f"{folder.name}.log"
+    assert run_forked(run_in_repository, main, arguments, log=log, timeout=1200) == 0, account(log)
     files = sorted((folder / "preference_replay").glob("iteration_*.json"))
     return {file.name: hashlib.sha256(file.read_bytes()).hexdigest() for file in files}
+
+
+def run_in_repository(main, arguments: List[str]) -> None:
+    """``main(arguments)`` from the repository's folder (the configs' relative paths), with one thread."""
+    os.chdir(REPO)
+    os.environ["COMLRL_LIGHTNING_THREADS"] = "1"
+    main(arguments)
 
 
 def recorded() -> Dict[str, object]:

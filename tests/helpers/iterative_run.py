@@ -1,7 +1,8 @@
-"""A tiny iterative run used by the tests, also as a subprocess that can be killed mid-round.
+"""A tiny iterative run used by the tests, also as a process that kills itself mid-round.
 
-``python -m tests.helpers.iterative_run ROOT KILL_WHERE`` runs 3 rounds in ROOT and SIGKILLs itself in
-round 2 during collection (``collection``) or while the round file is being replaced (``write``).
+:func:`killed_run` (in a forked process: tests/helpers/forks.py), or
+``python -m tests.helpers.iterative_run ROOT KILL_WHERE``, runs 3 rounds in ROOT and SIGKILLs itself
+in round 2 during collection (``collection``) or while the round file is being replaced (``write``).
 """
 
 from __future__ import annotations
@@ -96,15 +97,19 @@ class KillingDataModule(IterativePreferenceDataModule):
         super().build_round(round_index, module)
 
 
-if __name__ == "__main__":
+def killed_run(root: str, kill_where: str) -> None:
+    """The run that SIGKILLs itself in round 2 (see :class:`KillingDataModule`), a checkpoint per round."""
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     torch.set_num_threads(1)
-    root, kill_where = sys.argv[1], sys.argv[2]
     checkpoint = ModelCheckpoint(
         dirpath=os.path.join(root, "ckpt"), save_top_k=-1, every_n_epochs=1, save_on_train_epoch_end=True
     )
     module = MADPOModule(**ITER_MODEL)
     datamodule = KillingDataModule(kill_where, **iter_data(task=tiny_task(reward_func=vowel_length_reward)))
     make_trainer(root, callbacks=[checkpoint]).fit(module, datamodule)
+
+
+if __name__ == "__main__":
+    killed_run(sys.argv[1], sys.argv[2])

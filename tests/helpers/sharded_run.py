@@ -11,7 +11,7 @@ changed), ``ROOT/one_pass.json`` (whether the team ran its agents in one pass),
 ``ROOT/forwards_rank_<r>.json`` (whose model ran each forward, in order). ``--plain``: the
 Trainer does not reload its dataloaders every epoch (Lightning's default, a user's plain
 ``Trainer()``) where otherwise it does as the command line and the seed API. The tests call
-:func:`main` in two ranks forked from pytest's process (tests/helpers/forked_ranks.py: no import
+:func:`main` in two ranks forked from pytest's process (tests/helpers/forks.py: no import
 per run); run as a script, Lightning's launcher starts the second process by running it again.
 """
 

@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from tests.helpers.forked_ranks import free_port
+from tests.helpers.forks import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [

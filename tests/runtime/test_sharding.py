@@ -13,7 +13,7 @@ import torch
 
 from comlrl_lightning.runtime.sharding import check_strategy, decoder_layers
 from comlrl_lightning.validation import OptionError
-from tests.helpers.forked_ranks import run_forked_ranks
+from tests.helpers.forks import run_forked_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tools.mutation import Target, find_mutants, run_target
 
 TOY = "def add(a, b):\n    return a + b\n\n\ndef double(a):\n    return a * 2\n"
@@ -36,6 +38,7 @@ def test_mutants_change_one_node_and_leave_the_rest_of_the_source_as_it_was() ->
         assert mutated.startswith(source[: mutant.start]) and mutated.endswith(source[mutant.end :])
 
 
+@pytest.mark.slow  # forks a child per mutant (half a second): the everyday tier starts no process
 def test_the_toy_tests_kill_the_mutants_of_the_code_they_check_and_miss_the_others(tmp_path: Path) -> None:
     (tmp_path / "toy.py").write_text(TOY)
     (tmp_path / "test_toy.py").write_text(TOY_TEST)
