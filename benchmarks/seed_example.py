@@ -5,7 +5,7 @@ written but for the import, trained on the embedded team with every other field 
     python benchmarks/seed_example.py             # writes benchmarks/SEED_EXAMPLE.md
     python benchmarks/seed_example.py --out /tmp  # elsewhere
 
-The suite runs the same text at small sizes (``tests/trainers/test_trainers_preference.py``,
+The suite runs the same text at small sizes (``tests/trainers/test_preference.py``,
 ``test_the_seeds_example_runs_unchanged_but_for_the_import``); this run is the full size, about 10
 CPU minutes, too long for every change. It runs in a temporary working folder (the reference's
 layout writes ``preference_replay/`` there) and records the wall and CPU seconds, the updates and
@@ -96,7 +96,7 @@ def markdown(result: Dict[str, Any], when: str, machine: str) -> str:
         "",
         f"`python benchmarks/seed_example.py`, {when}, {machine}. The iterative MADPO config of the seed's",
         "documentation, as written but for the import, on the embedded team (every other field at its",
-        "default). The suite runs it at small sizes (`tests/trainers/test_trainers_preference.py`).",
+        "default). The suite runs it at small sizes (`tests/trainers/test_preference.py`).",
         "",
         "| rounds | updates | wall s | CPU s | reward after training | load average (before / after) |",
         "|---:|---:|---:|---:|---:|---:|",

@@ -262,7 +262,7 @@ NO_RUN_PER_PAGE = {
     "docs/getting-started.md": 1,  # a real model and the user's own tasks.jsonl
     "docs/checkpoints.md": 1,  # reads the ckpt/ folder of a run (tests/checkpoints/test_metadata.py)
     "docs/using-the-team.md": 2,  # loads the team/ folder an export wrote (tests/test_export.py)
-    "docs/coming-from-comlrl.md": 1,  # the seed's example at its full size (benchmarks/seed_example.py; the suite: test_trainers_preference.py)
+    "docs/coming-from-comlrl.md": 1,  # the seed's example at its full size (benchmarks/seed_example.py; the suite: test_preference.py)
 }
 """How many snippets of each page no test runs: a new one is a choice, made here."""
 

@@ -25,7 +25,7 @@ from comlrl_lightning.checkpoints.lineage import SeveralLinesError
 from comlrl_lightning.checkpoints.metadata import CHECKPOINT_FOLDER, read_checkpoint_metadata
 from comlrl_lightning.runtime.files import FileTooLargeError
 from comlrl_lightning.validation import OptionError
-from tests.trainers.test_trainers_checkpoints import folders, madpo_iter
+from tests.trainers.test_checkpoints import folders, madpo_iter
 
 
 def victim_folder(path: Path) -> Path:

@@ -14,7 +14,7 @@ from comlrl_lightning.team.offline_models import offline_model_file
 from comlrl_lightning.trainers.configs import MADPOIterConfig
 from comlrl_lightning.trainers.preference import MADPOIterTrainer
 from tests.conftest import REAL_MODEL
-from tests.trainers.test_trainers_preference import round_files, weights
+from tests.trainers.test_preference import round_files, weights
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from comlrl_lightning.runtime.quiet import install_noise_filters
 from comlrl_lightning.trainers.configs import MADPOConfig, MADPOIterConfig, MARLHFIterConfig
 from comlrl_lightning.trainers.preference import MADPOIterTrainer, MADPOTrainer, MARLHFIterTrainer
 from comlrl_lightning.validation import OptionError
-from tests.trainers.test_trainers_preference import SMALL, SMALL_ITER, SMALL_MARLHF, round_files, weights
+from tests.trainers.test_preference import SMALL, SMALL_ITER, SMALL_MARLHF, round_files, weights
 
 HISTORY_NEAREST = {
     **{k: v for k, v in SMALL_ITER.items() if k != "preference_replay_lambda"},
