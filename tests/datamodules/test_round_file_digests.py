@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Dict, List
 
@@ -90,7 +89,7 @@ def round_file_digests(name: str, folder: Path) -> Dict[str, str]:
     """Run ``RUNS[name]`` with one thread into ``folder`` (the command line's ``main`` in a process forked
     from this one: no second import of torch and Lightning); the sha256 of each round file it wrote, by file name."""
     from comlrl_lightning.cli import main
-    from tests.helpers.forks import account, run_forked
+    from tests.helpers.forks import account, in_folder, run_forked
 
     arguments = [
         "fit",
@@ -101,16 +100,12 @@ def round_file_digests(name: str, folder: Path) -> Dict[str, str]:
         "false",
     ]
     log = folder.parent / f"{folder.name}.log"
-    assert run_forked(run_in_repository, main, arguments, log=log, timeout=1200) == 0, account(log)
+    one_thread = {"COMLRL_LIGHTNING_THREADS": "1"}
+    assert run_forked(in_folder, REPO, main, arguments, log=log, timeout=1200, environment=one_thread) == 0, account(
+        log
+    )
     files = sorted((folder / "preference_replay").glob("iteration_*.json"))
     return {file.name: hashlib.sha256(file.read_bytes()).hexdigest() for file in files}
-
-
-def run_in_repository(main, arguments: List[str]) -> None:
-    """``main(arguments)`` from the repository's folder (the configs' relative paths), with one thread."""
-    os.chdir(REPO)
-    os.environ["COMLRL_LIGHTNING_THREADS"] = "1"
-    main(arguments)
 
 
 def recorded() -> Dict[str, object]:

@@ -14,6 +14,7 @@ import faulthandler
 import os
 import signal
 import socket
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -42,6 +43,9 @@ def start_forked(function: Callable[..., Any], args: tuple, log: Path, environme
         descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(descriptor, 1)
         os.dup2(descriptor, 2)
+        # pytest's capture replaced sys.stdout and sys.stderr with objects of its own: write to the log
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
         faulthandler.enable(file=2)  # a process killed by a signal other than SIGKILL prints its Python stacks
         os.environ.update(environment)
         function(*args)
@@ -54,23 +58,38 @@ def start_forked(function: Callable[..., Any], args: tuple, log: Path, environme
         os._exit(code)
 
 
-def run_forked(function: Callable[..., Any], *args: Any, log: Path, timeout: float = 300.0) -> int:
-    """``function(*args)`` in one forked process (output in ``log``); its exit status, a signal as its
-    negative number (``-9``: killed by SIGKILL). Past the timeout it is killed and AssertionError raised."""
-    codes = wait_all([start_forked(function, args, log, {})], time.monotonic() + timeout, stop_others_after=None)
+def in_folder(folder: Path, function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` with ``folder`` as the working directory (a forked process's own)."""
+    os.chdir(folder)
+    return function(*args)
+
+
+def run_forked(
+    function: Callable[..., Any],
+    *args: Any,
+    log: Path,
+    timeout: float = 300.0,
+    environment: Dict[str, str] | None = None,
+) -> int:
+    """``function(*args)`` in one forked process (output in ``log``, ``environment`` added to its own);
+    its exit status, a signal as its negative number (``-9``: killed by SIGKILL). Past the timeout it
+    is killed and AssertionError raised."""
+    pid = start_forked(function, args, log, environment or {})
+    codes = wait_all([pid], time.monotonic() + timeout, stop_others_after=None)
     if codes == [None]:
         raise AssertionError(f"the forked process ran past {timeout:.0f} s:\n{account(log)}")
     return codes[0]
 
 
 def run_forked_ranks(
-    function: Callable[..., Any], *args: Any, logs: Path, world_size: int = 2, timeout: float = 300.0
+    function: Callable[..., Any], *args: Any, logs: Path, world_size: int = 2, timeout: float = 300.0, expect: int = 0
 ) -> None:
     """Call ``function(*args)`` in ``world_size`` forked ranks, each with the environment a launcher such
     as ``torchrun`` gives it (``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``,
     ``NODE_RANK``), so Lightning sees processes created externally and runs its strategy's setup on each;
-    rank r's output in ``logs/rank_<r>.log``. Returns when every rank exited 0; otherwise (a rank failed
-    or was killed, or the timeout passed) the others are ended and AssertionError names what each said."""
+    rank r's output in ``logs/rank_<r>.log``. Returns when every rank exited ``expect``; otherwise (a rank
+    exited otherwise or was killed, or the timeout passed) the others are ended and AssertionError names
+    what each said."""
     logs.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
     pids = []
@@ -78,16 +97,17 @@ def run_forked_ranks(
         environment = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(world_size), NODE_RANK="0")
         environment.update(RANK=str(rank), LOCAL_RANK=str(rank))
         pids.append(start_forked(function, args, logs / f"rank_{rank}.log", environment))
-    codes = wait_all(pids, time.monotonic() + timeout, stop_others_after=10.0)
-    if any(code != 0 for code in codes):
+    codes = wait_all(pids, time.monotonic() + timeout, stop_others_after=10.0, expect=expect)
+    if any(code != expect for code in codes):
         accounts = "\n".join(f"--- rank {rank}:\n{account(logs / f'rank_{rank}.log')}" for rank in range(world_size))
         raise AssertionError(f"ranks exited {codes} (None: killed past the timeout):\n{accounts}")
 
 
-def wait_all(pids: List[int], deadline: float, stop_others_after: float | None) -> List[int | None]:
+def wait_all(pids: List[int], deadline: float, stop_others_after: float | None, expect: int = 0) -> List[int | None]:
     """Each process's exit status (a signal as its negative number; ``None``: still running at the
-    deadline, then killed). ``stop_others_after``: seconds after one fails, the ones still running are
-    killed (a rank waiting on a dead peer's collective would wait long); their status is SIGKILL's."""
+    deadline, then killed). ``stop_others_after``: seconds after one exits other than ``expect``, the
+    ones still running are killed (a rank waiting on a dead peer's collective would wait long); their
+    status is SIGKILL's."""
     codes: Dict[int, int | None] = {}
     failed_at = None
     while len(codes) < len(pids):
@@ -96,7 +116,7 @@ def wait_all(pids: List[int], deadline: float, stop_others_after: float | None) 
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
                     codes[pid] = os.waitstatus_to_exitcode(status)
-                    if codes[pid] != 0 and failed_at is None:
+                    if codes[pid] != expect and failed_at is None:
                         failed_at = time.monotonic()
         now = time.monotonic()
         past_deadline = now > deadline

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -363,16 +360,20 @@ def test_a_mesh_that_does_not_fit_the_processes_is_named_before_any_process_star
 
 @pytest.mark.slow
 def test_a_sharded_lora_team_with_the_history_comparator_is_named_before_any_model_loads(tmp_path):
-    """Two real processes (gloo): each names the problem in setup, before the comparator loads the team."""
-    command = [sys.executable, "-m", "comlrl_lightning", "fit", *FSDP_CONFIG]
+    """Two real processes (gloo; the command line's main in two forked ranks): each names the problem in
+    setup, before the comparator loads the team."""
+    from comlrl_lightning.cli import main
+    from tests.helpers.forks import in_folder
+
     lora = "{class_path: peft.LoraConfig, init_args: {r: 4}}"
-    command += ["--trainer.default_root_dir", str(tmp_path), "--model.init_args.team.lora", lora, *FSDP_TINY]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2, result.stderr[-3000:]
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert lines and all(
-        "policy snapshots (HistoryComparator, policy_checkpoint_dir) of a LoRA team" in x for x in lines
-    )
-    assert "Traceback" not in result.stderr and "evaluation (before training" not in result.stderr
+    arguments = ["fit", *FSDP_CONFIG, "--trainer.default_root_dir", str(tmp_path), "--model.init_args.team.lora", lora]
+    logs = tmp_path.parent / f"{tmp_path.name}.logs"
+    run_forked_ranks(in_folder, REPO, main, [*arguments, *FSDP_TINY], logs=logs, expect=2)
+    for rank in (0, 1):
+        output = (logs / f"rank_{rank}.log").read_text()
+        lines = [line for line in output.splitlines() if line.startswith("error:")]
+        assert lines and all(
+            "policy snapshots (HistoryComparator, policy_checkpoint_dir) of a LoRA team" in x for x in lines
+        ), output[-3000:]
+        assert "Traceback" not in output and "evaluation (before training" not in output
     assert not list(tmp_path.rglob("policy_snapshots/*"))  # no snapshot was attempted
