@@ -33,8 +33,8 @@ def free_port() -> int:
 def start_forked(function: Callable[..., Any], args: tuple, log: Path, environment: Dict[str, str]) -> int:
     """Fork a process that sets ``environment``, calls ``function(*args)`` with its stdout and stderr in
     ``log``, and exits 0 (a ``SystemExit``'s status; 1 if it raised, its traceback in the log); returns
-    its pid. The child never
-    returns into the test's process, and no test-process cleanup (pytest's, xdist's) runs in it."""
+    its pid. The child never returns into the test's process, and no test-process cleanup (pytest's,
+    xdist's) runs in it."""
     pid = os.fork()
     if pid:
         return pid
