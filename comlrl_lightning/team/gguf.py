@@ -147,7 +147,7 @@ def convert_gguf(file: Path, folder: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        with transformers_bars_off(), gguf_bar_off_in_logs():
+        with transformers_bars_off(), gguf_bar_off_in_logs(), _gguf_read_once():
             tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
             model = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype="float32")
     except Exception as error:  # transformers and gguf raise many kinds for an unreadable file
@@ -162,6 +162,42 @@ def convert_gguf(file: Path, folder: Path) -> None:
     config.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+
+
+@contextlib.contextmanager
+def _gguf_read_once() -> Iterator[None]:
+    """For the block, gguf's reader of a file and its tensor name maps are built once and reused.
+
+    transformers parses a GGUF file three times in one conversion (the tokenizer, the config, the weights:
+    each a whole parse of the metadata, SmolLM2's 49,152-token vocabulary and merges one element at a time,
+    about 7 s each on a laptop core) and builds gguf's tensor name map once per module of the model (397 for
+    SmolLM2, about 5 s in all). It looks both up on the ``gguf`` package at each call, so for the block the
+    package's ``GGUFReader`` and ``get_tensor_name_map`` are replaced by memos of the originals (a reader is
+    only read; a name map is a pure function of its arguments) and put back after. The conversion holds its
+    lock meanwhile, so no other conversion in this process sees them."""
+    import gguf
+
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: Dict[Tuple[str, str], object] = {}
+    name_maps: Dict[Tuple[object, int], object] = {}
+
+    def read_once(path: str | os.PathLike, mode: str = "r") -> object:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = reader_class(path, mode)
+        return readers[key]
+
+    def map_once(arch: object, n_blocks: int) -> object:
+        if (arch, n_blocks) not in name_maps:
+            name_maps[arch, n_blocks] = name_map(arch, n_blocks)
+        return name_maps[arch, n_blocks]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = read_once, map_once  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map  # type: ignore[misc]
+        readers.clear()  # the memory maps close with the readers
 
 
 def _save_weights(model, folder: Path) -> None:

@@ -3,6 +3,7 @@ Hugging Face folder; bad files, damaged folders and a killed conversion's leftov
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -69,6 +70,37 @@ def test_the_file_is_converted_once_and_found_by_its_content(cache, tiny, tmp_pa
     assert other != folder and converted(cache) == sorted([folder.name, other.name])
     assert json.loads((folder / MARKER).read_text())["gguf_sha256"] == file_sha256(tiny)
 
+
+
+def test_a_conversion_parses_the_file_once_writes_what_three_parses_write_and_puts_gguf_back(cache, tiny, monkeypatch):
+    """transformers asks for a reader three times (tokenizer, config, weights) and for a tensor name map
+    per module: one of each is built; the folder is byte for byte what the unshared parses give."""
+    import gguf as gguf_package
+
+    built = {"readers": 0, "name maps": 0}
+    reader_class, name_map = gguf_package.GGUFReader, gguf_package.get_tensor_name_map
+
+    def counted_reader(*args, **kwargs):
+        built["readers"] += 1
+        return reader_class(*args, **kwargs)
+
+    def counted_name_map(*args, **kwargs):
+        built["name maps"] += 1
+        return name_map(*args, **kwargs)
+
+    monkeypatch.setattr(gguf_package, "GGUFReader", counted_reader)
+    monkeypatch.setattr(gguf_package, "get_tensor_name_map", counted_name_map)
+    once, unshared = cache / "once", cache / "unshared"
+    once.mkdir(parents=True), unshared.mkdir()
+    gguf.convert_gguf(tiny, once)
+    assert built == {"readers": 1, "name maps": 1}
+    assert gguf_package.GGUFReader is counted_reader and gguf_package.get_tensor_name_map is counted_name_map
+    monkeypatch.setattr(gguf, "_gguf_read_once", contextlib.nullcontext)  # transformers' own reads
+    gguf.convert_gguf(tiny, unshared)
+    assert built["readers"] == 4 and built["name maps"] > 2
+    files = sorted(path.name for path in once.iterdir())
+    assert files == sorted(path.name for path in unshared.iterdir()) and "model.safetensors" in files
+    assert all((once / name).read_bytes() == (unshared / name).read_bytes() for name in files)
 
 def test_processes_starting_at_once_share_one_conversion(cache, tiny):
     results, errors = [], []
