@@ -86,7 +86,8 @@ def test_the_command_line_puts_the_working_directory_first_once(tmp_path):
 @pytest.mark.slow  # starts the console script, which trains a few steps
 def test_the_console_script_finds_a_reward_module_beside_the_config(tmp_path):
     """``comlrl-lightning`` starts with its own folder first on sys.path: a callback by class_path from
-    ``my_rewards`` in the working directory imports only because the command line puts it first."""
+    ``my_rewards`` in the working directory imports only because the command line puts it first. The
+    installed script runs ``sys.exit(main())``: its exit status 0 says ``main`` returns ``None`` after a run."""
     (tmp_path / "my_rewards.py").write_text(REWARDS)
     script = Path(sys.executable).parent / "comlrl-lightning"
     tiny = ["--model.init_args.sampling.max_new_tokens", "4", "--data.init_args.preference_num_candidates", "2"]

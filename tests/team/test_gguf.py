@@ -71,7 +71,6 @@ def test_the_file_is_converted_once_and_found_by_its_content(cache, tiny, tmp_pa
     assert json.loads((folder / MARKER).read_text())["gguf_sha256"] == file_sha256(tiny)
 
 
-
 def test_a_conversion_parses_the_file_once_writes_what_three_parses_write_and_puts_gguf_back(cache, tiny, monkeypatch):
     """transformers asks for a reader three times (tokenizer, config, weights) and for a tensor name map
     per module: one of each is built; the folder is byte for byte what the unshared parses give."""
@@ -101,6 +100,7 @@ def test_a_conversion_parses_the_file_once_writes_what_three_parses_write_and_pu
     files = sorted(path.name for path in once.iterdir())
     assert files == sorted(path.name for path in unshared.iterdir()) and "model.safetensors" in files
     assert all((once / name).read_bytes() == (unshared / name).read_bytes() for name in files)
+
 
 def test_processes_starting_at_once_share_one_conversion(cache, tiny):
     results, errors = [], []
