@@ -31,7 +31,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, Optional, Set, Tuple
 
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -178,25 +178,27 @@ def _gguf_read_once() -> Iterator[None]:
     import gguf
 
     reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    readers: Dict[Tuple[str, str], object] = {}
-    name_maps: Dict[Tuple[object, int], object] = {}
+    readers: Dict[Tuple[str, str], Any] = {}
+    name_maps: Dict[Tuple[Any, int], Any] = {}
 
-    def read_once(path: str | os.PathLike, mode: str = "r") -> object:
+    def read_once(path: Any, mode: Any = "r") -> Any:
         key = (os.fspath(path), mode)
         if key not in readers:
             readers[key] = reader_class(path, mode)
         return readers[key]
 
-    def map_once(arch: object, n_blocks: int) -> object:
+    def map_once(arch: Any, n_blocks: int) -> Any:
         if (arch, n_blocks) not in name_maps:
             name_maps[arch, n_blocks] = name_map(arch, n_blocks)
         return name_maps[arch, n_blocks]
 
-    gguf.GGUFReader, gguf.get_tensor_name_map = read_once, map_once  # type: ignore[assignment]
+    setattr(gguf, "GGUFReader", read_once)  # noqa: B010  (setattr: the package's names, not this module's types)
+    setattr(gguf, "get_tensor_name_map", map_once)  # noqa: B010
     try:
         yield
     finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map  # type: ignore[misc]
+        setattr(gguf, "GGUFReader", reader_class)  # noqa: B010
+        setattr(gguf, "get_tensor_name_map", name_map)  # noqa: B010
         readers.clear()  # the memory maps close with the readers
 
 
