@@ -1,6 +1,6 @@
-"""Fixtures of the API comparator tests (test_api.py, test_api_client.py, test_api_formats.py,
-test_response_body.py): a team of two embedded agents, and the fake key in its environment variable
-(``pytestmark = pytest.mark.usefixtures("api_key")``)."""
+"""Fixtures of the comparator tests: a team of two embedded agents (``team``; a file may have its own),
+and the API comparator tests' fake key in its environment variable (``api_key``; test_api.py, test_api_client.py,
+test_api_formats.py and test_response_body.py use it: ``pytestmark = pytest.mark.usefixtures("api_key")``)."""
 
 from __future__ import annotations
 
