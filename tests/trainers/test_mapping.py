@@ -1,6 +1,6 @@
 """How the seed's config fields become options (mapping.py): every field is mapped or listed as having no
-effect, a mapped field changes what is built, the docs' table is generated from the mapping, and an ignored
-field given a value warns."""
+effect, a mapped field changes what is built, the docs' table is generated from the mapping, an ignored
+field given a value warns, and the reference's model_config becomes the team's options."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 
+from comlrl_lightning.team.options import TeamOptions
 from comlrl_lightning.trainers import mapping
 from comlrl_lightning.trainers.arguments import turns_for
 from comlrl_lightning.trainers.configs import (
@@ -18,6 +20,8 @@ from comlrl_lightning.trainers.configs import (
     MARLHFIterConfig,
 )
 from comlrl_lightning.trainers.environment_steps import environment_steps_for
+from comlrl_lightning.trainers.mapping import model_loading
+from comlrl_lightning.validation import OptionError
 
 
 def every_field():
@@ -168,3 +172,15 @@ def test_the_docs_table_is_generated_from_the_mapping():
 def test_ignored_fields_with_a_value_warn():
     with pytest.warns(UserWarning, match=r"external_prompt_passthrough=True has no effect here: multi-turn only"):
         mapping.warn_ignored(MADPOConfig(external_prompt_passthrough=True))
+
+
+def test_model_config_maps_onto_team_options_and_refuses_what_it_does_not_take():
+    assert model_loading({"torch_dtype": torch.bfloat16, "model_kwargs": {"attn_implementation": "sdpa"}}) == {
+        "dtype": "bfloat16",
+        "attn_implementation": "sdpa",
+        "special_tokens": None,
+    }
+    with pytest.raises(OptionError, match="model_config: trust_remote_code not supported"):
+        model_loading({"trust_remote_code": True})
+    with pytest.raises(OptionError, match="special_tokens must be a mapping"):
+        TeamOptions(special_tokens=["<tool>"])
