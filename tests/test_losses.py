@@ -299,15 +299,6 @@ def test_scored_length_parity_and_all_tokens(tokenizer):
     assert team.scored_length(0, [], True) == 0
 
 
-def test_pack_sequences_layout():
-    packed = pack_sequences([[1, 2, 3], [4]], [[5], [6, 7, 8]], [1, 2], pad_id=0)
-    assert packed["input_ids"].tolist() == [[1, 2, 3, 5, 0, 0], [0, 0, 4, 6, 7, 8]]
-    assert packed["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
-    assert packed["score_mask"].tolist() == [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]
-    with pytest.raises(ValueError, match="non-empty tokenized prompt"):
-        pack_sequences([[1], []], [[5], [6]], [1, 1], pad_id=0)
-
-
 @pytest.mark.parametrize("score_last_token", [False, True])
 def test_padding_does_not_change_sequence_logprobs(tokenizer, score_last_token):
     team = Team(agents=build_agents(tokenizer, 1), tokenizers=tokenizer)

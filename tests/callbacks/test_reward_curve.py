@@ -1,5 +1,5 @@
-"""The reward curve and the evaluation headline say what they show: turn metrics under their turn,
-the return under its own name, on whole updates."""
+"""The reward curve says what it shows: turn metrics under their turn, the return under its own name, on
+whole updates (the headline metric itself: tests/modules/test_turn_evaluation.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from comlrl_lightning.callbacks.reward_curve import reward_curve_figure
-from comlrl_lightning.modules.turn_evaluation import RETURN_MEAN_KEY, TURN_1_KEY, headline_key
+from comlrl_lightning.modules.turn_evaluation import RETURN_MEAN_KEY, TURN_1_KEY
 
 
 def test_the_figure_labels_its_y_axis_with_the_metric_and_ticks_whole_updates_only():
@@ -22,22 +22,6 @@ def test_the_figure_labels_its_y_axis_with_the_metric_and_ticks_whole_updates_on
     assert len(ticks) >= 2 and all(float(tick).is_integer() for tick in ticks), ticks
     assert list(axis.lines[0].get_xdata()) == [0, 1, 3]  # in update order
     assert reward_curve_figure([(0, 0.1), (1, 0.2)], TURN_1_KEY).axes[0].get_ylabel() == TURN_1_KEY
-
-
-def test_one_turn_keeps_turn_1_as_its_headline_and_several_turns_report_the_return():
-    from comlrl_lightning.tasks.task import Task
-    from comlrl_lightning.tasks.turns import Turns
-
-    one = Task(["w {prompt}", "m {prompt}"], reward_func=lambda a, b: [0.0], num_agents=2)
-    two = Task(
-        ["w {prompt}", "m {prompt}"],
-        reward_func=lambda a, b: [0.0],
-        num_agents=2,
-        turns=Turns(num_turns=2, external_transition="tests.helpers.turn_helpers.reward_feedback"),
-    )
-    assert headline_key(one) == TURN_1_KEY == "eval/turn_1/reward_mean"  # quoted by the docs: unchanged
-    assert headline_key(two) == RETURN_MEAN_KEY == "eval/return_mean"
-    assert headline_key(None) == TURN_1_KEY
 
 
 @pytest.mark.slow  # a tiny two-turn MADPO run (about 10 s)

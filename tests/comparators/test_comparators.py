@@ -28,7 +28,6 @@ from comlrl_lightning.generation.base import GenerationSettings
 from comlrl_lightning.generation.hf import HFGenerator
 from comlrl_lightning.generation.vllm import vllm_available
 from comlrl_lightning.runtime.rng import RandomStream
-from comlrl_lightning.team.team import Team
 from tests.helpers.configs import OVERLAYS, base_of, run_arguments
 from tests.helpers.fake_providers import FakeProvider
 
@@ -55,11 +54,6 @@ TINY_CLI = [
     "false",
 ]
 KEY_ENV = "COMLRL_TEST_SWITCH_KEY"
-
-
-@pytest.fixture(scope="module")
-def team():
-    return Team(["embedded", "embedded"])
 
 
 def context(team, **overrides):
@@ -109,34 +103,6 @@ def test_context_maps_per_agent_options_and_views_one_agent(team):
     assert view.per_agent(["a", "b"], "agents") == ["b"]
     seen = view.actors()
     assert seen.num_agents == 1 and seen.agents[0] is team.agents[1] and seen.tokenizers[0] is team.tokenizers[1]
-
-
-def test_model_comparator_loads_the_models_it_names_on_the_agents_devices(team):
-    comparator = ModelComparator(agents=["embedded", "embedded"])
-    comparator.bind(context(team))
-    source = comparator.source()
-    assert source.num_agents == 2 and source.agents[0] is not team.agents[0]
-    assert not any(p.requires_grad for p in source.parameters())
-    assert comparator.source() is source  # loaded once
-
-
-def test_current_copy_copies_only_when_a_device_differs(team):
-    same = CurrentCopyComparator()
-    same.bind(context(team))
-    same.start_round(0)
-    assert same.source() is team
-    moved = CurrentCopyComparator(devices="cpu:0")  # another name of the CPU: a real, frozen copy
-    moved.bind(context(team))
-    moved.start_round(0)
-    copy = moved.source()
-    assert copy is not team and torch.equal(copy.agents[0].lm_head.weight, team.agents[0].lm_head.weight)
-    moved.end_round()
-    assert moved.source() is team
-
-
-def test_history_comparator_names_the_snapshot_each_round_needs():
-    assert [HistoryComparator(k=2).snapshot_round(r) for r in range(4)] == [0, 0, 0, 1]
-    assert CurrentComparator().snapshot_round(3) is None
 
 
 def test_a_centralized_source_that_only_overrides_sample_is_refused(team):

@@ -8,21 +8,12 @@ import zlib
 
 import pytest
 
-from comlrl_lightning import Team
 from comlrl_lightning.comparators import ComparatorApiError
 from comlrl_lightning.comparators.response_body import PIECE, BodyEncodingError, decoded_pieces
-from tests.comparators.test_api import ITEMS, KEY, KEY_ENV, PROMPTS, SETTINGS, make
+from tests.helpers.api_comparator import ITEMS, PROMPTS, SETTINGS, make
 from tests.helpers.fake_providers import FakeProvider, Fault
 
-
-@pytest.fixture(scope="module")
-def team():
-    return Team(["embedded", "embedded"])
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, KEY)
+pytestmark = pytest.mark.usefixtures("api_key")
 
 
 def zeros_gzip(size: int) -> bytes:

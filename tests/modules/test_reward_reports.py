@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List
 
-from comlrl_lightning.modules.reward_reports import ReportRecorder, reporting_oracle, reports_answers
-from comlrl_lightning.modules.turn_evaluation import turn_reports
+from comlrl_lightning.modules.reward_reports import reporting_oracle, reports_answers
 from comlrl_lightning.tasks.oracle import Oracle, score_requests
 
 
@@ -47,10 +46,3 @@ def test_a_reporting_oracle_scores_alike_once_and_keeps_the_reports_in_scoring_o
 def test_an_oracle_whose_reward_reports_nothing_is_kept_as_it_is():
     plain = Oracle(lambda a, b: [0.0])
     assert not reports_answers(plain.reward_func) and reporting_oracle(plain) == (plain, None)
-
-
-def test_turn_reports_follow_the_trajectories_that_reached_each_turn():
-    recorder = ReportRecorder(Reporting())
-    # turn 1 scores items 0, 1, 2; turn 2 only items 0 and 2 (item 1 stopped)
-    recorder.reports = ["t1k0", "t1k1", "t1k2", "t2k0", "t2k2"]
-    assert turn_reports(recorder, [[0.0, 1.0], [0.5], [0.0, 0.0]]) == [["t1k0", "t2k0"], ["t1k1"], ["t1k2", "t2k2"]]

@@ -24,7 +24,6 @@ from comlrl_lightning.rounds.replay import (
     Shard,
     lambda_decay_weights,
 )
-from comlrl_lightning.rounds.round_records import encode_round
 from comlrl_lightning.validation import OptionError
 
 
@@ -568,15 +567,6 @@ def test_index_mismatches_are_reported(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # the record index: a draw reads only the records it takes
-
-
-def test_round_bytes_are_the_reference_layout_and_the_record_index_points_into_them():
-    records = [{"prompts": ["é ü", "x"], "winner_reward": 0.5, "raw_rewards": [1.0, None]}, {"k": 1}, {"k": "\n"}]
-    data, index = encode_round(7, records)
-    assert data == json.dumps({"iteration": 7, "num_pairs": 3, "pairs": records}, ensure_ascii=False).encode("utf-8")
-    for position, record in enumerate(records):
-        piece = data[index.offsets[position] : index.offsets[position] + index.lengths[position]]
-        assert json.loads(piece) == record and hashlib.sha256(piece).digest() == index.digest(position)
 
 
 def test_a_draw_reads_only_the_records_it_takes(tmp_path, monkeypatch):

@@ -12,8 +12,6 @@ from peft import LoraConfig
 from comlrl_lightning import MADPOModule
 from comlrl_lightning.errors import ConfigurationError
 from comlrl_lightning.team.options import TeamOptions
-from comlrl_lightning.trainers.mapping import model_loading
-from comlrl_lightning.validation import OptionError
 from tests.conftest import tiny_team
 
 TOOL = {"additional_special_tokens": ["<tool>", "<end>"]}
@@ -42,18 +40,6 @@ def test_a_lora_team_grows_its_one_base_model():
     assert base.get_input_embeddings().num_embeddings == len(team.tokenizers[0])
 
 
-def test_model_config_maps_onto_team_options_and_refuses_what_it_does_not_take():
-    assert model_loading({"torch_dtype": torch.bfloat16, "model_kwargs": {"attn_implementation": "sdpa"}}) == {
-        "dtype": "bfloat16",
-        "attn_implementation": "sdpa",
-        "special_tokens": None,
-    }
-    with pytest.raises(OptionError, match="model_config: trust_remote_code not supported"):
-        model_loading({"trust_remote_code": True})
-    with pytest.raises(OptionError, match="special_tokens must be a mapping"):
-        TeamOptions(special_tokens=["<tool>"])
-
-
 @pytest.mark.parametrize(
     "model_config, message",
     [
@@ -78,38 +64,6 @@ def test_a_bad_dtype_or_attention_in_model_config_is_named_before_any_model_load
     with pytest.raises(ConfigurationError, match=re.escape(message)) as error:
         MADPOTrainer(agent_model="embedded", model_config=model_config)
     assert "\n" not in str(error.value)
-
-
-@pytest.mark.parametrize(
-    "options, message",
-    [
-        (dict(dtype="float33"), "dtype must name a floating torch dtype"),
-        (dict(dtype="torch.float16"), "not 'torch.float16'"),
-        (dict(attn_implementation="sdpa2"), "attn_implementation 'sdpa2' is not an attention implementation"),
-        (dict(attn_implementation="paged|bogus"), "'paged|bogus' is not an attention"),
-    ],
-)
-def test_team_options_refuse_a_bad_dtype_or_attention_when_made(options, message):
-    from comlrl_lightning.errors import ConfigurationError
-
-    with pytest.raises(ConfigurationError, match=re.escape(message)):
-        TeamOptions(**options)
-
-
-def test_good_dtypes_and_attentions_pass_and_auto_is_as_saved():
-    for dtype in (None, "float32", "bfloat16", "float16"):
-        TeamOptions(dtype=dtype)
-    for attention in (
-        None,
-        "eager",
-        "sdpa",
-        "flash_attention_2",
-        "flex_attention",
-        "paged|sdpa",
-        "kernels-community/x",
-    ):
-        TeamOptions(attn_implementation=attention)
-    assert model_loading({"torch_dtype": "auto"})["dtype"] is None
 
 
 def test_an_attribute_error_while_the_team_builds_is_reported_as_it_is(monkeypatch):

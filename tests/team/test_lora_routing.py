@@ -13,7 +13,7 @@ from comlrl_lightning.team import lora_routing, packed_scoring
 from comlrl_lightning.team.loading import load_tokenizer
 from comlrl_lightning.team.lora import build_lora_agents
 from comlrl_lightning.team.lora_routing import MixedAdapters, Routing, supports_mixed_adapters
-from comlrl_lightning.team.team import Team, pack_sequences, stack_batches, unstack_rows
+from comlrl_lightning.team.team import Team, pack_sequences, stack_batches
 
 AGENTS = 3
 
@@ -97,17 +97,6 @@ def test_identical_prompts_of_different_agents_are_not_shared_in_the_packed_layo
     assert separate.token_groups.shape == separate.input_ids.shape[1:]
     # the packed tokens come agent by agent: a few consecutive runs, not one per token
     assert len(Routing([f"agent_{i}" for i in range(AGENTS)], separate.token_groups).runs) == 2 * AGENTS
-
-
-def test_stacked_batches_keep_every_row_and_come_back_apart():
-    team = _team()
-    batches = _batches(team)
-    stacked, groups = stack_batches(batches, 0)
-    assert groups.tolist() == [a for a, b in enumerate(batches) for _ in range(b["input_ids"].shape[0])]
-    for batch, back in zip(batches, unstack_rows(stacked["score_mask"], batches)):
-        assert torch.equal(back, batch["score_mask"])
-    ids = stacked["input_ids"][stacked["attention_mask"].bool()]
-    assert torch.equal(ids, torch.cat([b["input_ids"][b["attention_mask"].bool()] for b in batches]))
 
 
 def test_rows_without_an_agent_go_through_the_base_alone():

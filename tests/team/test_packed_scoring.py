@@ -11,7 +11,7 @@ from torch.utils.checkpoint import CheckpointError
 
 from comlrl_lightning.defaults import build_char_tokenizer
 from comlrl_lightning.team import activation_checkpointing as checkpointing
-from comlrl_lightning.team import batch_layout, packed_scoring
+from comlrl_lightning.team import packed_scoring
 from comlrl_lightning.team.team import Team, pack_sequences
 
 
@@ -260,14 +260,3 @@ def test_packed_gradients_repeat_bit_for_bit_on_several_threads(monkeypatch):
         assert not all(torch.equal(grads[0], g) for g in grads[1:])
     finally:
         torch.set_num_threads(threads)
-
-
-def test_completion_groups_cover_each_fed_row_once_by_length():
-    spans = [3, 30, 4, 31, 5, 29, 3, 30, 0]
-    groups = packed_scoring.completion_groups(spans)
-    assert sorted(r for group in groups for r in group) == [0, 1, 2, 3, 4, 5, 6, 7]  # row 8 feeds nothing
-    assert len(groups) <= batch_layout.COMPLETION_GROUPS
-    lengths = [[spans[r] for r in group] for group in groups]
-    assert all(max(a) < min(b) for a, b in zip(lengths, lengths[1:]))  # consecutive length ranges
-    assert packed_scoring.completion_groups(spans, groups=2) == [[0, 6, 2, 4], [5, 1, 7, 3]]  # short ones, long ones
-    assert packed_scoring.completion_groups([5] * 4) == [[0, 1, 2, 3]] and packed_scoring.completion_groups([0]) == []

@@ -3,7 +3,6 @@ check handles exceptions, its time limit, bad items (no process started)."""
 
 from __future__ import annotations
 
-import ast
 import logging
 import re
 import time
@@ -11,7 +10,6 @@ import time
 import pytest
 
 from comlrl_lightning.errors import DataError
-from comlrl_lightning.tasks.coding.check_analysis import tainted_names
 from comlrl_lightning.tasks.coding.check_transform import compile_check, run_check
 
 
@@ -74,21 +72,6 @@ def test_a_test_that_never_ran_does_not_pass():
     assert run_check(compile_check(item(test)), lambda: [1, 2]).passed == 1
 
 
-def test_taint_follows_assignments_methods_and_loops_to_a_fixed_point():
-    source = """
-def check(candidate):
-    a = 1
-    for i in range(3):
-        c = b + 1 if i else 0
-        b = candidate(i)
-    d = {}
-    d[1] = c
-    e = [a]
-"""
-    check = ast.parse(source).body[0]
-    assert tainted_names(check) == {"b", "c", "d"}
-
-
 def test_prompt_helpers_and_the_entry_point_name_are_available_to_the_check():
     prompt = "import math\n\ndef helper(x):\n    return 2 * x\n\ndef f(x):\n    '''Doc.'''\n"
     test = "def check(candidate):\n    assert candidate(3) == helper(3)\n    assert f(1) == math.floor(2.5)\n"
@@ -147,25 +130,6 @@ def check(candidate):
     assert compiled.total == 4
     assert run_check(compiled, lambda x: x + 1).passed == 4
     assert run_check(compiled, lambda x: x + 2).passed == 0
-
-
-def test_a_name_set_in_a_try_or_a_branch_that_depends_on_a_call_is_call_dependent():
-    source = """
-def check(candidate):
-    try:
-        candidate(-1)
-        ok = False
-    except ValueError:
-        ok = True
-    if candidate(0) == 1:
-        seen = 'yes'
-    fixed = 3
-    try:
-        pass
-    except ValueError:
-        unrelated = 1
-"""
-    assert tainted_names(ast.parse(source).body[0]) == {"ok", "seen"}
 
 
 # ------------------------------------------------------------------------------------------------
