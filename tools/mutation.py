@@ -78,7 +78,7 @@ TARGETS: Tuple[Target, ...] = (
         ("tests/test_rl_losses.py", "tests/test_losses.py"),
         select="not single_pass",
     ),
-    Target("pairs", "comlrl_lightning/data/pairs.py", ("tests/data/test_pairs.py",)),
+    Target("pairs", "comlrl_lightning/rounds/pairs.py", ("tests/rounds/test_pairs.py",)),
     Target(
         "pair_selection_against",
         "comlrl_lightning/rounds/pairing.py",
@@ -87,8 +87,8 @@ TARGETS: Tuple[Target, ...] = (
     ),
     Target(
         "replay",
-        "comlrl_lightning/data/replay.py",
-        ("tests/data/test_replay.py",),
+        "comlrl_lightning/rounds/replay.py",
+        ("tests/rounds/test_replay.py",),
         (
             "lambda_decay_weights",
             "ReplayRule",
@@ -132,7 +132,7 @@ TARGETS: Tuple[Target, ...] = (
         ("tests/tasks/coding/test_reward.py",),
         ("TestReport.fraction",),
     ),
-    Target("resume_rule", "comlrl_lightning/modules/resume_rule.py", ("tests/modules/test_resume_rule.py",)),
+    Target("resume_rule", "comlrl_lightning/checkpoints/resume_rule.py", ("tests/checkpoints/test_resume_rule.py",)),
 )
 """The core: the losses (with group advantages and the k3 KL), pairs and pair selection, replay
 sampling and its lambda weights, the coding task's reward levels and test counting, the resume rule."""

@@ -55,3 +55,17 @@ def test_the_toy_tests_kill_the_mutants_of_the_code_they_check_and_miss_the_othe
     assert result.survived == [{"line": 6, "function": "double", "mutation": "constant: `2` -> `3`"}]
     assert result.score == 1 / 2
     assert (tmp_path / "toy.py").read_text() == TOY  # the original is back
+
+
+def test_every_target_names_a_module_with_code_its_tests_and_scopes_that_exist() -> None:
+    """A module that moved (leaving a shim of re-exports behind) or a test file renamed would leave the
+    command mutating nothing or running nothing: each target's module has mutants in every name of its
+    scope, and each of its test files exists."""
+    from tools.mutation import REPO, TARGETS
+
+    for target in TARGETS:
+        source = (REPO / target.path).read_bytes()
+        assert find_mutants(target.name, source, target.scope), f"{target.name}: {target.path} has no mutants"
+        for name in target.scope:
+            assert find_mutants(target.name, source, (name,)), f"{target.name}: nothing named {name} to mutate"
+        assert all((REPO / test).is_file() for test in target.tests), f"{target.name}: {target.tests}"
