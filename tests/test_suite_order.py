@@ -25,6 +25,14 @@ def test_a_files_seconds_add_its_tests_setup_call_and_teardown():
     }
 
 
+def test_only_the_first_report_of_a_log_of_several_runs_counts():
+    later = "\n".join(["=== 14 passed in 176.52s ===", "=" * 29 + " slowest 15 durations " + "=" * 29])
+    later += "\n44.46s call     tests/generation/test_vllm.py::test_sampling\n=== 14 passed ==="
+    log = "ci: the default run done\n" + REPORT + "== 2708 passed, 17 skipped in 1192.90s ==\n" + later
+    assert suite_order.file_seconds(log) == suite_order.file_seconds(REPORT)
+    assert "tests/generation/test_vllm.py" not in suite_order.file_seconds(log)
+
+
 def test_longest_first_puts_an_unmeasured_file_at_the_guess_and_keeps_ties_in_order():
     seconds = {"a.py": 1.0, "b.py": 50.0, "c.py": 50.0, "d.py": 9.0}
     order = suite_order.longest_first(["a.py", "b.py", "new.py", "c.py", "d.py", "b.py"], seconds)

@@ -11,6 +11,8 @@ tiers). Refresh it from such a run's output, run with ``--durations=0``::
     python -m pytest -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder --durations=0 > suite.log
     python -m tests.helpers.suite_order suite.log
 
+or from ``bash .ci/run``'s own output with ``--durations=0`` added to its suite line: only the log's first
+durations report is read (the suite's; the vLLM stage's and the benchmarks' tests report after it).
 A file missing from the table (a new one) counts :data:`UNMEASURED_SECONDS`.
 """
 
@@ -27,15 +29,22 @@ DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
 UNMEASURED_SECONDS = 5.0
 """A new file's guess: about the median file's time, so it neither leads nor trails the order."""
 DURATION_LINE = re.compile(r"^\s*([0-9.]+)s\s+(?:setup|call|teardown)\s+([^:\s]+)::")
+REPORT_HEADER = re.compile(r"^=+ slowest (?:\d+ )?durations =+$")
+"""The line pytest opens a durations report with."""
 
 
 def file_seconds(report: str) -> Dict[str, float]:
-    """Each test file's total seconds (setup, call and teardown of its tests) in a ``--durations=0`` report."""
+    """Each test file's total seconds (setup, call and teardown of its tests) in the first ``--durations=0``
+    report of ``report`` (a log of several pytest runs, as CI's, holds one report each)."""
     totals: Dict[str, float] = defaultdict(float)
-    for line in report.splitlines():
+    lines = report.splitlines()
+    start = next((index + 1 for index, line in enumerate(lines) if REPORT_HEADER.match(line.strip())), 0)
+    for line in lines[start:]:
         match = DURATION_LINE.match(line)
         if match:
             totals[match.group(2)] += float(match.group(1))
+        elif totals and line.startswith("="):  # the report's end: the summary line
+            break
     return dict(totals)
 
 
