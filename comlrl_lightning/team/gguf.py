@@ -173,8 +173,8 @@ def _gguf_read_once() -> Iterator[None]:
     about 7 s each on a laptop core) and builds gguf's tensor name map once per module of the model (397 for
     SmolLM2, about 5 s in all). It looks both up on the ``gguf`` package at each call, so for the block the
     package's ``GGUFReader`` and ``get_tensor_name_map`` are replaced by memos of the originals (a reader is
-    only read; a name map is a pure function of its arguments) and put back after. The conversion holds its
-    lock meanwhile, so no other conversion in this process sees them."""
+    only read; a name map is a pure function of its arguments) and put back after. A read of another thread
+    meanwhile gets what it would have built: a reader of the file it names, a name map of its arguments."""
     import gguf
 
     reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
@@ -192,7 +192,8 @@ def _gguf_read_once() -> Iterator[None]:
             name_maps[arch, n_blocks] = name_map(arch, n_blocks)
         return name_maps[arch, n_blocks]
 
-    setattr(gguf, "GGUFReader", read_once)  # noqa: B010  (setattr: the package's names, not this module's types)
+    # setattr: mypy would hold the replacements to the package's own types
+    setattr(gguf, "GGUFReader", read_once)  # noqa: B010
     setattr(gguf, "get_tensor_name_map", map_once)  # noqa: B010
     try:
         yield
