@@ -78,12 +78,14 @@ def run_cgroups() -> list:
 
 @pytest.fixture
 def clean():
-    """After the test: no process of the runs is left, no run folder and no run cgroup."""
-    folders = Path(tempfile.gettempdir())
-    before = set(folders.glob("comlrl-test-run-*"))
+    """After the test: no process of the runs is left, no run folder and no run cgroup. This process's
+    only (a run folder is named by its trainer's pid): another trainer's runs on the machine, such as
+    the other test worker's, are not this test's."""
+    folders, mine = Path(tempfile.gettempdir()), f"comlrl-test-run-{os.getpid()}-*"
+    before = set(folders.glob(mine))
     yield
     assert runner_processes() == []
-    assert set(folders.glob("comlrl-test-run-*")) - before == set()
+    assert set(folders.glob(mine)) - before == set()
     assert run_cgroups() == []
 
 
