@@ -401,15 +401,3 @@ def test_the_plot_goes_to_tensorboard_and_wandb_loggers(tmp_path):
 
 class _FakeFigure:
     pass
-
-
-def test_a_trainer_that_does_not_reload_every_epoch_is_told_what_to_set_before_the_team_loads(tmp_path):
-    from comlrl_lightning import IterativePreferenceDataModule, MADPOModule
-    from comlrl_lightning.errors import ConfigurationError
-    from tests.helpers.iterative_run import ITER_MODEL, make_trainer
-
-    module = MADPOModule(**ITER_MODEL)
-    trainer = make_trainer(tmp_path, callbacks=[RewardDistributions()], reload_dataloaders_every_n_epochs=0)
-    with pytest.raises(ConfigurationError, match=r"RewardDistributions .*reload_dataloaders_every_n_epochs=1"):
-        trainer.fit(module, IterativePreferenceDataModule(**_data(num_iterations=2, num_train_epochs=1)))
-    assert module._team is None and trainer.reload_dataloaders_every_n_epochs == 0

@@ -19,7 +19,6 @@ from comlrl_lightning import (
     OptionError,
 )
 from comlrl_lightning.defaults import toy_items, vowel_length_reward
-from comlrl_lightning.errors import ConfigurationError
 from tests.conftest import tiny_task
 from tests.helpers.forks import account, run_forked
 from tests.helpers.iterative_run import ITER_MODEL, iter_data, killed_run, make_run, make_trainer
@@ -330,13 +329,6 @@ def test_a_resume_after_a_round_without_pairs_equals_the_uninterrupted_run(tmp_p
     assert (_round_files(tmp_path / "parts"), trainer.global_step) == whole[1:]
     for key, value in whole[0].items():
         torch.testing.assert_close(_weights(module)[key], value, rtol=0, atol=0)
-
-
-def test_a_fraction_of_an_epoch_between_validations_is_refused_before_collection(tmp_path):
-    module, datamodule, trainer = make_run(tmp_path, val_check_interval=0.5, check_val_every_n_epoch=1)
-    with pytest.raises(ConfigurationError, match=r"trainer.val_check_interval: a fraction of an epoch \(0.5\)"):
-        trainer.fit(module, datamodule)
-    assert not list(tmp_path.rglob("iteration_*.json"))
 
 
 # ----------------------------------------------------------------------------------------------

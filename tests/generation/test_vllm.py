@@ -128,19 +128,6 @@ def test_a_sharded_team_is_refused_with_the_option_to_change(monkeypatch):
         VLLMGenerator().generate(team, 0, ["x"], 1, GREEDY)
 
 
-@pytest.mark.parametrize(
-    "field, value", [("use_dora", True), ("modules_to_save", ["ln_f"])], ids=["dora", "modules_to_save"]
-)
-def test_lora_options_the_merged_weights_cannot_carry_are_refused_by_name(field, value):
-    from comlrl_lightning.generation.vllm_weights import merged_lora_weights
-    from comlrl_lightning.team.lora import build_lora_agents
-
-    agent = build_lora_agents("embedded", 1, LoraConfig(r=4, **{field: value}))[0]
-    with pytest.raises(OptionError, match=f"lora.{field}: the vLLM generator sends plain LoRA adapters"):
-        next(merged_lora_weights(agent))
-    assert dict(merged_lora_weights(build_lora_agents("embedded", 1, LoraConfig(r=4))[0]))  # plain LoRA merges
-
-
 # ----------------------------------------------------------------------------------------------
 # With vLLM
 

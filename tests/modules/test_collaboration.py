@@ -1,4 +1,5 @@
-"""Centralized collaboration: one model writes every role; parsing, joint scoring, runs and resume."""
+"""Centralized collaboration: one model writes every role; joint scoring, runs and resume (the joint prompt
+and its parsing: tests/tasks/test_centralized_task.py)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,9 @@ from comlrl_lightning import (
     RewardModelFit,
     TaskDataModule,
 )
-from comlrl_lightning.modules.collaboration import Centralized, Decentralized
+from comlrl_lightning.modules.collaboration import Centralized
 from comlrl_lightning.rounds.pairs import PreferencePair
-from comlrl_lightning.tasks.centralized_task import (
-    CentralizedTask,
-    DelimitedAdapter,
-    TaggedCentralizedComparatorAdapter,
-)
-from comlrl_lightning.tasks.task import Task
+from comlrl_lightning.tasks.centralized_task import CentralizedTask, DelimitedAdapter
 from tests.conftest import TINY_DATA, tiny_sampling, tiny_task, tiny_team, tiny_trainer
 from tests.helpers.iterative_run import make_run
 
@@ -48,44 +44,6 @@ def centralized(missing="empty"):
 
 def _round_files(root):
     return {p.name: p.read_bytes() for p in sorted((Path(root) / "preference_replay").glob("iteration_*.json"))}
-
-
-# ---------------------------------------------------------------------------------------------
-# The task as a centralized team sees it
-
-
-def test_joint_prompt_parsing_and_scoring_through_the_roles():
-    calls = []
-
-    def reward(writer, matcher, prompts=None):
-        calls.append((writer, matcher, prompts))
-        return [float(len(writer[0]) - len(matcher[0]))]
-
-    roles = Task(["W {prompt}", "M {prompt}"], reward, None, 2)
-    task = Centralized().team_task(roles)
-    assert isinstance(task, CentralizedTask) and task.centralized and (task.num_agents, task.num_roles) == (1, 2)
-    (prompt,) = task.prompts({"prompt": "x"})
-    assert prompt == TaggedCentralizedComparatorAdapter().build_prompt({"prompt": "x"}, ["W x", "M x"])
-    texts = ["<agent_0>abc</agent_0><agent_1>d</agent_1>", "no tags at all", "<AGENT_1> ef </agent_1>"]
-    raw, processed = task.oracle.rewards([texts], [prompt], {"prompt": "x"})
-    # parsed; unparsed -> every role empty (as the reference), counted; a missing section -> ""
-    assert raw == processed == [2.0, 0.0, -2.0]
-    assert [c[:2] for c in calls] == [(["abc"], ["d"]), ([""], [""]), ([""], ["ef"])]
-    assert all(c[2] == ["W x"] for c in calls)  # the reward sees the roles' prompts, not the joint one
-    assert (task.scored_completions, task.unparsed_completions) == (3, 1)
-    assert Decentralized().team_task(roles) is roles and roles.unparsed_completions == 0
-
-
-def test_delimited_adapter():
-    strict, lenient = DelimitedAdapter(**DELIMITED), DelimitedAdapter(**DELIMITED, missing="empty")
-    assert strict.build_prompt({"prompt": "ab"}, ["w", "m"]) == "topic: ab\nwriter;matcher:"
-    assert DelimitedAdapter().build_prompt({}, ["w", "m"]) == "w\nm\nanswer every role, separated by ;:"
-    assert strict.parse_completion(" aei ; bcd;x", {}, 2) == ["aei", "bcd;x"]
-    task = Centralized(strict).team_task(Task(None, lambda a, b: [0.0], None, 2))
-    assert task.split("no separator", {}) == (["", ""], False)
-    assert lenient.parse_completion("no separator", {}, 2) == ["no separator", ""]
-    with pytest.raises(OptionError, match="missing must be one of: error, empty."):
-        DelimitedAdapter(missing="drop")
 
 
 # ---------------------------------------------------------------------------------------------

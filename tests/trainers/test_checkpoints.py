@@ -294,22 +294,6 @@ def test_a_resume_that_changes_the_team_is_refused_before_training_naming_the_op
     assert other.trainer is None  # before any Lightning trainer, model load or sampling
 
 
-@pytest.mark.slow  # seconds, not milliseconds: kept out of the everyday tier
-def test_a_checkpoint_whose_data_state_lacks_a_field_is_one_error_naming_the_file(tmp_path):
-    from comlrl_lightning.errors import DataError
-
-    madpo_iter(tmp_path, 1).train(checkpoint_dir=str(tmp_path / "ckpt"))
-    path = tmp_path / "ckpt" / "checkpoint-1" / "checkpoint.ckpt"
-    state = torch.load(path, weights_only=True)
-    del state["callbacks"]["comlrl_lightning.data"]["replay"]["shards"][0]["sha256"]
-    torch.save(state, path)
-    with pytest.raises(
-        DataError, match="the data state .* is corrupt or of a newer version .*'sha256' missing"
-    ) as caught:
-        madpo_iter(tmp_path, 2).train(resume_from_checkpoint=str(tmp_path / "ckpt"))
-    assert str(path) in str(caught.value)
-
-
 @pytest.mark.slow  # three runs
 def test_a_resume_whose_log_folder_now_holds_another_runs_log_starts_a_new_version(tmp_path):
     logs = tmp_path / "lightning_logs"

@@ -1,10 +1,10 @@
-"""RewardProcessors: the reference's scale and shift, as picklable callables."""
+"""RewardProcessors (reward_processor.py): the reference's scale and shift, as picklable callables."""
 
 from __future__ import annotations
 
 import pickle
 
-from comlrl_lightning.utils import RewardProcessors
+from comlrl_lightning.trainers.reward_processor import RewardProcessors
 
 
 def test_scale_and_shift_compute_the_reference_values():
